@@ -1,0 +1,1 @@
+"""The agent: LLM providers, the inner loop, the outer runner, transcripts, lanes and prompts."""

@@ -1,0 +1,333 @@
+"""`bindings.yaml`: the one config file, read, checked and turned into typed settings and a router."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
+from bot.env_vars import substitute_env
+from bot.yaml_tree import parse_yaml
+from routing import Binding as RoutingBinding
+from routing import DmScope, Peer, Router, binding_tier, normalize_account, normalize_peer_kind
+
+DEFAULT_CONFIG = "bindings.yaml"
+SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def _id(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("must be an id (text or a number), not true/false")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise ValueError("must not be empty")
+        return text
+    raise ValueError("must be an id (text or a number)")
+
+
+def _slug(value: object) -> object:
+    text = _id(value)
+    if not isinstance(text, str):
+        return text
+    text = text.lower()
+    if not SLUG.match(text):
+        raise ValueError(
+            "not a valid id: use letters, digits, '_' and '-', start with a letter or digit, at most 64 characters"
+        )
+    return text
+
+
+def _channel(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if not _CHANNEL.match(text):
+        raise ValueError("must be a channel name such as telegram, discord or slack")
+    return text
+
+
+def _account(value: object) -> object:
+    text = _id(value)
+    if not isinstance(text, str) or text == "*":
+        return text
+    return normalize_account(text)
+
+
+def _peer_kind(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return normalize_peer_kind(value)
+        except ValueError:
+            return value  # the Literal check below reports it with the valid choices
+    return value
+
+
+def _user_ref(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    channel, sep, user = value.strip().partition(":")
+    if not sep or not channel.strip() or not user.strip():
+        raise ValueError("must be <channel>:<user id>, e.g. telegram:123456789")
+    return f"{channel.strip().lower()}:{user.strip()}"
+
+
+Id = Annotated[str, BeforeValidator(_id)]
+Slug = Annotated[str, BeforeValidator(_slug)]
+AgentId = Slug
+ChannelName = Annotated[str, BeforeValidator(_channel)]
+AccountMatch = Annotated[str, BeforeValidator(_account)]
+PeerKindName = Annotated[Literal["direct", "group", "channel"], BeforeValidator(_peer_kind)]
+UserRef = Annotated[str, BeforeValidator(_user_ref)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class AgentConfig(_Section):
+    """One agent: an id, and what it does not inherit from `defaults`."""
+
+    id: AgentId
+    default: bool = False
+    model: str | None = None
+    workspace: str | None = None
+
+
+class Defaults(_Section):
+    """What every agent inherits unless it sets its own."""
+
+    model: str | None = None
+    workspace_root: str = "workspaces"
+
+
+class PeerMatch(_Section):
+    kind: PeerKindName
+    id: Id
+
+
+class Match(_Section):
+    """What a message must have for its binding to apply; every field set must match."""
+
+    channel: ChannelName
+    account: AccountMatch | None = None
+    peer: PeerMatch | None = None
+    guild: Id | None = None
+    team: Id | None = None
+    roles: list[Id] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_tier(self) -> Match:
+        binding_tier(account=self.account, peer=self.peer_value, guild=self.guild, team=self.team, roles=self.roles)
+        return self
+
+    @property
+    def peer_value(self) -> Peer | None:
+        return Peer(self.peer.kind, self.peer.id) if self.peer else None
+
+
+class BindingConfig(_Section):
+    """Route messages that match `match` to `agent`."""
+
+    agent: AgentId
+    match: Match
+
+    def to_routing(self) -> RoutingBinding:
+        match = self.match
+        return RoutingBinding(
+            agent=self.agent,
+            channel=match.channel,
+            account=match.account,
+            peer=match.peer_value,
+            guild=match.guild,
+            team=match.team,
+            roles=tuple(match.roles or ()),
+        )
+
+
+class SessionConfig(_Section):
+    """How messages are grouped into conversations."""
+
+    dm_scope: DmScope = "per-channel-peer"
+    identity_links: dict[Slug, list[UserRef]] = Field(default_factory=dict)
+
+
+class Config(_Section):
+    """The whole of bindings.yaml, validated. Build it with `load_config`."""
+
+    agents: list[AgentConfig] = Field(default_factory=list)
+    defaults: Defaults = Field(default_factory=Defaults)
+    bindings: list[BindingConfig] = Field(default_factory=list)
+    session: SessionConfig = Field(default_factory=SessionConfig)
+    owners: list[UserRef] = Field(default_factory=list)
+    channels: dict[str, Any] = Field(default_factory=dict)
+    providers: dict[str, Any] = Field(default_factory=dict)
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections_are_absent(cls, data: Any) -> Any:
+        # `bindings:` with every entry commented out reads as null; treat it as not written.
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+    @model_validator(mode="after")
+    def _implicit_main_agent(self) -> Config:
+        if not self.agents:
+            self.agents = [AgentConfig(id="main", default=True)]
+        return self
+
+    @property
+    def default_agent(self) -> str:
+        """The agent marked `default: true`, else the first agent."""
+        return next((agent.id for agent in self.agents if agent.default), self.agents[0].id)
+
+    def agent(self, agent_id: str) -> AgentConfig:
+        """The agent with this id; KeyError if there is none."""
+        for agent in self.agents:
+            if agent.id == agent_id:
+                return agent
+        raise KeyError(agent_id)
+
+    def workspace(self, agent_id: str) -> Path:
+        """The agent's workspace: its own, else `<defaults.workspace_root>/<id>`, from the config's folder."""
+        own = self.agent(agent_id).workspace
+        path = Path(own) if own else Path(self.defaults.workspace_root) / agent_id
+        return (self._base_dir / path.expanduser()).resolve()
+
+    def model_for(self, agent_id: str) -> str | None:
+        """The agent's model, else the default model."""
+        return self.agent(agent_id).model or self.defaults.model
+
+    def router(self) -> Router:
+        """A resolver indexed over every binding, built once per loaded config."""
+        return Router(
+            (binding.to_routing() for binding in self.bindings),
+            default_agent=self.default_agent,
+            dm_scope=self.session.dm_scope,
+            identity_links=self.session.identity_links,
+        )
+
+
+def _valid_items(model: type[_M], items: Any) -> list[tuple[int, _M]]:
+    """The list items that validate on their own, with their index (errors are reported elsewhere)."""
+    valid = []
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        try:
+            valid.append((index, model.model_validate(item)))
+        except ValidationError:
+            continue
+    return valid
+
+
+def _cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc, str]]:
+    """What one section cannot see: duplicate ids, several defaults, bindings naming missing agents.
+
+    Without a valid `config`, runs on each list item that validates by itself, so these are found
+    even when other parts of the file are broken.
+    """
+    problems: list[tuple[Loc, str]] = []
+    if config is not None:
+        agents, bindings = list(enumerate(config.agents)), list(enumerate(config.bindings))
+    else:
+        raw_agents = data.get("agents") or []
+        agents = _valid_items(AgentConfig, raw_agents) if raw_agents else [(0, AgentConfig(id="main"))]
+        bindings = _valid_items(BindingConfig, data.get("bindings")) if len(agents) == len(raw_agents or [0]) else []
+    first_index: dict[str, int] = {}
+    first_default: int | None = None
+    for index, agent in agents:
+        if agent.id in first_index:
+            problems.append(
+                (("agents", index, "id"), f"duplicate agent id {agent.id!r} (also agents[{first_index[agent.id]}])")
+            )
+        first_index.setdefault(agent.id, index)
+        if agent.default and first_default is not None:
+            problems.append(
+                (("agents", index, "default"), f"only one agent may be the default (agents[{first_default}] is)")
+            )
+        if agent.default and first_default is None:
+            first_default = index
+    # (When an agent entry is broken, `bindings` is empty: that entry may be the one a binding names.)
+    known = list(first_index)
+    for index, binding in bindings:
+        if binding.agent not in first_index:
+            close = difflib.get_close_matches(binding.agent, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"agents are {', '.join(known)}"
+            problems.append((("bindings", index, "agent"), f"no agent {binding.agent!r}; {hint}"))
+    session = data.get("session")
+    links = session.get("identity_links") if isinstance(session, dict) else None
+    linked: dict[str, str] = {}
+    for name, members in links.items() if isinstance(links, dict) else ():
+        for index, member in enumerate(members if isinstance(members, list) else []):
+            try:
+                ref = _user_ref(member)
+            except ValueError:
+                continue
+            key = str(ref).lower()
+            if key in linked and linked[key] != name:
+                problems.append(
+                    (("session", "identity_links", name, index), f"{ref} is already linked to {linked[key]!r}")
+                )
+            linked.setdefault(key, name)
+    return problems
+
+
+def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:
+    """Validate config text; raises ConfigError listing every problem with its line and key path."""
+    tree = parse_yaml(text)
+    issues = [ConfigIssue(p.line, format_path(p.path), p.message) for p in tree.problems]
+    if tree.data is None and not issues:
+        tree.data = {}
+    if not isinstance(tree.data, dict):
+        if not issues:
+            issues.append(
+                ConfigIssue(tree.line_of(()), "", "the config must be a mapping of sections (agents, bindings, ...)")
+            )
+        raise ConfigError(file, issues)
+    env = substitute_env(tree.data, os.environ if environ is None else environ)
+    for path, names in env.missing.items():
+        unset = ", ".join(f"${{{name}}}" for name in names)
+        message = f"environment variable {unset} is not set (give it a value, or a default: ${{{names[0]}:-value}})"
+        issues.append(ConfigIssue(tree.line_of(path), format_path(path), message))
+    config: Config | None = None
+    try:
+        config = Config.model_validate(env.data)
+    except ValidationError as error:
+        found = issues_from_validation(error, Config, tree.line_of)
+        # A value that lost its variable fails validation too; the variable is the real problem.
+        missing = {format_path(path) for path in env.missing}
+        issues += [issue for issue in found if issue.path not in missing]
+    issues += [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _cross_checks(env.data, config)]
+    if issues or config is None:
+        raise ConfigError(file, issues)
+    return config
+
+
+def load_config(path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate a config file; relative paths in it are taken from the file's folder."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(file, [ConfigIssue(None, "", "file not found")]) from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(file, [ConfigIssue(None, "", f"not UTF-8 text ({error.reason})")]) from None
+    except OSError as error:
+        raise ConfigError(file, [ConfigIssue(None, "", f"cannot read: {error.strerror}")]) from None
+    config = parse_config(text, file, environ)
+    config._base_dir = Path(path).resolve().parent
+    return config

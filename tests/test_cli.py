@@ -1,0 +1,194 @@
+"""The `bot` command line, run as a real subprocess: route, config check, run and --help."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CONFIG = """\
+agents:
+  - id: main
+    default: true
+  - id: ops
+  - id: support
+bindings:
+  - agent: ops
+    match:
+      channel: telegram
+      peer: {kind: group, id: -1001234567890}
+  - agent: support
+    match:
+      channel: discord
+      guild: "42"
+      roles: ["7"]
+session:
+  identity_links:
+    alice: [telegram:111]
+"""
+
+BROKEN = """\
+agents:
+  - id: main
+bindings:
+  - agent: main
+    match:
+      channel: telegram
+      peer: {kind: person, id: 1}
+  - agent: ghost
+    match: {channel: slack}
+"""
+
+
+def bot(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD")}
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=60
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "bindings.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture
+def broken(tmp_path: Path) -> Path:
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN)
+    return path
+
+
+def test_route_json_prints_exactly_one_object(config: Path) -> None:
+    result = bot("route", "--config", str(config), "--channel", "telegram", "--peer", "group:-1001234567890", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "agent": "ops",
+        "session_key": "agent:ops:telegram:group:-1001234567890",
+        "matched_by": "binding.peer",
+    }
+    assert result.stdout.count("\n") == 1
+
+
+def test_route_takes_every_routing_field(config: Path) -> None:
+    result = bot(
+        "route",
+        "--config",
+        str(config),
+        "--channel",
+        "Discord",
+        "--account",
+        "Default",
+        "--peer",
+        "channel:900",
+        "--parent-peer",
+        "channel:800",
+        "--guild",
+        "42",
+        "--roles",
+        "1,7",
+        "--thread",
+        "555",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "agent": "support",
+        "session_key": "agent:support:discord:channel:900:thread:555",
+        "matched_by": "binding.guild+roles",
+    }
+
+
+def test_route_prints_a_readable_answer(config: Path) -> None:
+    result = bot("route", "--config", str(config), "--channel", "telegram", "--peer", "dm:111", "--team", "T1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "agent:       main",
+        "session_key: agent:main:telegram:direct:alice",
+        "matched_by:  default",
+    ]
+
+
+def test_config_defaults_to_bindings_yaml_in_the_current_folder(config: Path) -> None:
+    result = bot("route", "--channel", "telegram", "--peer", "group:-1001234567890", "--json", cwd=config.parent)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["agent"] == "ops"
+
+
+def test_a_malformed_peer_is_a_usage_error(config: Path) -> None:
+    result = bot("route", "--config", str(config), "--channel", "telegram", "--peer", "person:1")
+    assert result.returncode == 2
+    assert "peer kind must be one of direct, group, channel" in result.stderr
+    result = bot("route", "--config", str(config), "--channel", "telegram", "--peer", "12345")
+    assert result.returncode == 2
+    assert "peer must be KIND:ID" in result.stderr
+
+
+def test_config_check_accepts_a_valid_file(config: Path) -> None:
+    result = bot("config", "check", "--config", str(config))
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"{config}: valid (3 agents, 2 bindings)"
+
+
+def test_config_check_prints_every_error_and_exits_1(broken: Path) -> None:
+    result = bot("config", "check", "--config", str(broken))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{broken}:7: bindings[0].match.peer.kind: must be one of direct, group, channel",
+        f"{broken}:8: bindings[1].agent: no agent 'ghost'; agents are main",
+        f"{broken}: 2 errors",
+    ]
+
+
+def test_route_on_an_invalid_config_prints_the_same_errors(broken: Path) -> None:
+    check = bot("config", "check", "--config", str(broken))
+    result = bot("route", "--config", str(broken), "--channel", "telegram", "--json")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == check.stderr
+
+
+def test_run_loads_and_validates_the_config(config: Path, broken: Path) -> None:
+    result = bot("run", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert f"{config}: valid" in result.stdout
+    assert "No channel adapter is implemented yet" in result.stdout
+    assert bot("run", "--config", str(broken)).returncode == 1
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    result = bot("config", "check", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == "bindings.yaml: file not found"
+
+
+def test_help_lists_the_commands() -> None:
+    result = bot("--help")
+    assert result.returncode == 0
+    for command in ("run", "route", "config"):
+        assert f"  {command} " in result.stdout
+
+
+def test_help_imports_no_platform_sdk_and_no_config_machinery() -> None:
+    probe = textwrap.dedent(
+        """
+        import sys
+        from bot.cli import cli
+        try:
+            cli(["--help"], prog_name="bot")
+        except SystemExit:
+            pass
+        heavy = {"telegram", "discord", "slack_bolt", "slack_sdk", "pydantic", "yaml", "httpx"}
+        print(sorted(name for name in sys.modules if name.split(".")[0] in heavy))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,1 @@
+"""The Tool contract, registry, policy pipeline, schema normalization, hooks and built-in tools."""

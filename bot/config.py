@@ -15,10 +15,17 @@ from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues
 from bot.env_vars import substitute_env
 from bot.yaml_tree import parse_yaml
 from routing import Binding as RoutingBinding
-from routing import DmScope, Peer, Router, binding_tier, normalize_account, normalize_peer_kind
+from routing import (
+    DmScope,
+    Peer,
+    Router,
+    binding_tier,
+    normalize_account,
+    normalize_agent_id,
+    normalize_peer_kind,
+)
 
 DEFAULT_CONFIG = "bindings.yaml"
-SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
@@ -35,16 +42,9 @@ def _id(value: object) -> object:
     raise ValueError("must be an id (text or a number)")
 
 
-def _slug(value: object) -> object:
+def _name(value: object) -> object:
     text = _id(value)
-    if not isinstance(text, str):
-        return text
-    text = text.lower()
-    if not SLUG.match(text):
-        raise ValueError(
-            "not a valid id: use letters, digits, '_' and '-', start with a letter or digit, at most 64 characters"
-        )
-    return text
+    return normalize_agent_id(text) if isinstance(text, str) else text
 
 
 def _channel(value: object) -> object:
@@ -82,8 +82,8 @@ def _user_ref(value: object) -> object:
 
 
 Id = Annotated[str, BeforeValidator(_id)]
-Slug = Annotated[str, BeforeValidator(_slug)]
-AgentId = Slug
+# Agent ids and identity names: lowercase, and safe inside session keys and file paths.
+Name = Annotated[str, BeforeValidator(_name)]
 ChannelName = Annotated[str, BeforeValidator(_channel)]
 AccountMatch = Annotated[str, BeforeValidator(_account)]
 PeerKindName = Annotated[Literal["direct", "group", "channel"], BeforeValidator(_peer_kind)]
@@ -100,7 +100,7 @@ _M = TypeVar("_M", bound=BaseModel)
 class AgentConfig(_Section):
     """One agent: an id, and what it does not inherit from `defaults`."""
 
-    id: AgentId
+    id: Name
     default: bool = False
     model: str | None = None
     workspace: str | None = None
@@ -141,7 +141,7 @@ class Match(_Section):
 class BindingConfig(_Section):
     """Route messages that match `match` to `agent`."""
 
-    agent: AgentId
+    agent: Name
     match: Match
 
     def to_routing(self) -> RoutingBinding:
@@ -161,7 +161,7 @@ class SessionConfig(_Section):
     """How messages are grouped into conversations."""
 
     dm_scope: DmScope = "per-channel-peer"
-    identity_links: dict[Slug, list[UserRef]] = Field(default_factory=dict)
+    identity_links: dict[Name, list[UserRef]] = Field(default_factory=dict)
 
 
 class Config(_Section):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 Loc = tuple[str | int, ...]
+_PYDANTIC_STEP = re.compile(r"^(\[key\]|function-(before|after|wrap|plain)\[.*\])$")
 
 _PLAIN_MESSAGES = {
     "missing": "required key is missing",
@@ -85,8 +87,9 @@ def issues_from_validation(error: ValidationError, root: type[BaseModel], line_o
 
 
 def _clean_loc(loc: tuple[str | int, ...]) -> Loc:
-    # Validators wrapped around a type add their own name to the loc (`function-after[...]`).
-    return tuple(part for part in loc if not (isinstance(part, str) and "[" in part))
+    # pydantic adds its own steps to a loc: `[key]` for a bad dict key, `function-after[...]` and the
+    # like for wrapped validators. They are not keys of the file.
+    return tuple(part for part in loc if not (isinstance(part, str) and _PYDANTIC_STEP.match(part)))
 
 
 def _unknown_key(loc: Loc, root: type[BaseModel]) -> str:

@@ -12,6 +12,7 @@ from routing.types import (
     Route,
     RoutingInput,
     normalize_account,
+    normalize_agent_id,
     normalize_channel,
     normalize_id,
 )
@@ -68,6 +69,7 @@ class Binding:
     roles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "agent", normalize_agent_id(self.agent))
         object.__setattr__(self, "channel", normalize_channel(self.channel))
         if self.account != ANY:
             object.__setattr__(self, "account", normalize_account(self.account))
@@ -145,7 +147,7 @@ class Router:
         dm_scope: DmScope = "per-channel-peer",
         identity_links: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        self.default_agent = default_agent.lower()
+        self.default_agent = normalize_agent_id(default_agent)
         self.dm_scope: DmScope = dm_scope
         self._links = {
             member.strip().lower(): canonical.strip().lower()
@@ -239,6 +241,5 @@ class Router:
     def resolve(self, source: RoutingInput) -> Route:
         """The agent, session key and matching tier for one inbound message."""
         agent, matched_by = self.match(source)
-        agent = agent.lower()
         key = session_key(agent, source, self.dm_scope, self._links)
         return Route(agent=agent, session_key=key, matched_by=matched_by)

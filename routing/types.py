@@ -13,6 +13,8 @@ DEFAULT_ACCOUNT = "default"
 MAX_ACCOUNT_LENGTH = 64
 
 _ACCOUNT_INVALID = re.compile(r"[^a-z0-9_-]+")
+# Agent ids end up in session keys and file paths: nothing in them may escape either.
+_AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _KIND_ALIASES: dict[str, PeerKind] = {"direct": "direct", "dm": "direct", "group": "group", "channel": "channel"}
 
 
@@ -28,6 +30,16 @@ def normalize_account(account: str | None) -> str:
     text = _ACCOUNT_INVALID.sub("-", (account or "").strip().lower()).strip("-")
     text = text[:MAX_ACCOUNT_LENGTH].rstrip("-")
     return text or DEFAULT_ACCOUNT
+
+
+def normalize_agent_id(agent: str) -> str:
+    """Lowercase an agent id and check it against `^[a-z0-9][a-z0-9_-]{0,63}$`; ValueError if it fails."""
+    text = agent.strip().lower()
+    if not _AGENT_ID.match(text):
+        raise ValueError(
+            "not a valid id: use letters, digits, '_' and '-', start with a letter or digit, at most 64 characters"
+        )
+    return text
 
 
 def normalize_id(value: str | int | None) -> str | None:

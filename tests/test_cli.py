@@ -169,6 +169,18 @@ def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[0] == "bindings.yaml: file not found"
 
 
+def test_the_bot_console_script_is_installed(config: Path) -> None:
+    script = Path(sys.executable).parent / "bot"
+    result = subprocess.run(
+        [str(script), "route", "--config", str(config), "--channel", "telegram", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"agent": "main", "session_key": "agent:main:main", "matched_by": "default"}
+
+
 def test_help_lists_the_commands() -> None:
     result = bot("--help")
     assert result.returncode == 0

@@ -351,6 +351,12 @@ def test_a_wrong_peer_kind_names_line_and_path() -> None:
             id="one account linked to two people",
         ),
         pytest.param(
+            "session:\n  identity_links:\n    al/ice: [telegram:1]\n",
+            "bindings.yaml:3: session.identity_links.al/ice: not a valid id: use letters, digits, '_' and '-', "
+            "start with a letter or digit, at most 64 characters",
+            id="identity link name that could escape a key",
+        ),
+        pytest.param(
             "agents: []\nagents: []\n",
             "bindings.yaml:2: agents: duplicate key 'agents' (first set on line 1)",
             id="duplicate key",
@@ -423,3 +429,11 @@ def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path / "nope.yaml")
     assert str(caught.value) == f"{tmp_path / 'nope.yaml'}: file not found"
+
+
+def test_a_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "bindings.yaml"
+    path.write_bytes(b"agents: [{id: caf\xe9}]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: not UTF-8 text")

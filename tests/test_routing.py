@@ -548,3 +548,11 @@ def test_binding_ids_are_trimmed_and_empty_ones_count_as_missing() -> None:
     router = Router([Binding(agent="a", channel="discord", guild=" G ", roles=(" R ", ""))], default_agent="main")
     route = router.resolve(RoutingInput("discord", guild="g", member_roles=("r",)))
     assert (route.agent, route.matched_by) == ("a", "binding.guild+roles")
+
+
+@pytest.mark.parametrize("agent", ["../x", "a/b", "", "-lead", "a" * 65, "a:b"])
+def test_agent_ids_that_could_escape_a_key_or_path_are_refused(agent: str) -> None:
+    with pytest.raises(ValueError, match="not a valid id"):
+        Binding(agent=agent, channel="telegram")
+    with pytest.raises(ValueError, match="not a valid id"):
+        Router(default_agent=agent)

@@ -1,0 +1,1 @@
+"""LLM providers: OpenAI-compatible Chat Completions and Anthropic Messages, streaming over httpx."""

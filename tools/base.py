@@ -1,0 +1,154 @@
+"""The tool contract: a Tool, its context, its result, and `invoke`, which never lets a tool break the run."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from channels.base import Capabilities
+
+log = logging.getLogger(__name__)
+
+
+class TextBlock(BaseModel):
+    """Text content, in a tool result or a message."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(BaseModel):
+    """An image, base64-encoded, in a tool result or a message."""
+
+    type: Literal["image"] = "image"
+    data: str
+    mime_type: str
+
+
+ContentBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+
+
+class ToolResult(BaseModel):
+    """What a tool gives back: content for the model, `details` for the program (never sent to the model)."""
+
+    content: list[ContentBlock]
+    details: Any = None
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined, for logs, events and text-only providers."""
+        return "\n".join(block.text for block in self.content if isinstance(block, TextBlock))
+
+
+def json_result(payload: Any, *, is_error: bool = False) -> ToolResult:
+    """A result whose content is `payload` as JSON text (and whose details are the payload itself)."""
+    text = json.dumps(payload, ensure_ascii=False, indent=2, default=str)
+    return ToolResult(content=[TextBlock(text=text)], details=payload, is_error=is_error)
+
+
+def image_result(data: bytes, mime_type: str, caption: str | None = None) -> ToolResult:
+    """A result carrying one image (and an optional caption the model reads)."""
+    blocks: list[TextBlock | ImageBlock] = [TextBlock(text=caption)] if caption else []
+    blocks.append(ImageBlock(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type))
+    return ToolResult(content=list(blocks), details={"mime_type": mime_type, "bytes": len(data)})
+
+
+def error_result(tool: str, error: str) -> ToolResult:
+    """The one shape of a failed tool call: `{"status": "error", "tool": ..., "error": ...}`."""
+    return json_result({"status": "error", "tool": tool, "error": error}, is_error=True)
+
+
+class RunInfo(BaseModel):
+    """Who and where a run is for, as tools may see it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    session_key: str
+    channel: str = "console"
+    sender_id: str | None = None
+    sender_name: str | None = None
+    sender_is_owner: bool = False
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+    workspace: str | None = None
+
+
+UpdateCallback = Callable[[str], Awaitable[None]]
+
+
+async def _no_update(_: str) -> None:
+    return None
+
+
+class ToolContext:
+    """Handed to `Tool.execute`: the run's info, a cancellation signal, and a progress callback."""
+
+    def __init__(
+        self,
+        run: RunInfo,
+        *,
+        cancelled: asyncio.Event | None = None,
+        on_update: UpdateCallback = _no_update,
+    ) -> None:
+        self.run = run
+        self.cancelled = cancelled or asyncio.Event()
+        self.on_update = on_update
+
+
+class Tool:
+    """Base for tools. Subclasses set the class attributes and implement `execute`.
+
+    `parameters` is a pydantic model: its JSON Schema is what the model sees, and the model's
+    arguments are validated against it before `execute` runs.
+    """
+
+    name: ClassVar[str]
+    label: ClassVar[str] = ""
+    description: ClassVar[str]
+    parameters: ClassVar[type[BaseModel]]
+    owner_only: ClassVar[bool] = False
+    group: ClassVar[str | None] = None  # e.g. "group:fs"; policies may name the group instead of the tool
+
+    async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
+        raise NotImplementedError
+
+    @classmethod
+    def json_schema(cls) -> dict[str, Any]:
+        """The parameters as JSON Schema, before any provider-specific normalization."""
+        return cls.parameters.model_json_schema()
+
+
+def _validation_message(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in item["loc"]) or "arguments"
+        parts.append(f"{where}: {item['msg']}")
+    return "invalid arguments: " + "; ".join(parts)
+
+
+async def invoke(tool: Tool, call_id: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Validate the arguments and run the tool; every failure becomes an error result, never an exception.
+
+    Cancellation (asyncio.CancelledError) is the one thing that propagates: the run is being stopped.
+    """
+    try:
+        args = tool.parameters.model_validate(arguments)
+    except ValidationError as error:
+        return error_result(tool.name, _validation_message(error))
+    try:
+        result = await tool.execute(call_id, args, ctx)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # a tool's bug must not break the run; the model reads what went wrong
+        log.warning("tool %s failed", tool.name, exc_info=True)
+        return error_result(tool.name, f"{type(error).__name__}: {error}")
+    if not isinstance(result, ToolResult):
+        return error_result(tool.name, f"tool returned {type(result).__name__}, not a ToolResult")
+    return result

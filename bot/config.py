@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from agent.providers.config import ProviderConfig, providers_from_env, split_model
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
 from bot.env_vars import substitute_env
 from bot.yaml_tree import parse_yaml
@@ -24,6 +25,7 @@ from routing import (
     normalize_agent_id,
     normalize_peer_kind,
 )
+from tools.policy import AgentToolsConfig, ToolsConfig
 
 DEFAULT_CONFIG = "bindings.yaml"
 _CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -81,7 +83,15 @@ def _user_ref(value: object) -> object:
     return f"{channel.strip().lower()}:{user.strip()}"
 
 
+def _model_ref(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    split_model(value)  # ValueError names the expected shape
+    return value.strip()
+
+
 Id = Annotated[str, BeforeValidator(_id)]
+ModelRef = Annotated[str, BeforeValidator(_model_ref)]
 # Agent ids and identity names: lowercase, and safe inside session keys and file paths.
 Name = Annotated[str, BeforeValidator(_name)]
 ChannelName = Annotated[str, BeforeValidator(_channel)]
@@ -102,15 +112,19 @@ class AgentConfig(_Section):
 
     id: Name
     default: bool = False
-    model: str | None = None
+    model: ModelRef | None = None
+    fallbacks: list[ModelRef] | None = None
     workspace: str | None = None
+    tools: AgentToolsConfig | None = None
 
 
 class Defaults(_Section):
     """What every agent inherits unless it sets its own."""
 
-    model: str | None = None
+    model: ModelRef | None = None
+    fallbacks: list[ModelRef] = Field(default_factory=list)
     workspace_root: str = "workspaces"
+    max_tool_iterations: int = Field(default=50, ge=1)
 
 
 class PeerMatch(_Section):
@@ -173,7 +187,8 @@ class Config(_Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     owners: list[UserRef] = Field(default_factory=list)
     channels: dict[str, Any] = Field(default_factory=dict)
-    providers: dict[str, Any] = Field(default_factory=dict)
+    providers: dict[Name, ProviderConfig] | None = None  # None: taken from *_API_KEY variables at run time
+    tools: ToolsConfig | None = None  # None: the full profile, nothing removed
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -186,9 +201,11 @@ class Config(_Section):
         return data
 
     @model_validator(mode="after")
-    def _implicit_main_agent(self) -> Config:
+    def _implicit_defaults(self) -> Config:
         if not self.agents:
             self.agents = [AgentConfig(id="main", default=True)]
+        if not self.providers:
+            self.providers = None  # `providers: {}` is the same as no section: keys come from the environment
         return self
 
     @property
@@ -212,6 +229,29 @@ class Config(_Section):
     def model_for(self, agent_id: str) -> str | None:
         """The agent's model, else the default model."""
         return self.agent(agent_id).model or self.defaults.model
+
+    def fallbacks_for(self, agent_id: str) -> list[str]:
+        """The models to try, in order, when the agent's model fails: its own list, else the default list."""
+        own = self.agent(agent_id).fallbacks
+        return list(own if own is not None else self.defaults.fallbacks)
+
+    def provider(self, name: str, environ: Mapping[str, str] | None = None) -> ProviderConfig:
+        """The named provider from `providers:`, or from the environment when there is no such section.
+
+        KeyError with a message that says how to configure it.
+        """
+        if self.providers is not None:
+            if name in self.providers:
+                return self.providers[name]
+            known = ", ".join(self.providers) or "none"
+            raise KeyError(f"no provider {name!r} in bindings.yaml (providers: {known})")
+        found = providers_from_env(os.environ if environ is None else environ)
+        if name in found:
+            return found[name]
+        hint = {"openrouter": "OPENROUTER_API_KEY", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+        if name in hint:
+            raise KeyError(f"provider {name!r} needs {hint[name]} in the environment, or a providers: section")
+        raise KeyError(f"no provider {name!r}: add it under providers: in bindings.yaml")
 
     def router(self) -> Router:
         """A resolver indexed over every binding, built once per loaded config."""
@@ -268,6 +308,8 @@ def _cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc
             close = difflib.get_close_matches(binding.agent, known, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"agents are {', '.join(known)}"
             problems.append((("bindings", index, "agent"), f"no agent {binding.agent!r}; {hint}"))
+    if config is not None and config.providers is not None:
+        problems += _unknown_providers(config)
     session = data.get("session")
     links = session.get("identity_links") if isinstance(session, dict) else None
     linked: dict[str, str] = {}
@@ -283,6 +325,28 @@ def _cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc
                     (("session", "identity_links", name, index), f"{ref} is already linked to {linked[key]!r}")
                 )
             linked.setdefault(key, name)
+    return problems
+
+
+def _unknown_providers(config: Config) -> list[tuple[Loc, str]]:
+    """Model names whose provider part is not configured (checked only when `providers:` exists)."""
+    assert config.providers is not None
+    refs: list[tuple[Loc, str]] = []
+    if config.defaults.model:
+        refs.append((("defaults", "model"), config.defaults.model))
+    refs += [(("defaults", "fallbacks", index), ref) for index, ref in enumerate(config.defaults.fallbacks)]
+    for number, agent in enumerate(config.agents):
+        if agent.model:
+            refs.append((("agents", number, "model"), agent.model))
+        refs += [(("agents", number, "fallbacks", index), ref) for index, ref in enumerate(agent.fallbacks or [])]
+    problems = []
+    known = list(config.providers)
+    for loc, ref in refs:
+        name = split_model(ref)[0]
+        if name not in config.providers:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"providers are {', '.join(known) or 'none'}"
+            problems.append((loc, f"no provider {name!r}; {hint}"))
     return problems
 
 

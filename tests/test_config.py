@@ -190,21 +190,21 @@ def test_env_references_in_comments_and_keys_are_left_alone() -> None:
     config = parse(
         """
         # set ${UNSET_IN_COMMENT} before running
-        providers:
+        channels:
           ${NOT_A_KEY}: {}
         """
     )
-    assert config.providers == {"${NOT_A_KEY}": {}}
+    assert config.channels == {"${NOT_A_KEY}": {}}
 
 
 def test_a_value_cannot_inject_yaml() -> None:
-    config = parse("defaults: {model: '${M}'}", M="x\nagents: [{id: evil}]")
-    assert config.defaults.model == "x\nagents: [{id: evil}]"
+    config = parse("defaults: {workspace_root: '${M}'}", M="x\nagents: [{id: evil}]")
+    assert config.defaults.workspace_root == "x\nagents: [{id: evil}]"
     assert [agent.id for agent in config.agents] == ["main"]
 
 
 def test_a_doubled_dollar_is_a_literal_reference() -> None:
-    assert parse("defaults: {model: 'a$${B}c'}").defaults.model == "a${B}c"
+    assert parse("defaults: {workspace_root: 'a$${B}c'}").defaults.workspace_root == "a${B}c"
 
 
 def test_an_unset_variable_is_an_error_naming_it_and_its_line() -> None:

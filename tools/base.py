@@ -119,10 +119,9 @@ class Tool:
     async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
         raise NotImplementedError
 
-    @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        """The parameters as JSON Schema, before any provider-specific normalization."""
-        return cls.parameters.model_json_schema()
+    def json_schema(self) -> dict[str, Any]:
+        """The parameters as JSON Schema, before provider normalization (a tool may build it per run)."""
+        return self.parameters.model_json_schema()
 
 
 def _validation_message(error: ValidationError) -> str:

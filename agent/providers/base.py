@@ -92,3 +92,7 @@ class Provider(Protocol):
         Raises ProviderError for every failure, including a stream that ends before it completes.
         """
         ...
+
+    async def aclose(self) -> None:
+        """Close the HTTP client the provider made for itself (a client passed in stays open)."""
+        ...

@@ -1,0 +1,225 @@
+"""The inner loop: stream the model, run the tool calls it asks for, feed the results back, until it is done."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from agent import xml_dispatch
+from agent.events import AssistantEvent, Emit, LifecycleEvent, ToolEvent, discard, short
+from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, Usage, UserMessage
+from agent.providers.base import Completed, ModelRequest, Provider, ProviderError, TextDelta, ToolSpec
+from tools.base import RunInfo, Tool, ToolContext, ToolResult, error_result
+from tools.hooks import Hooks, call_tool
+from tools.schema import normalize_schema
+
+NO_REPLY = "NO_REPLY"
+DEFAULT_MAX_TOOL_ITERATIONS = 50
+Dispatch = Literal["native", "xml"]
+StopReason = Literal["end_turn", "no_reply", "empty", "max_tokens", "max_iterations", "cancelled"]
+_T = TypeVar("_T")
+
+
+@dataclass
+class Turn:
+    """Everything one run needs besides the conversation: the model, its tools, and who it runs for."""
+
+    provider: Provider
+    model: str
+    system: str
+    run: RunInfo
+    tools: Sequence[Tool] = ()
+    hooks: Hooks = field(default_factory=Hooks)
+    dispatch: Dispatch = "native"
+    max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
+    max_tokens: int = 4096
+    api_key: str | None = None
+    emit: Emit = discard
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    run_id: str = field(default_factory=lambda: f"run_{secrets.token_hex(6)}")
+
+
+@dataclass
+class TurnResult:
+    """How a run ended. `messages` are the ones this run added, starting with the user's."""
+
+    run_id: str
+    text: str
+    stop_reason: StopReason
+    messages: list[Message]
+    usage: Usage = field(default_factory=Usage)
+    iterations: int = 0
+
+
+class _Cancelled(Exception):
+    """The run's cancel event was set while something was in progress."""
+
+
+async def _unless_cancelled(work: Awaitable[_T], cancel: asyncio.Event) -> _T:
+    """Await `work`, but stop it and raise _Cancelled as soon as `cancel` is set."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(cancel.wait())
+    try:
+        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the whole run is being cancelled from outside
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task  # let the tool or the stream clean up before the run goes on
+    raise _Cancelled
+
+
+async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) -> TurnResult:
+    """Run one user turn to its end. Provider failures raise ProviderError (the runner decides what next);
+    tool failures, unknown tools, bad arguments and cancellation are part of the conversation instead."""
+    added: list[Message] = [user]
+    result = TurnResult(run_id=turn.run_id, text="", stop_reason="end_turn", messages=added)
+    tools = {tool.name: tool for tool in turn.tools}
+    dispatch: Dispatch = turn.dispatch
+    await turn.emit(LifecycleEvent(run_id=turn.run_id, phase="start"))
+    try:
+        while True:
+            if turn.cancel.is_set():
+                raise _Cancelled
+            completed = await _stream_once(turn, dispatch, [*history, *added])
+            result.usage = result.usage + completed.usage
+            answer = completed.message
+            if dispatch == "native" and not answer.tool_calls and xml_dispatch.has_tool_markup(answer.text):
+                dispatch = "xml"  # the model writes calls as text: answer it in kind for the rest of the run
+            calls, malformed, visible = _calls_in(answer, dispatch)
+            added.append(
+                AssistantMessage(text=answer.text, tool_calls=answer.tool_calls if dispatch == "native" else [])
+            )
+            if dispatch == "xml" and visible:
+                await turn.emit(AssistantEvent(run_id=turn.run_id, delta=visible))
+            if not calls and not malformed:
+                result.text, result.stop_reason = _final(visible, completed.stop_reason == "max_tokens")
+                break
+            if result.iterations >= turn.max_tool_iterations:
+                note = f"not run: the limit of {turn.max_tool_iterations} tool rounds in one turn was reached"
+                _append_results(added, dispatch, [(c, error_result(c.name, note)) for c in calls], malformed)
+                result.text = f"I stopped after {turn.max_tool_iterations} rounds of tool calls without finishing."
+                result.stop_reason = "max_iterations"
+                break
+            result.iterations += 1
+            try:
+                outcomes = await _unless_cancelled(_run_calls(turn, tools, calls), turn.cancel)
+            except _Cancelled:
+                cancelled = [(call, error_result(call.name, "cancelled: the run was stopped")) for call in calls]
+                _append_results(added, dispatch, cancelled, malformed)
+                raise
+            _append_results(added, dispatch, list(zip(calls, outcomes, strict=True)), malformed)
+    except _Cancelled:
+        result.stop_reason = "cancelled"
+    except ProviderError as error:
+        await turn.emit(LifecycleEvent(run_id=turn.run_id, phase="error", error=f"{error.kind}: {error}"))
+        raise
+    await turn.emit(LifecycleEvent(run_id=turn.run_id, phase="end", stop_reason=result.stop_reason))
+    return result
+
+
+async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Completed:
+    """One model call; text deltas are emitted as they arrive (native dispatch only: XML calls are text)."""
+    dialect = turn.provider.dialect(turn.model)
+    specs = [
+        ToolSpec(name=tool.name, description=tool.description, parameters=normalize_schema(tool.json_schema(), dialect))
+        for tool in turn.tools
+    ]
+    system = turn.system
+    if dispatch == "xml" and specs:
+        system = f"{system}\n\n{xml_dispatch.instructions(specs)}"
+    request = ModelRequest(
+        model=turn.model,
+        system=system,
+        messages=messages,
+        tools=specs if dispatch == "native" else [],
+        max_tokens=turn.max_tokens,
+    )
+
+    async def consume() -> Completed:
+        async for event in turn.provider.stream(request, api_key=turn.api_key):
+            if isinstance(event, TextDelta) and dispatch == "native" and event.text:
+                await turn.emit(AssistantEvent(run_id=turn.run_id, delta=event.text))
+            elif isinstance(event, Completed):
+                return event
+        raise ProviderError("network", "the model's stream ended without completing")
+
+    return await _unless_cancelled(consume(), turn.cancel)
+
+
+def _calls_in(answer: AssistantMessage, dispatch: Dispatch) -> tuple[list[ToolCall], list[str], str]:
+    """The calls to run, the malformed ones (XML only) and the text meant for the user."""
+    if dispatch == "native":
+        return list(answer.tool_calls), [], answer.text
+    parsed = xml_dispatch.parse_answer(answer.text)
+    return parsed.calls, parsed.errors, parsed.text
+
+
+def _final(text: str, cut_short: bool) -> tuple[str, StopReason]:
+    stripped = text.strip()
+    if stripped == NO_REPLY:
+        return "", "no_reply"
+    if not stripped:
+        return "", "empty"
+    return stripped, "max_tokens" if cut_short else "end_turn"
+
+
+async def _run_calls(turn: Turn, tools: dict[str, Tool], calls: list[ToolCall]) -> list[ToolResult]:
+    """Run a turn's calls concurrently; results come back in call order."""
+    return list(await asyncio.gather(*(_run_call(turn, tools, call) for call in calls)))
+
+
+async def _run_call(turn: Turn, tools: dict[str, Tool], call: ToolCall) -> ToolResult:
+    await turn.emit(ToolEvent(run_id=turn.run_id, phase="start", call_id=call.id, name=call.name, args=call.arguments))
+    started = time.perf_counter()
+    tool = tools.get(call.name)
+    if tool is None:
+        available = ", ".join(sorted(tools)) or "none"
+        outcome = error_result(call.name, f"unknown tool {call.name!r}; available tools: {available}")
+    elif call.arguments_error:
+        outcome = error_result(call.name, f"invalid arguments: {call.arguments_error}")
+    else:
+
+        async def on_update(text: str) -> None:
+            event = ToolEvent(run_id=turn.run_id, phase="update", call_id=call.id, name=call.name, update=short(text))
+            await turn.emit(event)
+
+        ctx = ToolContext(turn.run, cancelled=turn.cancel, on_update=on_update)
+        outcome = await call_tool(tool, call.id, call.arguments, ctx, turn.hooks)
+    await turn.emit(
+        ToolEvent(
+            run_id=turn.run_id,
+            phase="end",
+            call_id=call.id,
+            name=call.name,
+            result=short(outcome.text),
+            is_error=outcome.is_error,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+    )
+    return outcome
+
+
+def _append_results(
+    added: list[Message], dispatch: Dispatch, outcomes: list[tuple[ToolCall, ToolResult]], malformed: list[str]
+) -> None:
+    """Feed results back: native tool messages in call order, or one XML user message."""
+    if dispatch == "native":
+        for call, outcome in outcomes:
+            added.append(
+                ToolResultMessage(call_id=call.id, name=call.name, content=outcome.content, is_error=outcome.is_error)
+            )
+        return
+    blocks = [xml_dispatch.render_result(call.name, not outcome.is_error, outcome.text) for call, outcome in outcomes]
+    blocks += [xml_dispatch.render_result("(malformed tool call)", False, problem) for problem in malformed]
+    added.append(UserMessage(content=[TextBlock(text="\n".join(blocks))]))

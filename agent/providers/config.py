@@ -1,0 +1,121 @@
+"""Provider settings from bindings.yaml (or the environment), `provider/model` names, and building a Provider."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    import httpx
+
+    from agent.providers.base import Provider
+
+_URL = re.compile(r"^https?://[^/\s]+", re.IGNORECASE)
+
+
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _blank_is_none(value: object) -> object:
+    # `api_key: ${OPENAI_API_KEY:-}` with the variable unset reads as "": no key, not an empty one.
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value.strip() if isinstance(value, str) else value
+
+
+def _key_list(value: object) -> object:
+    # One env variable may carry several keys: `api_keys: ${OPENROUTER_API_KEYS}` with "k1,k2".
+    if isinstance(value, str):
+        return [part for part in re.split(r"[,\s]+", value) if part]
+    if isinstance(value, list):
+        return [item.strip() if isinstance(item, str) else item for item in value if item != ""]
+    return value
+
+
+class ModelOptions(BaseModel):
+    """Settings for one model id of a provider (the key is the part after `provider/`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "xml": the model gets tools described in its prompt and answers with tags (for models without tool calling).
+    tool_dispatch: Annotated[Literal["native", "xml"], BeforeValidator(_lower)] = "native"
+    # Replaces the request's max_tokens for this model.
+    max_tokens: int | None = Field(default=None, gt=0)
+
+
+class ProviderConfig(BaseModel):
+    """One LLM endpoint. Keys are optional: local servers (Ollama, llama.cpp) need none, and then none is sent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Annotated[Literal["openai", "anthropic"], BeforeValidator(_lower)]
+    base_url: str
+    api_key: Annotated[str | None, BeforeValidator(_blank_is_none)] = None
+    api_keys: Annotated[list[str], BeforeValidator(_key_list)] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+    # The longest the endpoint may stay silent (connecting, or between two pieces of the stream).
+    timeout_seconds: float = Field(default=120, gt=0)
+    models: dict[str, ModelOptions] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        url = value.strip()
+        if not _URL.match(url):
+            raise ValueError("must be an http:// or https:// URL, e.g. https://openrouter.ai/api/v1")
+        return url.rstrip("/")
+
+    def keys(self) -> list[str]:
+        """Every configured key, `api_key` first, without duplicates."""
+        ordered = [self.api_key, *self.api_keys] if self.api_key else list(self.api_keys)
+        return list(dict.fromkeys(ordered))
+
+    def model_options(self, model: str) -> ModelOptions:
+        """The settings for `model` (the provider's own id), defaults when it has none."""
+        return self.models.get(model) or ModelOptions()
+
+
+def split_model(name: str) -> tuple[str, str]:
+    """Split a model name at its first "/": `openrouter/anthropic/claude-sonnet-4` -> `(openrouter, anthropic/...)`."""
+    provider, sep, model = name.strip().partition("/")
+    if not sep or not provider.strip() or not model.strip():
+        raise ValueError(
+            f"model {name!r} must be written as <provider>/<model-id>, e.g. openrouter/anthropic/claude-sonnet-4"
+        )
+    return provider.strip(), model.strip()
+
+
+# (env variable with the key, provider name, kind, default base URL, env variable that may override the URL)
+_ENV_PROVIDERS: tuple[tuple[str, str, Literal["openai", "anthropic"], str, str | None], ...] = (
+    ("OPENROUTER_API_KEY", "openrouter", "openai", "https://openrouter.ai/api/v1", None),
+    ("OPENAI_API_KEY", "openai", "openai", "https://api.openai.com/v1", "OPENAI_BASE_URL"),
+    ("ANTHROPIC_API_KEY", "anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_BASE_URL"),
+)
+
+
+def providers_from_env(environ: Mapping[str, str]) -> dict[str, ProviderConfig]:
+    """The providers implied by well-known key variables, for a bindings.yaml without a `providers` section."""
+    found: dict[str, ProviderConfig] = {}
+    for key_var, name, kind, default_url, url_var in _ENV_PROVIDERS:
+        key = environ.get(key_var, "").strip()
+        if not key:
+            continue
+        base_url = (environ.get(url_var, "").strip() if url_var else "") or default_url
+        found[name] = ProviderConfig(kind=kind, base_url=base_url, api_key=key)
+    return found
+
+
+def build_provider(name: str, config: ProviderConfig, client: httpx.AsyncClient | None = None) -> Provider:
+    """The Provider for `config`; it uses `client` if given, else its own (close it with `aclose()`)."""
+    # Imported here: the provider modules import this one.
+    if config.kind == "anthropic":
+        from agent.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(name, config, client)
+    from agent.providers.openai import OpenAIProvider
+
+    return OpenAIProvider(name, config, client)

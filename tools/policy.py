@@ -1,0 +1,353 @@
+"""The tool policy pipeline: which registered tools a run may use, and why each other one was removed."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from tools.base import Tool
+from tools.registry import GROUP_PREFIX, ToolRegistry
+
+Layer = Literal["owner_only", "profile", "global", "provider", "agent", "group", "sandbox", "subagent"]
+LAYERS: tuple[Layer, ...] = ("owner_only", "profile", "global", "provider", "agent", "group", "sandbox", "subagent")
+
+ProfileName = Literal["minimal", "messaging", "coding", "full"]
+# What each profile allows, as policy entries; None allows everything.
+PROFILES: dict[ProfileName, tuple[str, ...] | None] = {
+    "minimal": ("session_status",),
+    "messaging": ("group:messaging", "session_status"),
+    "coding": ("group:fs", "group:runtime", "group:web", "group:memory", "session_status"),
+    "full": None,
+}
+DEFAULT_PROFILE: ProfileName = "full"
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _entry(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if not text:
+        raise ValueError("must be a tool name, a glob such as web_*, or a group such as group:fs")
+    return text
+
+
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _group_key(value: object) -> object:
+    """A `by_group` key that can match something: `<channel>:<kind>:<peer id>`, or a glob such as `discord:*`."""
+    if not isinstance(value, str):
+        return value
+    parts = value.strip().split(":", 2)
+    kind_ok = len(parts) == 3 and (
+        parts[1].lower() in ("direct", "group", "channel") or bool(_GLOB_CHARS & set(parts[1]))
+    )
+    if not (kind_ok or (len(parts) < 3 and "*" in value)):
+        raise ValueError(
+            f"{value!r} must be <channel>:<direct|group|channel>:<peer id>, e.g. telegram:group:-100123 or discord:*"
+        )
+    return value.strip()
+
+
+Entry = Annotated[str, BeforeValidator(_entry)]
+Profile = Annotated[ProfileName, BeforeValidator(_lower)]
+GroupKey = Annotated[str, BeforeValidator(_group_key)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_keys_are_absent(cls, data: Any) -> Any:
+        # `deny:` with every entry commented out reads as null; treat it as not written.
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class ToolPolicy(_Section):
+    """One layer's lists. Entries are names, `*`, globs (`web_*`) or groups (`group:fs`); deny wins."""
+
+    allow: list[Entry] = Field(default_factory=list)
+    deny: list[Entry] = Field(default_factory=list)
+
+
+class ProviderToolPolicy(ToolPolicy):
+    """`tools.by_provider.<key>`: a profile and lists for one provider or one provider/model."""
+
+    profile: Profile | None = None
+
+
+class ToolsConfig(_Section):
+    """The `tools:` section: the global profile and lists, and the layers that apply per provider, chat and run."""
+
+    profile: Profile | None = None
+    allow: list[Entry] = Field(default_factory=list)
+    deny: list[Entry] = Field(default_factory=list)
+    by_provider: dict[str, ProviderToolPolicy] = Field(default_factory=dict)
+    by_group: dict[GroupKey, ToolPolicy] = Field(default_factory=dict)
+    sandbox: ToolPolicy | None = None
+    subagent: ToolPolicy | None = None
+
+
+class AgentToolsConfig(_Section):
+    """`agents[].tools`: the agent's own profile (it replaces the global one) and lists."""
+
+    profile: Profile | None = None
+    allow: list[Entry] = Field(default_factory=list)
+    deny: list[Entry] = Field(default_factory=list)
+
+
+class Selection(BaseModel):
+    """What the policy needs to know about a run: who asks, which model, which chat, and what kind of run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    is_owner: bool = False
+    agent: str | None = None  # only names the agent in reasons
+    provider: str | None = None
+    model: str | None = None  # the provider's model id; a `provider/model` ref is accepted too
+    channel: str | None = None
+    peer_kind: Annotated[Literal["direct", "group", "channel"] | None, BeforeValidator(_lower)] = None
+    peer_id: str | None = None
+    sandboxed: bool = False
+    subagent: bool = False
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A tool the run may not use: the first layer that removed it, and why."""
+
+    tool: Tool
+    layer: Layer
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+
+@dataclass(frozen=True)
+class UnknownEntry:
+    """A policy entry that names no known tool or group: most likely a typo."""
+
+    where: str  # e.g. "tools.deny"
+    entry: str
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """The kept tools in registry order, the removed ones with their layer and reason, and suspicious entries."""
+
+    kept: list[Tool]
+    removed: list[Removed]
+    unknown: list[UnknownEntry]
+    profile: ProfileName
+    profile_source: str  # where the profile came from: "agents.<id>.tools.profile", "tools.profile" or "default"
+
+    @property
+    def names(self) -> list[str]:
+        return [tool.name for tool in self.kept]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One allow/deny check inside a layer; `allow` None means the rule does not restrict by allow."""
+
+    layer: Layer
+    deny_label: str
+    allow_label: str
+    allow: tuple[str, ...] | None
+    deny: tuple[str, ...]
+
+
+def _matches(entry: str, name: str, groups: frozenset[str]) -> bool:
+    if entry == "*":
+        return True
+    if entry.startswith(GROUP_PREFIX):
+        return any(fnmatch.fnmatchcase(group, entry) for group in groups)
+    if _GLOB_CHARS & set(entry):
+        return fnmatch.fnmatchcase(name, entry)
+    return entry == name
+
+
+def _verdict(rule: _Rule, name: str, groups: frozenset[str]) -> str | None:
+    """Why `rule` removes the tool, or None if it keeps it."""
+    for entry in rule.deny:
+        if _matches(entry, name, groups):
+            return f"denied by {rule.deny_label} {entry!r}"
+    if rule.allow is not None and not any(_matches(entry, name, groups) for entry in rule.allow):
+        return f"not in {rule.allow_label}"
+    return None
+
+
+def _lists(layer: Layer, where: str, policy: ToolPolicy | AgentToolsConfig | ToolsConfig) -> _Rule:
+    return _Rule(layer, f"{where}.deny", f"{where}.allow", tuple(policy.allow) or None, tuple(policy.deny))
+
+
+def _profile_rule(layer: Layer, label: str, profile: ProfileName) -> _Rule | None:
+    entries = PROFILES[profile]
+    return None if entries is None else _Rule(layer, label, label, entries, ())
+
+
+def _agent_where(agent_id: str | None) -> str:
+    return f"agents.{agent_id}.tools" if agent_id else "agent tools"
+
+
+def _provider_key(tools: ToolsConfig, selection: Selection) -> str | None:
+    """The `by_provider` key that applies: `provider/model` if configured, else `provider` (any case)."""
+    if not selection.provider:
+        return None
+    provider = selection.provider.lower()
+    wanted = [provider]
+    if selection.model:
+        model = selection.model.lower()
+        wanted.insert(0, model if model.startswith(provider + "/") else f"{provider}/{model}")
+    keys = {key.lower(): key for key in tools.by_provider}
+    return next((keys[key] for key in wanted if key in keys), None)
+
+
+def _by_group_key(tools: ToolsConfig, selection: Selection) -> str | None:
+    """The first `by_group` key, in config order, whose glob matches `<channel>:<kind>:<peer id>`."""
+    if not (selection.channel and selection.peer_kind and selection.peer_id):
+        return None
+    target = f"{selection.channel}:{selection.peer_kind}:{selection.peer_id}".lower()
+    return next((key for key in tools.by_group if fnmatch.fnmatchcase(target, key.lower())), None)
+
+
+def _effective_profile(
+    tools: ToolsConfig | None, agent: AgentToolsConfig | None, where: str
+) -> tuple[ProfileName, str]:
+    if agent is not None and agent.profile is not None:
+        return agent.profile, f"{where}.profile"
+    if tools is not None and tools.profile is not None:
+        return tools.profile, "tools.profile"
+    return DEFAULT_PROFILE, "default"
+
+
+def _rules(
+    tools: ToolsConfig | None, agent: AgentToolsConfig | None, selection: Selection, profile: ProfileName
+) -> list[_Rule]:
+    """Every allow/deny check this run is subject to, in layer order (owner-only is checked apart)."""
+    rules: list[_Rule | None] = [_profile_rule("profile", f"profile {profile!r}", profile)]
+    if tools is not None:
+        rules.append(_lists("global", "tools", tools))
+        key = _provider_key(tools, selection)
+        if key is not None:
+            by_provider = tools.by_provider[key]
+            where = f"tools.by_provider[{key}]"
+            if by_provider.profile is not None:
+                rules.append(_profile_rule("provider", f"{where}.profile {by_provider.profile!r}", by_provider.profile))
+            rules.append(_lists("provider", where, by_provider))
+    if agent is not None:
+        rules.append(_lists("agent", _agent_where(selection.agent), agent))
+    if tools is not None:
+        group_key = _by_group_key(tools, selection)
+        if group_key is not None:
+            rules.append(_lists("group", f"tools.by_group[{group_key}]", tools.by_group[group_key]))
+        if selection.sandboxed and tools.sandbox is not None:
+            rules.append(_lists("sandbox", "tools.sandbox", tools.sandbox))
+        if selection.subagent and tools.subagent is not None:
+            rules.append(_lists("subagent", "tools.subagent", tools.subagent))
+    return [rule for rule in rules if rule is not None]
+
+
+def select_tools(
+    registry: ToolRegistry,
+    selection: Selection,
+    tools: ToolsConfig | None = None,
+    agent: AgentToolsConfig | None = None,
+) -> PolicyResult:
+    """Run every policy layer over the registered tools; a tool is kept only if it passes them all.
+
+    Pure: no I/O. With no `tools` and no `agent` config, the profile is full and every tool is kept
+    (owner-only tools still only for owners).
+    """
+    profile, profile_source = _effective_profile(tools, agent, _agent_where(selection.agent))
+    rules = _rules(tools, agent, selection, profile)
+    kept: list[Tool] = []
+    removed: list[Removed] = []
+    for tool in registry:
+        verdict = _removal(tool, registry.groups_of(tool), rules, selection)
+        if verdict is None:
+            kept.append(tool)
+        else:
+            removed.append(Removed(tool, *verdict))
+    unknown = unknown_entries(registry, tools, agent, selection.agent)
+    return PolicyResult(kept, removed, unknown, profile, profile_source)
+
+
+def _removal(tool: Tool, groups: frozenset[str], rules: list[_Rule], selection: Selection) -> tuple[Layer, str] | None:
+    if tool.owner_only and not selection.is_owner:
+        return "owner_only", "owner-only"
+    name = tool.name.lower()
+    for rule in rules:
+        reason = _verdict(rule, name, groups)
+        if reason is not None:
+            return rule.layer, reason
+    return None
+
+
+def _policy_entries(
+    tools: ToolsConfig | None, agent: AgentToolsConfig | None, agent_id: str | None
+) -> Iterable[tuple[str, list[str]]]:
+    """Every list of entries in the config, with where it is written."""
+    if tools is not None:
+        yield "tools.allow", tools.allow
+        yield "tools.deny", tools.deny
+        for key, by_provider in tools.by_provider.items():
+            yield f"tools.by_provider[{key}].allow", by_provider.allow
+            yield f"tools.by_provider[{key}].deny", by_provider.deny
+        for key, by_group in tools.by_group.items():
+            yield f"tools.by_group[{key}].allow", by_group.allow
+            yield f"tools.by_group[{key}].deny", by_group.deny
+        for name, policy in (("sandbox", tools.sandbox), ("subagent", tools.subagent)):
+            if policy is not None:
+                yield f"tools.{name}.allow", policy.allow
+                yield f"tools.{name}.deny", policy.deny
+    if agent is not None:
+        yield f"{_agent_where(agent_id)}.allow", agent.allow
+        yield f"{_agent_where(agent_id)}.deny", agent.deny
+
+
+def unknown_entries(
+    registry: ToolRegistry,
+    tools: ToolsConfig | None = None,
+    agent: AgentToolsConfig | None = None,
+    agent_id: str | None = None,
+) -> list[UnknownEntry]:
+    """Entries that match no known tool name or group, in every layer (applying to this run or not)."""
+    names = registry.known_names()
+    groups = registry.group_names()
+    unknown = []
+    for where, entries in _policy_entries(tools, agent, agent_id):
+        for entry in entries:
+            if entry.startswith(GROUP_PREFIX):
+                known = any(fnmatch.fnmatchcase(group, entry) for group in groups)
+            else:
+                known = any(_matches(entry, name, frozenset()) for name in names)
+            if not known:
+                unknown.append(UnknownEntry(where, entry))
+    return unknown
+
+
+def render_policy(result: PolicyResult) -> list[str]:
+    """The result as plain text lines for `bot tools`: profile, kept names, removed ones with layer and reason."""
+    lines = [f"profile: {result.profile} ({result.profile_source})", f"kept ({len(result.kept)}):"]
+    lines += [f"  {tool.name}" for tool in result.kept] or ["  (none)"]
+    if result.removed:
+        width = max(len(item.name) for item in result.removed)
+        layer_width = max(len(item.layer) for item in result.removed)
+        lines.append(f"removed ({len(result.removed)}):")
+        lines += [f"  {item.name:<{width}}  {item.layer:<{layer_width}}  {item.reason}" for item in result.removed]
+    for item in result.unknown:
+        lines.append(f"warning: {item.where} entry {item.entry!r} names no known tool or group")
+    return lines

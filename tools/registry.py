@@ -1,0 +1,99 @@
+"""The tools a process knows: registered by name, listed in registration order, grouped for policies."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+
+from tools.base import Tool
+
+# The built-in groups a policy may name instead of listing tools. A tool joins a group also through
+# its own `Tool.group`, so plugins can add to these or bring groups of their own.
+BUILTIN_GROUPS: Mapping[str, tuple[str, ...]] = {
+    "group:fs": ("read", "write", "edit", "ls", "find", "grep"),
+    "group:runtime": ("exec", "process"),
+    "group:web": ("web_fetch", "web_search"),
+    "group:messaging": ("message",),
+    "group:memory": ("memory_write", "memory_search", "memory_get"),
+}
+
+# Tool names the product defines even before their implementations are registered; policies that
+# name them are not typos.
+BUILTIN_TOOL_NAMES: frozenset[str] = frozenset(
+    {name for members in BUILTIN_GROUPS.values() for name in members} | {"session_status"}
+)
+
+GROUP_PREFIX = "group:"
+# What every provider accepts as a function name (OpenAI's rule is the narrowest).
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_GROUP_NAME = re.compile(r"^group:[a-z0-9_-]+$")
+
+
+class ToolRegistry:
+    """Tool instances by name. Names are unique regardless of case; policies match them case-insensitively."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> Tool:
+        """Add `tool`; ValueError if its name is taken or unusable, or its group is not `group:<name>`."""
+        name = getattr(tool, "name", None)
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise ValueError(f"{type(tool).__name__}: tool name {name!r} must be 1-64 letters, digits, _ or -")
+        if name.lower() in self._tools:
+            raise ValueError(f"a tool named {name!r} is already registered")
+        if tool.group is not None and not _GROUP_NAME.match(tool.group):
+            raise ValueError(f"tool {name!r}: group {tool.group!r} must look like 'group:<name>' in lowercase")
+        self._tools[name.lower()] = tool
+        return tool
+
+    def get(self, name: str) -> Tool | None:
+        """The tool with this name (any case), or None."""
+        return self._tools.get(name.lower())
+
+    def __getitem__(self, name: str) -> Tool:
+        tool = self.get(name)
+        if tool is None:
+            raise KeyError(name)
+        return tool
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def tools(self) -> list[Tool]:
+        """Every registered tool, in registration order."""
+        return list(self._tools.values())
+
+    def names(self) -> list[str]:
+        """Every registered tool's name, in registration order."""
+        return [tool.name for tool in self._tools.values()]
+
+    def groups_of(self, tool: Tool) -> frozenset[str]:
+        """The groups `tool` belongs to: built-in ones that list its name, and its own `Tool.group`."""
+        name = tool.name.lower()
+        groups = {group for group, members in BUILTIN_GROUPS.items() if name in members}
+        if tool.group is not None:
+            groups.add(tool.group)
+        return frozenset(groups)
+
+    def group_names(self) -> frozenset[str]:
+        """Every group a policy may name: the built-in ones and those the registered tools declare."""
+        declared = {tool.group for tool in self._tools.values() if tool.group is not None}
+        return frozenset(BUILTIN_GROUPS) | declared
+
+    def members(self, group: str) -> list[str]:
+        """The registered tools in `group`, in registration order."""
+        group = group.lower()
+        return [tool.name for tool in self._tools.values() if group in self.groups_of(tool)]
+
+    def known_names(self) -> frozenset[str]:
+        """Tool names a policy may mention without being a typo: the registered ones and the built-in ones."""
+        return BUILTIN_TOOL_NAMES | frozenset(self._tools)

@@ -86,22 +86,25 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
     result = TurnResult(run_id=turn.run_id, text="", stop_reason="end_turn", messages=added)
     tools = {tool.name: tool for tool in turn.tools}
     dispatch: Dispatch = turn.dispatch
+    out = _TextOut(turn)
     await turn.emit(LifecycleEvent(run_id=turn.run_id, phase="start"))
     try:
         while True:
             if turn.cancel.is_set():
                 raise _Cancelled
-            completed = await _stream_once(turn, dispatch, [*history, *added])
+            completed = await _stream_once(turn, dispatch, [*history, *added], out)
             result.usage = result.usage + completed.usage
             answer = completed.message
+            streamed = dispatch == "native"  # its text already went out as deltas
             if dispatch == "native" and not answer.tool_calls and xml_dispatch.has_tool_markup(answer.text):
                 dispatch = "xml"  # the model writes calls as text: answer it in kind for the rest of the run
             calls, malformed, visible = _calls_in(answer, dispatch)
             added.append(
                 AssistantMessage(text=answer.text, tool_calls=answer.tool_calls if dispatch == "native" else [])
             )
-            if dispatch == "xml" and visible:
-                await turn.emit(AssistantEvent(run_id=turn.run_id, delta=visible))
+            if not streamed and visible:
+                await out.add(visible)
+            await out.end_round()
             if not calls and not malformed:
                 result.text, result.stop_reason = _final(visible, completed.stop_reason == "max_tokens")
                 break
@@ -112,24 +115,29 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
                 result.stop_reason = "max_iterations"
                 break
             result.iterations += 1
+            finished: dict[int, ToolResult] = {}
             try:
-                outcomes = await _unless_cancelled(_run_calls(turn, tools, calls), turn.cancel)
+                await _unless_cancelled(_run_calls(turn, tools, calls, finished), turn.cancel)
             except _Cancelled:
-                cancelled = [(call, error_result(call.name, "cancelled: the run was stopped")) for call in calls]
-                _append_results(added, dispatch, cancelled, malformed)
+                # A call that did finish keeps its real result: "cancelled" would invite the model to redo it.
+                stopped = "cancelled: the run was stopped"
+                outcomes = [(call, finished.get(i) or error_result(call.name, stopped)) for i, call in enumerate(calls)]
+                _append_results(added, dispatch, outcomes, malformed)
                 raise
-            _append_results(added, dispatch, list(zip(calls, outcomes, strict=True)), malformed)
+            _append_results(added, dispatch, [(call, finished[i]) for i, call in enumerate(calls)], malformed)
     except _Cancelled:
         result.stop_reason = "cancelled"
     except ProviderError as error:
+        error.partial_messages = list(added)  # every tool call in it answered: safe to keep in a transcript
         await turn.emit(LifecycleEvent(run_id=turn.run_id, phase="error", error=f"{error.kind}: {error}"))
         raise
     await turn.emit(LifecycleEvent(run_id=turn.run_id, phase="end", stop_reason=result.stop_reason))
     return result
 
 
-async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Completed:
-    """One model call; text deltas are emitted as they arrive (native dispatch only: XML calls are text)."""
+def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> ModelRequest:
+    """The request for one model call: tool schemas normalized for the provider, or described in the
+    system prompt for XML dispatch."""
     dialect = turn.provider.dialect(turn.model)
     specs = [
         ToolSpec(name=tool.name, description=tool.description, parameters=normalize_schema(tool.json_schema(), dialect))
@@ -138,7 +146,7 @@ async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message]) 
     system = turn.system
     if dispatch == "xml" and specs:
         system = f"{system}\n\n{xml_dispatch.instructions(specs)}"
-    request = ModelRequest(
+    return ModelRequest(
         model=turn.model,
         system=system,
         messages=messages,
@@ -146,10 +154,49 @@ async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message]) 
         max_tokens=turn.max_tokens,
     )
 
+
+class _TextOut:
+    """Emits the text people see: rounds apart by a blank line, and an answer that may still turn out to be
+    exactly NO_REPLY held back until it is clearly something else."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.shown_before = False
+        self.held = ""
+        self.flowing = False
+
+    async def add(self, text: str) -> None:
+        if self.flowing:
+            await self._emit(text)
+            return
+        self.held += text
+        if not NO_REPLY.startswith(self.held.strip()):
+            await self._release()
+
+    async def end_round(self) -> None:
+        if not self.flowing and self.held.strip() not in ("", NO_REPLY):
+            await self._release()
+        self.held, self.flowing = "", False
+
+    async def _release(self) -> None:
+        self.flowing = True
+        text, self.held = self.held.lstrip(), ""
+        await self._emit(f"\n\n{text}" if self.shown_before else text)
+
+    async def _emit(self, text: str) -> None:
+        if text:
+            self.shown_before = True
+            await self.turn.emit(AssistantEvent(run_id=self.turn.run_id, delta=text))
+
+
+async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message], out: _TextOut) -> Completed:
+    """One model call; text deltas go out as they arrive (native dispatch only: XML calls are text)."""
+    request = build_request(turn, dispatch, messages)
+
     async def consume() -> Completed:
         async for event in turn.provider.stream(request, api_key=turn.api_key):
             if isinstance(event, TextDelta) and dispatch == "native" and event.text:
-                await turn.emit(AssistantEvent(run_id=turn.run_id, delta=event.text))
+                await out.add(event.text)
             elif isinstance(event, Completed):
                 return event
         raise ProviderError("network", "the model's stream ended without completing")
@@ -174,9 +221,15 @@ def _final(text: str, cut_short: bool) -> tuple[str, StopReason]:
     return stripped, "max_tokens" if cut_short else "end_turn"
 
 
-async def _run_calls(turn: Turn, tools: dict[str, Tool], calls: list[ToolCall]) -> list[ToolResult]:
-    """Run a turn's calls concurrently; results come back in call order."""
-    return list(await asyncio.gather(*(_run_call(turn, tools, call) for call in calls)))
+async def _run_calls(
+    turn: Turn, tools: dict[str, Tool], calls: list[ToolCall], finished: dict[int, ToolResult]
+) -> None:
+    """Run a turn's calls concurrently; each result lands in `finished` under its call's index as soon as it is done."""
+
+    async def run(index: int, call: ToolCall) -> None:
+        finished[index] = await _run_call(turn, tools, call)
+
+    await asyncio.gather(*(run(index, call) for index, call in enumerate(calls)))
 
 
 async def _run_call(turn: Turn, tools: dict[str, Tool], call: ToolCall) -> ToolResult:
@@ -195,7 +248,16 @@ async def _run_call(turn: Turn, tools: dict[str, Tool], call: ToolCall) -> ToolR
             await turn.emit(event)
 
         ctx = ToolContext(turn.run, cancelled=turn.cancel, on_update=on_update)
-        outcome = await call_tool(tool, call.id, call.arguments, ctx, turn.hooks)
+        try:
+            outcome = await call_tool(tool, call.id, call.arguments, ctx, turn.hooks)
+        except asyncio.CancelledError:  # still end what was started, or a watcher shows the call running forever
+            await _end_event(turn, call, error_result(call.name, "cancelled: the run was stopped"), started)
+            raise
+    await _end_event(turn, call, outcome, started)
+    return outcome
+
+
+async def _end_event(turn: Turn, call: ToolCall, outcome: ToolResult, started: float) -> None:
     await turn.emit(
         ToolEvent(
             run_id=turn.run_id,
@@ -207,7 +269,6 @@ async def _run_call(turn: Turn, tools: dict[str, Tool], call: ToolCall) -> ToolR
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
     )
-    return outcome
 
 
 def _append_results(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -113,6 +114,94 @@ def config_check(config_path: str) -> None:
     """Exit 0 if the bindings file is valid; otherwise print every error and exit 1."""
     loaded = _load(config_path)
     click.echo(f"{config_path}: valid ({len(loaded.agents)} agents, {len(loaded.bindings)} bindings)")
+
+
+STATE_OPTION = click.option(
+    "--state-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where sessions and transcripts are kept (default: ./state beside the config).",
+)
+
+
+def _state_dir(config_path: str, state_dir: str | None) -> Path:
+    return Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
+
+
+def _agent(config: Config, agent: str | None) -> str:
+    """The named agent (lowercased), else the default agent; a usage error names the valid ones."""
+    if agent is None:
+        return config.default_agent
+    wanted = agent.strip().lower()
+    if wanted not in {item.id for item in config.agents}:
+        names = ", ".join(item.id for item in config.agents)
+        raise click.UsageError(f"no agent {agent!r} in the config (agents: {names})")
+    return wanted
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option("--agent", default=None, help="Talk to this agent (default: whatever the bindings route to).")
+@STATE_OPTION
+@click.option("-m", "--message", default=None, help="Send one message, print the answer and exit.")
+def chat(config_path: str, agent: str | None, state_dir: str | None, message: str | None) -> None:
+    """Talk to an agent in the terminal; the conversation is kept between invocations."""
+    import asyncio
+
+    from bot.chat import chat_interactive, chat_once, open_session
+
+    config = _load(config_path)
+    session = open_session(config, _state_dir(config_path, state_dir), _agent(config, agent) if agent else None)
+    if message is not None:
+        sys.exit(asyncio.run(chat_once(session, message)))
+    sys.exit(asyncio.run(chat_interactive(session)))
+
+
+@cli.command("tools")
+@CONFIG_OPTION
+@click.option("--agent", default=None, help="The agent (default: the default agent).")
+@click.option("--channel", default="console", show_default=True, help="The channel the run is on.")
+@click.option("--peer", default=None, metavar="KIND:ID", help="The chat, for tools.by_group (e.g. group:-100123).")
+@click.option("--not-owner", is_flag=True, help="Show what a sender who is not an owner gets.")
+def tools_command(config_path: str, agent: str | None, channel: str, peer: str | None, not_owner: bool) -> None:
+    """List the tools an agent may use here, and which policy layer removed each other tool."""
+    from bot.assemble import SetupError, model_refs, policy_for
+    from routing import Peer
+    from tools.base import RunInfo
+    from tools.builtins import builtin_registry
+    from tools.policy import render_policy
+
+    config = _load(config_path)
+    agent_id = _agent(config, agent)
+    try:
+        target = Peer.parse(peer) if peer else None
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    try:
+        model: str | None = model_refs(config, agent_id)[0]
+    except SetupError:
+        model = None
+    run = RunInfo(
+        agent=agent_id, session_key="-", channel=channel.strip().lower(), sender_is_owner=not not_owner, model=model
+    )
+    result = policy_for(config, builtin_registry(), run, peer=target)
+    click.echo(f"agent: {agent_id}  model: {model or '(none)'}  channel: {run.channel}")
+    for line in render_policy(result):
+        click.echo(line)
+
+
+@cli.command()
+@CONFIG_OPTION
+@click.option("--agent", default=None, help="The agent (default: the default agent).")
+@click.option("--channel", default="console", show_default=True, help="The channel the run is on.")
+def prompt(config_path: str, agent: str | None, channel: str) -> None:
+    """Print exactly what the model receives: the system prompt, then the tools as sent to the provider."""
+    import asyncio
+
+    from bot.prompt_preview import preview
+
+    config = _load(config_path)
+    click.echo(asyncio.run(preview(config, _agent(config, agent), channel.strip().lower())), nl=False)
 
 
 def main() -> None:

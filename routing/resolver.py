@@ -238,8 +238,11 @@ class Router:
             return hit.binding.agent, "binding.channel"
         return self.default_agent, "default"
 
+    def session_key(self, agent: str, source: RoutingInput) -> str:
+        """The session key `source` gets with `agent` (for callers that choose the agent themselves)."""
+        return session_key(agent, source, self.dm_scope, self._links)
+
     def resolve(self, source: RoutingInput) -> Route:
         """The agent, session key and matching tier for one inbound message."""
         agent, matched_by = self.match(source)
-        key = session_key(agent, source, self.dm_scope, self._links)
-        return Route(agent=agent, session_key=key, matched_by=matched_by)
+        return Route(agent=agent, session_key=self.session_key(agent, source), matched_by=matched_by)

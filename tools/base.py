@@ -78,6 +78,7 @@ class RunInfo(BaseModel):
     sender_is_owner: bool = False
     capabilities: Capabilities = Field(default_factory=Capabilities)
     workspace: str | None = None
+    model: str | None = None  # `provider/model-id` of the model answering
 
 
 UpdateCallback = Callable[[str], Awaitable[None]]

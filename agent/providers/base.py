@@ -74,6 +74,8 @@ class ProviderError(Exception):
         self.kind: ErrorKind = kind
         self.status = status
         self.retry_after = retry_after
+        # Set by the loop: what the run had added before the failure (the user's message, answered tool rounds).
+        self.partial_messages: list[Message] = []
 
 
 class Provider(Protocol):

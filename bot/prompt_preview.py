@@ -1,0 +1,67 @@
+"""`bot prompt`: the system prompt and the tool schemas exactly as a run would send them to the model."""
+
+from __future__ import annotations
+
+import json
+
+from agent.loop import Dispatch, Turn, build_request
+from agent.messages import Message
+from agent.providers.config import build_provider
+from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
+from bot.config import Config
+from channels.base import CONSOLE, Capabilities
+from tools.base import RunInfo
+from tools.builtins import builtin_registry
+
+# Previewing needs the provider's kind and model options, not its key: pretend every well-known key is set.
+_ANY_KEY = {name: "(preview)" for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+
+
+async def preview(config: Config, agent: str, channel: str) -> str:
+    """Render what the model receives for a direct message from an owner on `channel`."""
+    notes: list[str] = []
+    model: str | None = None
+    try:
+        model = model_refs(config, agent)[0]
+        choice = choose_model(config, model, environ=_ANY_KEY)
+    except SetupError as error:
+        notes.append(f"# {error}; showing the OpenAI-compatible form")
+        choice = None
+    run = RunInfo(
+        agent=agent,
+        session_key=f"agent:{agent}:main",
+        channel=channel,
+        sender_is_owner=True,
+        capabilities=CONSOLE if channel == "console" else Capabilities(),
+        workspace=str(config.workspace(agent)),
+        model=model,
+    )
+    policy = policy_for(config, builtin_registry(), run)
+    if choice is None:
+        from agent.providers.config import ProviderConfig
+
+        provider = build_provider("preview", ProviderConfig(kind="openai", base_url="http://127.0.0.1"))
+        dispatch: Dispatch = "native"
+        model_id = "-"
+    else:
+        provider = build_provider(choice.provider_name, choice.provider)
+        dispatch = choice.options.tool_dispatch
+        model_id = choice.model_id
+    try:
+        turn = Turn(
+            provider=provider,
+            model=model_id,
+            system=await system_prompt(run, policy, is_group=False),
+            run=run,
+            tools=policy.kept,
+            dispatch=dispatch,
+        )
+        no_messages: list[Message] = []
+        request = build_request(turn, dispatch, no_messages)
+    finally:
+        await provider.aclose()
+    dialect = provider.dialect(model_id)
+    lines = [*notes, f"# agent {agent}, model {model or '(none)'}, {dispatch} tool calls, {dialect} schemas"]
+    lines += ["=== system ===", request.system, f"=== tools ({len(request.tools)}) ==="]
+    lines += [json.dumps(spec.model_dump(), ensure_ascii=False, indent=2) for spec in request.tools]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,196 @@
+"""`bot chat`, run as a real subprocess against the fake LLM server, for both provider kinds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM, Reply, ToolCallSpec
+
+KINDS = ["openai", "anthropic"]
+SECRET = "sk-test-0123456789abcdef"
+
+
+def write_config(path: Path, llm: FakeLLM, kind: str, **extra: Any) -> Path:
+    base_url = llm.openai_base_url if kind == "openai" else llm.url
+    config = {
+        "defaults": {"model": "fake/model-a", "workspace_root": str(path / "ws")},
+        "providers": {"fake": {"kind": kind, "base_url": base_url, "api_key": SECRET, "timeout_seconds": 10}},
+        **extra,
+    }
+    file = path / "bindings.yaml"
+    file.write_text(json.dumps(config))  # JSON is YAML
+    return file
+
+
+async def bot(*args: str, stdin: str | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def user_texts(body: dict[str, Any]) -> list[str]:
+    """Every user-authored text in a request body, in order, for either wire format."""
+    texts = []
+    for message in body["messages"]:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts += [block["text"] for block in content if block.get("type") == "text"]
+    return texts
+
+
+def system_text(body: dict[str, Any]) -> str:
+    if "system" in body:
+        return str(body["system"])
+    return str(next(message["content"] for message in body["messages"] if message["role"] == "system"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_one_message_prints_the_answer(tmp_path: Path, fake_llm: FakeLLM, kind: str) -> None:
+    config = write_config(tmp_path, fake_llm, kind)
+    fake_llm.script("Hello from the fake model!")
+    code, out, err = await bot("chat", "--config", str(config), "-m", "hi there")
+    assert (code, out) == (0, "Hello from the fake model!\n"), err
+    body = fake_llm.requests[0].body
+    assert body["model"] == "model-a"
+    assert body["stream"] is True
+    assert user_texts(body) == ["hi there"]
+    assert "You are main" in system_text(body)
+    assert [tool["name"] if kind == "anthropic" else tool["function"]["name"] for tool in body["tools"]] == [
+        "session_status"
+    ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_conversation_is_kept_between_invocations(tmp_path: Path, fake_llm: FakeLLM, kind: str) -> None:
+    config = write_config(tmp_path, fake_llm, kind)
+    fake_llm.script("First answer.", "Second answer.")
+    assert (await bot("chat", "--config", str(config), "-m", "one"))[:2] == (0, "First answer.\n")
+    assert (await bot("chat", "--config", str(config), "-m", "two"))[:2] == (0, "Second answer.\n")
+    second = fake_llm.requests[1].body
+    assert user_texts(second) == ["one", "two"]
+    assert any(message["role"] == "assistant" for message in second["messages"])
+    transcripts = list((tmp_path / "state" / "transcripts").glob("*.jsonl"))
+    assert len(transcripts) == 1
+    assert len(transcripts[0].read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_tool_call_runs_and_its_result_reaches_the_model(tmp_path: Path, fake_llm: FakeLLM, kind: str) -> None:
+    config = write_config(tmp_path, fake_llm, kind)
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("session_status", {}, id="call_1")), "You are in a console session.")
+    code, out, err = await bot("chat", "--config", str(config), "-m", "where am I?")
+    assert (code, out) == (0, "You are in a console session.\n"), err
+    sent_back = json.dumps(fake_llm.requests[1].body["messages"])
+    assert "agent:main:console:direct:" in sent_back
+    assert "call_1" in sent_back
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_provider_failure_exits_1_with_one_line_and_no_key(
+    tmp_path: Path, fake_llm: FakeLLM, kind: str
+) -> None:
+    config = write_config(tmp_path, fake_llm, kind)
+    fake_llm.script(Reply.error(401, message=f"invalid key {SECRET}"))
+    code, out, err = await bot("chat", "--config", str(config), "-m", "hi")
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("bot chat: fake/model-a: auth: ")
+    assert SECRET not in err
+
+
+async def test_a_fallback_model_answers_when_the_first_fails(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "openai")
+    text = config.read_text().replace(
+        '"model": "fake/model-a"', '"model": "fake/model-a", "fallbacks": ["fake/model-b"]'
+    )
+    config.write_text(text)
+    fake_llm.script(Reply.error(500), "Answer from model b.")
+    code, out, err = await bot("chat", "--config", str(config), "-m", "hi")
+    assert (code, out) == (0, "Answer from model b.\n"), err
+    assert [request.body["model"] for request in fake_llm.requests] == ["model-a", "model-b"]
+
+
+async def test_no_reply_prints_nothing(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "anthropic")
+    fake_llm.script("NO_REPLY")
+    assert await bot("chat", "--config", str(config), "-m", "ok") == (0, "", "")
+
+
+async def test_a_missing_provider_says_how_to_configure_it(tmp_path: Path) -> None:
+    config = tmp_path / "bindings.yaml"
+    config.write_text("defaults: {model: openrouter/anthropic/claude-sonnet-4}\n")
+    code, out, err = await bot("chat", "--config", str(config), "-m", "hi")
+    assert (code, out) == (1, "")
+    assert "OPENROUTER_API_KEY" in err
+
+
+async def test_an_unknown_agent_is_a_usage_error(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "openai")
+    code, _, err = await bot("chat", "--config", str(config), "--agent", "nobody", "-m", "hi")
+    assert code == 2
+    assert "no agent 'nobody'" in err
+
+
+async def test_interactive_chat_streams_answers_and_keeps_context(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "openai")
+    fake_llm.script("Streamed answer one.", "Answer two.")
+    code, out, err = await bot("chat", "--config", str(config), stdin="first\nsecond\n/exit\n")
+    assert code == 0, err
+    assert "Streamed answer one." in out
+    assert "Answer two." in out
+    assert user_texts(fake_llm.requests[1].body) == ["first", "second"]
+    assert "Chatting with main" in err
+
+
+async def test_bot_tools_lists_kept_and_removed_tools(tmp_path: Path) -> None:
+    config = tmp_path / "bindings.yaml"
+    config.write_text(
+        "agents: [{id: main}, {id: quiet, tools: {profile: minimal, deny: [session_status]}}]\n"
+        "tools: {by_group: {'telegram:group:*': {deny: [session_*]}}}\n"
+    )
+    code, out, _ = await bot("tools", "--config", str(config), "--agent", "main")
+    assert code == 0
+    assert "session_status" in out.split("removed")[0]
+    code, out, _ = await bot("tools", "--config", str(config), "--agent", "quiet")
+    assert code == 0
+    assert "kept (0)" in out
+    assert "session_status" in out and "agent" in out.split("removed")[1]
+    code, out, _ = await bot("tools", "--config", str(config), "--channel", "telegram", "--peer", "group:-100")
+    assert "kept (0)" in out
+    assert "group" in out.split("removed")[1]
+
+
+async def test_bot_prompt_prints_the_system_prompt_and_tool_schemas(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "anthropic")
+    (tmp_path / "ws" / "main").mkdir(parents=True)
+    (tmp_path / "ws" / "main" / "SOUL.md").write_text("Speak like a lighthouse keeper.")
+    code, out, err = await bot("prompt", "--config", str(config))
+    assert code == 0, err
+    assert "=== system ===" in out
+    assert "## SOUL.md\nSpeak like a lighthouse keeper." in out
+    assert "anthropic schemas" in out
+    assert '"name": "session_status"' in out
+    assert fake_llm.requests == []

@@ -49,7 +49,10 @@ def run(config_path: str) -> None:
     config = _load(config_path)
     agents = ", ".join(agent.id for agent in config.agents)
     click.echo(f"{config_path}: valid ({len(config.agents)} agents: {agents}; {len(config.bindings)} bindings)")
-    click.echo("No channel adapter is implemented yet, so there is nothing to run; `bot route` shows the routing.")
+    click.echo(
+        "No channel adapter is implemented yet, so there is nothing to run: `bot chat` talks to an agent in the "
+        "terminal, `bot route` shows the routing."
+    )
 
 
 @cli.command()

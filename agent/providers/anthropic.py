@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -93,7 +92,7 @@ class AnthropicProvider:
         events = self._sse.events(self.url, body=self.request_body(request), headers=self.headers(key))
         async with aclosing(events):
             async for event in events:
-                data = self._decode(event.data)
+                data = self._sse.json_object(event.data)
                 kind = str(data.get("type") or event.event)
                 if kind == "error":
                     raise self._sse.stream_error(data)
@@ -108,15 +107,6 @@ class AnthropicProvider:
     async def aclose(self) -> None:
         """Close the HTTP client if the provider created it."""
         await self._sse.aclose()
-
-    def _decode(self, data: str) -> dict[str, Any]:
-        try:
-            decoded = json.loads(data)
-        except ValueError:
-            decoded = None
-        if not isinstance(decoded, dict):
-            raise self._sse.error("server", f"the stream carried something other than a JSON object: {data[:100]!r}")
-        return decoded
 
 
 @dataclass

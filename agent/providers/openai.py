@@ -101,7 +101,7 @@ class OpenAIProvider:
                 if event.data.strip() == "[DONE]":
                     finished = True
                     break
-                chunk = self._decode(event.data)
+                chunk = self._sse.json_object(event.data)
                 if chunk.get("error"):
                     raise self._sse.stream_error(chunk)
                 for out in assembler.feed(chunk):
@@ -113,15 +113,6 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         """Close the HTTP client if the provider created it."""
         await self._sse.aclose()
-
-    def _decode(self, data: str) -> dict[str, Any]:
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            chunk = None
-        if not isinstance(chunk, dict):
-            raise self._sse.error("server", f"the stream carried something other than a JSON object: {data[:100]!r}")
-        return chunk
 
 
 @dataclass

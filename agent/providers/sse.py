@@ -213,6 +213,16 @@ class SSEClient:
         message = short_message(error, json.dumps(payload)[:MESSAGE_LIMIT])
         return self.error(kind_for_payload(error, status), f"error in stream ({label}): {message}", status=status)
 
+    def json_object(self, data: str) -> dict[str, Any]:
+        """One event's data as a JSON object; anything else is a `server` error."""
+        try:
+            decoded = json.loads(data)
+        except ValueError:
+            decoded = None
+        if not isinstance(decoded, dict):
+            raise self.error("server", f"the stream carried something other than a JSON object: {data[:100]!r}")
+        return decoded
+
     def ended_early(self) -> ProviderError:
         """The error for a stream that stopped before its end marker."""
         return self.error("network", STREAM_ENDED)

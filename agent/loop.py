@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -41,6 +41,8 @@ class Turn:
     api_key: str | None = None
     emit: Emit = discard
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    # Messages that arrived during the run (queue mode steer), taken at each tool boundary.
+    steer: Callable[[], list[UserMessage]] | None = None
     run_id: str = field(default_factory=lambda: f"run_{secrets.token_hex(6)}")
 
 
@@ -125,6 +127,8 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
                 _append_results(added, dispatch, outcomes, malformed)
                 raise
             _append_results(added, dispatch, [(call, finished[i]) for i, call in enumerate(calls)], malformed)
+            if turn.steer is not None:
+                added.extend(turn.steer())
     except _Cancelled:
         result.stop_reason = "cancelled"
     except ProviderError as error:

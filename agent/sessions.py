@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
 import aiofiles
+import aiofiles.os
 from pydantic import TypeAdapter, ValidationError
 
 from agent.messages import Message
 
 log = logging.getLogger(__name__)
 _MESSAGE = TypeAdapter(Message)
+# What the store's session ids look like (secrets.token_urlsafe); nothing else becomes a file name.
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
+
+
+def transcript_for(state_dir: Path, session_id: str) -> Path:
+    """Where the transcript of a session id lives: `state_dir/transcripts/<session_id>.jsonl`.
+
+    ValueError for anything that is not a session id (16 to 128 of A-Z a-z 0-9 _ -), so no path can escape.
+    """
+    if not _SESSION_ID.fullmatch(session_id):
+        raise ValueError(f"not a session id: {session_id!r}")
+    return state_dir / "transcripts" / f"{session_id}.jsonl"
 
 
 def transcript_path(state_dir: Path, session_key: str) -> Path:
@@ -22,38 +38,55 @@ def transcript_path(state_dir: Path, session_key: str) -> Path:
 
 
 async def read_transcript(path: Path) -> list[Message]:
-    """Every message in the transcript, skipping (with a warning) lines that do not parse."""
-    if not path.exists():
+    """Every message in the transcript, skipping (with a warning) lines that do not parse.
+
+    Reads the whole file each time (nothing is cached); parsing runs off the event loop.
+    """
+    try:
+        async with aiofiles.open(path, "rb") as handle:
+            data = await handle.read()
+    except FileNotFoundError:
         return []
-    messages: list[Message] = []
-    async with aiofiles.open(path, encoding="utf-8", errors="replace") as handle:
-        number = 0
-        async for line in handle:
-            number += 1
-            if not line.strip():
-                continue
-            try:
-                messages.append(_MESSAGE.validate_json(line))
-            except ValidationError:
-                log.warning("%s:%d: skipped a line that is not a whole message (torn write?)", path, number)
-    return messages
+    if not data:
+        return []
+    return await asyncio.to_thread(_parse, path, data)
 
 
 async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
-    """Append messages, one JSON object per line, in a single write."""
+    """Append messages, one JSON object per line, in a single write; cost does not grow with the file."""
     if not messages:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(_MESSAGE.dump_json(message).decode() + "\n" for message in messages)
-    if await _ends_torn(path):
-        text = "\n" + text  # never glue a new message onto a torn line: both would be lost
-    async with aiofiles.open(path, "a", encoding="utf-8") as handle:
-        await handle.write(text)
+    data = b"".join(_MESSAGE.dump_json(message) + b"\n" for message in messages)
+    try:
+        handle = await aiofiles.open(path, "a+b")
+    except FileNotFoundError:
+        await aiofiles.os.makedirs(path.parent, exist_ok=True)
+        handle = await aiofiles.open(path, "a+b")
+    try:
+        size = await handle.seek(0, os.SEEK_END)
+        if size:
+            await handle.seek(size - 1)
+            if await handle.read(1) != b"\n":
+                data = b"\n" + data  # never glue a new message onto a torn line: both would be lost
+        await handle.write(data)  # append mode: lands at the end wherever the read left the position
+    finally:
+        await handle.close()
 
 
-async def _ends_torn(path: Path) -> bool:
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    async with aiofiles.open(path, "rb") as handle:
-        await handle.seek(-1, 2)
-        return await handle.read(1) != b"\n"
+def _parse(path: Path, data: bytes) -> list[Message]:
+    lines = data.split(b"\n")
+    last = lines.pop()  # b"" when the file ends with a newline, as every whole write does
+    messages: list[Message] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            messages.append(_MESSAGE.validate_json(line))
+        except ValidationError:
+            log.warning("%s:%d: skipped a line that is not a message", path, number)
+    if last.strip():
+        try:
+            messages.append(_MESSAGE.validate_json(last))  # a write can stop just before its newline
+        except ValidationError:
+            log.warning("%s:%d: skipped a torn last line (a write cut short by a crash?)", path, len(lines) + 1)
+    return messages

@@ -22,6 +22,29 @@ CONFIG_OPTION = click.option(
 )
 
 
+STATE_OPTION = click.option(
+    "--state-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where sessions and transcripts are kept (default: ./state beside the config).",
+)
+
+
+def _state_dir(config_path: str, state_dir: str | None) -> Path:
+    return Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
+
+
+def _agent(config: Config, agent: str | None) -> str:
+    """The named agent (lowercased), else the default agent; a usage error names the valid ones."""
+    if agent is None:
+        return config.default_agent
+    wanted = agent.strip().lower()
+    if wanted not in {item.id for item in config.agents}:
+        names = ", ".join(item.id for item in config.agents)
+        raise click.UsageError(f"no agent {agent!r} in the config (agents: {names})")
+    return wanted
+
+
 def _load(config_path: str) -> Config:
     """Load the config or print every error and exit 1."""
     from bot.config import load_config
@@ -44,15 +67,22 @@ def cli() -> None:
 
 @cli.command()
 @CONFIG_OPTION
-def run(config_path: str) -> None:
+@STATE_OPTION
+@click.option("-v", "--verbose", is_flag=True, help="Log every decision.")
+def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     """Run the bot on the channels configured in the bindings file."""
-    config = _load(config_path)
-    agents = ", ".join(agent.id for agent in config.agents)
-    click.echo(f"{config_path}: valid ({len(config.agents)} agents: {agents}; {len(config.bindings)} bindings)")
-    click.echo(
-        "No channel adapter is implemented yet, so there is nothing to run: `bot chat` talks to an agent in the "
-        "terminal, `bot route` shows the routing."
+    import asyncio
+    import logging
+
+    from bot.serve import serve
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
+    config = _load(config_path)
+    sys.exit(asyncio.run(serve(config, _state_dir(config_path, state_dir))))
 
 
 @cli.command()
@@ -117,29 +147,6 @@ def config_check(config_path: str) -> None:
     """Exit 0 if the bindings file is valid; otherwise print every error and exit 1."""
     loaded = _load(config_path)
     click.echo(f"{config_path}: valid ({len(loaded.agents)} agents, {len(loaded.bindings)} bindings)")
-
-
-STATE_OPTION = click.option(
-    "--state-dir",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Where sessions and transcripts are kept (default: ./state beside the config).",
-)
-
-
-def _state_dir(config_path: str, state_dir: str | None) -> Path:
-    return Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
-
-
-def _agent(config: Config, agent: str | None) -> str:
-    """The named agent (lowercased), else the default agent; a usage error names the valid ones."""
-    if agent is None:
-        return config.default_agent
-    wanted = agent.strip().lower()
-    if wanted not in {item.id for item in config.agents}:
-        names = ", ".join(item.id for item in config.agents)
-        raise click.UsageError(f"no agent {agent!r} in the config (agents: {names})")
-    return wanted
 
 
 @cli.command()

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, providers_from_env, split_model
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
 from bot.env_vars import substitute_env
@@ -116,6 +117,7 @@ class AgentConfig(_Section):
     fallbacks: list[ModelRef] | None = None
     workspace: str | None = None
     tools: AgentToolsConfig | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
 
 
 class Defaults(_Section):
@@ -125,6 +127,8 @@ class Defaults(_Section):
     fallbacks: list[ModelRef] = Field(default_factory=list)
     workspace_root: str = "workspaces"
     max_tool_iterations: int = Field(default=50, ge=1)
+    max_concurrent: int = Field(default=4, ge=1)  # runs at once across all sessions
+    timeout_seconds: float = Field(default=600, gt=0)  # a run is cancelled after this long
 
 
 class PeerMatch(_Section):
@@ -176,6 +180,7 @@ class SessionConfig(_Section):
 
     dm_scope: DmScope = "per-channel-peer"
     identity_links: dict[Name, list[UserRef]] = Field(default_factory=dict)
+    queue: QueueSettings = Field(default_factory=QueueSettings)
 
 
 class Config(_Section):
@@ -191,6 +196,8 @@ class Config(_Section):
     tools: ToolsConfig | None = None  # None: the full profile, nothing removed
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.
+    _unset_credentials: dict[tuple[str, str], list[str]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -225,6 +232,14 @@ class Config(_Section):
         own = self.agent(agent_id).workspace
         path = Path(own) if own else Path(self.defaults.workspace_root) / agent_id
         return (self._base_dir / path.expanduser()).resolve()
+
+    def timeout_for(self, agent_id: str) -> float:
+        """Seconds a run of this agent may take before it is cancelled."""
+        return self.agent(agent_id).timeout_seconds or self.defaults.timeout_seconds
+
+    def unset_credentials(self, channel: str, account: str) -> list[str]:
+        """The environment variables a channel account needs that are not set (empty: the account can start)."""
+        return self._unset_credentials.get((channel, account), []) + self._unset_credentials.get((channel, "*"), [])
 
     def model_for(self, agent_id: str) -> str | None:
         """The agent's model, else the default model."""
@@ -363,7 +378,15 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
             )
         raise ConfigError(file, issues)
     env = substitute_env(tree.data, os.environ if environ is None else environ)
-    for path, names in env.missing.items():
+    unset_credentials: dict[tuple[str, str], list[str]] = {}
+    for path, names in list(env.missing.items()):
+        if path[:1] == ("channels",) and len(path) >= 2:
+            # A channel account without its token is skipped when the bot starts, so one missing
+            # variable does not stop every other channel.
+            account = str(path[3]) if len(path) >= 4 and path[2] == "accounts" else "*"
+            unset_credentials.setdefault((str(path[1]), account), []).extend(names)
+            del env.missing[path]
+            continue
         unset = ", ".join(f"${{{name}}}" for name in names)
         message = f"environment variable {unset} is not set (give it a value, or a default: ${{{names[0]}:-value}})"
         issues.append(ConfigIssue(tree.line_of(path), format_path(path), message))
@@ -378,6 +401,7 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
     issues += [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _cross_checks(env.data, config)]
     if issues or config is None:
         raise ConfigError(file, issues)
+    config._unset_credentials = unset_credentials
     return config
 
 

@@ -1,10 +1,13 @@
-"""What agents and tools may know of a channel: its capabilities (the full adapter interface comes with the gateway)."""
+"""The channel interface: what adapters deliver (messages, button clicks), what they can do, and what they send."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from routing import Peer, RoutingInput
 
 Markup = Literal["plain", "markdown", "telegram-html", "discord-markdown", "slack-mrkdwn"]
 
@@ -26,3 +29,121 @@ class Capabilities(BaseModel):
 
 
 CONSOLE = Capabilities(max_text_length=1_000_000, markup="markdown", streaming=True)
+
+
+class Attachment(BaseModel):
+    """A file that came with a message (adapters fill what the platform tells them)."""
+
+    kind: Literal["image", "audio", "video", "file"] = "file"
+    name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    url: str | None = None
+
+
+class ChatTarget(BaseModel):
+    """Where a message goes: a channel account's chat, optionally a thread in it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    channel: str
+    account: str = "default"
+    peer: Peer
+    thread_id: str | None = None
+
+
+class InboundMessage(BaseModel):
+    """One message as an adapter delivers it: the routing input, the sender, and the content."""
+
+    channel: str
+    account: str = "default"
+    peer: Peer
+    parent_peer: Peer | None = None
+    guild: str | None = None
+    team: str | None = None
+    member_roles: tuple[str, ...] = ()
+    sender_id: str
+    sender_name: str | None = None
+    sender_is_bot: bool = False
+    text: str = ""
+    message_id: str
+    reply_to: str | None = None
+    reply_to_bot: bool = False  # a reply to one of the bot's own messages counts as a mention
+    thread_id: str | None = None
+    was_mentioned: bool = False
+    attachments: list[Attachment] = Field(default_factory=list)
+
+    def routing_input(self) -> RoutingInput:
+        return RoutingInput(
+            channel=self.channel,
+            account=self.account,
+            peer=self.peer,
+            parent_peer=self.parent_peer,
+            guild=self.guild,
+            team=self.team,
+            member_roles=self.member_roles,
+            thread=self.thread_id,
+        )
+
+    def target(self) -> ChatTarget:
+        """Where a reply to this message goes."""
+        return ChatTarget(channel=self.channel, account=self.account, peer=self.peer, thread_id=self.thread_id)
+
+
+class Button(BaseModel):
+    label: str
+    value: str
+    style: Literal["primary", "secondary", "success", "danger"] = "secondary"
+
+
+class OutboundMessage(BaseModel):
+    """What the bot sends: text (in the channel's markup), optional button rows, a reply-to and a thread."""
+
+    text: str
+    buttons: list[list[Button]] = Field(default_factory=list)
+    reply_to: str | None = None
+    thread_id: str | None = None
+
+
+class ActionEvent(BaseModel):
+    """A button click: who clicked, on which message, in which chat, and the button's value."""
+
+    channel: str
+    account: str = "default"
+    peer: Peer
+    sender_id: str
+    sender_name: str | None = None
+    message_id: str
+    value: str
+    thread_id: str | None = None
+
+
+OnMessage = Callable[[InboundMessage], Awaitable[None]]
+OnAction = Callable[[ActionEvent], Awaitable[None]]
+
+
+class ChannelAdapter(Protocol):
+    """One account on one platform. `on_message` returns once the message is safely recorded, so an adapter
+    acknowledges the platform (commits an offset, answers a webhook) only after awaiting it."""
+
+    channel: str
+    account: str
+    capabilities: Capabilities
+
+    async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
+        """Connect and begin delivering; returns once running (delivery continues in the background)."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        """Send; returns the platform's message id (None where the platform has none)."""
+        ...
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None: ...
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None: ...
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None: ...
+
+    async def typing(self, target: ChatTarget) -> None: ...

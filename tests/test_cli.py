@@ -155,12 +155,23 @@ def test_route_on_an_invalid_config_prints_the_same_errors(broken: Path) -> None
     assert result.stderr == check.stderr
 
 
-def test_run_loads_and_validates_the_config(config: Path, broken: Path) -> None:
-    result = bot("run", "--config", str(config))
-    assert result.returncode == 0, result.stderr
-    assert f"{config}: valid" in result.stdout
-    assert "No channel adapter is implemented yet" in result.stdout
-    assert bot("run", "--config", str(broken)).returncode == 1
+def test_run_validates_the_config_and_says_when_there_is_no_channel(config: Path, broken: Path) -> None:
+    result = bot("run", "--config", str(config), "--state-dir", str(config.parent / "state"))
+    assert result.returncode == 1
+    assert "No channel to serve" in result.stderr
+    assert "`bot chat`" in result.stderr
+    assert "agent main: agent 'main' has no model" in result.stderr
+    failed = bot("run", "--config", str(broken))
+    assert failed.returncode == 1
+    assert f"{broken}:7: bindings[0].match.peer.kind" in failed.stderr
+
+
+def test_run_skips_a_channel_account_whose_token_is_unset(tmp_path: Path) -> None:
+    path = tmp_path / "bindings.yaml"
+    path.write_text("channels:\n  telegram:\n    accounts:\n      main: {token: '${SWITCHBOARD_TEST_UNSET_TOKEN}'}\n")
+    result = bot("run", "--config", str(path))
+    assert result.returncode == 1
+    assert "channels.telegram.accounts.main: skipped, SWITCHBOARD_TEST_UNSET_TOKEN not set" in result.stderr
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:

@@ -263,7 +263,7 @@ def test_a_wrong_peer_kind_names_line_and_path() -> None:
         ),
         pytest.param(
             "session:\n  zzz: 1\n",
-            "bindings.yaml:2: session.zzz: unknown key; valid keys are dm_scope, identity_links",
+            "bindings.yaml:2: session.zzz: unknown key; valid keys are dm_scope, identity_links, queue",
             id="unknown key without a close match",
         ),
         pytest.param(

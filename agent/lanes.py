@@ -1,0 +1,278 @@
+"""Lanes: one run at a time per session, a global cap on concurrent runs, and queue modes for busy sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+QueueMode = Literal["collect", "followup", "steer", "interrupt"]
+
+
+class QueueSettings(BaseModel):
+    """What happens to messages that arrive while their session is busy (`session.queue` in bindings.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: QueueMode = "collect"
+    debounce_ms: int = Field(default=1000, ge=0)  # collect: quiet time after the last arrival before the next turn
+    cap: int = Field(default=20, ge=1)  # queued items per session; beyond it the oldest are folded into one
+
+
+class RunControl(Generic[T]):
+    """What a running turn gets from its lane: a cancel event, and the messages steered into it."""
+
+    def __init__(self, take: Callable[[], list[T]] | None = None) -> None:
+        self.cancel = asyncio.Event()  # set by stop(), an interrupting message, or shutdown
+        self._take = take
+
+    def take_steered(self) -> list[T]:
+        """Messages that arrived since the last call (steer mode only); call at each tool boundary."""
+        return self._take() if self._take is not None else []
+
+    def _finish(self) -> None:
+        # Once the run has returned, what is still queued belongs to the next turn.
+        self._take = None
+
+
+Handler = Callable[[str, list[T], RunControl[T]], Awaitable[None]]
+Fold = Callable[[list[T]], T]
+Notify = Callable[[str, T, str], Awaitable[None]]
+
+
+def fold_notice(count: int) -> str:
+    """The text that tells a user their waiting messages were combined."""
+    return f"Too many messages waiting: the oldest {count} are combined into one summary."
+
+
+class _Lane(Generic[T]):
+    """One session's state; exists only while the session has a turn running or items waiting."""
+
+    __slots__ = ("control", "last_arrival", "queue", "worker")
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[T, int]] = deque()  # (item, how many messages it stands for)
+        self.last_arrival = float("-inf")  # loop time of the newest item queued behind a turn
+        self.control: RunControl[T] | None = None  # the running turn's, while one runs
+        self.worker: asyncio.Task[None] | None = None
+
+
+class Lanes(Generic[T]):
+    """Schedules turns: items submitted for a session key become batches handed to `handler`, one turn at a time."""
+
+    def __init__(
+        self,
+        handler: Handler[T],
+        *,
+        fold: Fold[T],
+        notify: Notify[T],
+        max_concurrent: int = 4,
+        settings: QueueSettings | None = None,
+    ) -> None:
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
+        self.settings = settings or QueueSettings()
+        self._handler = handler
+        self._fold = fold
+        self._notify = notify
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._lanes: dict[str, _Lane[T]] = {}
+        self._running = 0
+        self._closed = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- intake -------------------------------------------------------------------------------------------------
+
+    async def submit(self, key: str, item: T) -> None:
+        """Queue an item for its session and return at once; the turn runs in the background."""
+        if self._closed:
+            raise RuntimeError("lanes are closed: no new messages are accepted during shutdown")
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+            lane.queue.append((item, 1))
+            lane.worker = asyncio.create_task(self._drive(key, lane), name=f"lane {key}")
+            return
+        self._enqueue(key, lane, item)
+        lane.last_arrival = asyncio.get_running_loop().time()
+        if self.settings.mode == "interrupt" and lane.control is not None:
+            lane.control.cancel.set()
+
+    def _enqueue(self, key: str, lane: _Lane[T], item: T) -> None:
+        overflow = len(lane.queue) + 1 - self.settings.cap
+        if overflow <= 0:
+            lane.queue.append((item, 1))
+            return
+        # Fold the oldest so that, with the new item, the queue holds `cap` entries; nothing is dropped.
+        taken = min(overflow + 1, len(lane.queue))
+        oldest = [lane.queue[index] for index in range(taken)]
+        new_item_folded = taken < overflow + 1  # cap 1: the summary takes in the new item too
+        if new_item_folded:
+            oldest.append((item, 1))
+        summary = self._fold([entry for entry, _ in oldest])  # if this raises, the queue is left as it was
+        count = sum(weight for _, weight in oldest)
+        for _ in range(taken):
+            lane.queue.popleft()
+        lane.queue.appendleft((summary, count))
+        if not new_item_folded:
+            lane.queue.append((item, 1))
+        self._spawn(self._notify(key, item, fold_notice(count)), f"notify {key}")
+
+    # --- running ------------------------------------------------------------------------------------------------
+
+    async def _drive(self, key: str, lane: _Lane[T]) -> None:
+        """The session's worker: run turns until its queue is empty, then remove the lane."""
+        first = True
+        try:
+            while lane.queue and not self._closed:
+                if not first and self.settings.mode == "collect":
+                    await self._quiet(lane)
+                first = False
+                async with self._slots:
+                    if not lane.queue or self._closed:
+                        break
+                    await self._run(key, lane, self._take_batch(lane))
+        finally:
+            # Queued items stay on close (pending_items); otherwise an idle session leaves nothing behind.
+            if not lane.queue and self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    async def _quiet(self, lane: _Lane[T]) -> None:
+        """Wait until `debounce_ms` has passed since the newest arrival (later arrivals extend the wait)."""
+        delay = self.settings.debounce_ms / 1000
+        loop = asyncio.get_running_loop()
+        while lane.queue:
+            remaining = lane.last_arrival + delay - loop.time()
+            if remaining <= 0:
+                return
+            await asyncio.sleep(remaining)
+
+    def _take_batch(self, lane: _Lane[T]) -> list[T]:
+        if self.settings.mode == "followup":
+            return [lane.queue.popleft()[0]]
+        batch = [item for item, _ in lane.queue]
+        lane.queue.clear()
+        return batch
+
+    async def _run(self, key: str, lane: _Lane[T], batch: list[T]) -> None:
+        take = (lambda: self._take_batch(lane)) if self.settings.mode == "steer" else None
+        control = lane.control = RunControl(take)
+        self._running += 1
+        try:
+            await self._handler(key, batch, control)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this lane is being shut down, not the handler giving up
+            log.warning("turn for session %s was cancelled from inside; moving on", key)
+        except Exception:
+            log.exception("turn for session %s failed; moving on", key)
+        finally:
+            self._running -= 1
+            control._finish()
+            lane.control = None
+
+    def _spawn(self, work: Awaitable[None], name: str) -> None:
+        task = asyncio.create_task(_awaited(work), name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    # --- control and inspection ---------------------------------------------------------------------------------
+
+    async def stop(self, key: str) -> int:
+        """Cancel the session's running turn and clear its queue; returns how many queued messages were dropped.
+
+        A folded summary counts as the messages it stands for. Does not wait for the turn to return.
+        """
+        lane = self._lanes.get(key)
+        if lane is None:
+            return 0
+        dropped = sum(weight for _, weight in lane.queue)
+        lane.queue.clear()
+        if lane.control is not None:
+            lane.control.cancel.set()
+        return dropped
+
+    def depth(self, key: str) -> int:
+        """Items waiting for the session's next turn (a folded summary is one item)."""
+        lane = self._lanes.get(key)
+        return len(lane.queue) if lane else 0
+
+    def busy(self, key: str) -> bool:
+        """Whether a turn is running for the session right now."""
+        lane = self._lanes.get(key)
+        return lane is not None and lane.control is not None
+
+    def running_count(self) -> int:
+        """Turns running right now, across all sessions."""
+        return self._running
+
+    def lane_count(self) -> int:
+        """Sessions holding any state: a turn running or items waiting."""
+        return len(self._lanes)
+
+    def pending_items(self) -> dict[str, list[T]]:
+        """Queued items that no turn has taken yet, by session key (after close: what the next start must re-run)."""
+        return {key: [item for item, _ in lane.queue] for key, lane in self._lanes.items() if lane.queue}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --- shutdown -----------------------------------------------------------------------------------------------
+
+    async def close(self, grace_seconds: float, *, cancel_seconds: float = 5.0) -> None:
+        """Shut down: refuse new items, let running turns finish within `grace_seconds`, then cancel them.
+
+        Cancelling first sets each turn's cancel event and waits up to `cancel_seconds`; what is still
+        running after that is cancelled as a task. Queued items are not started; see `pending_items`.
+        """
+        self._closed = True
+        lanes = list(self._lanes.values())
+        for lane in lanes:
+            if lane.control is None and lane.worker is not None:
+                lane.worker.cancel()  # waiting for a slot or for quiet: nothing to finish
+        tasks = {lane.worker for lane in lanes if lane.worker is not None} | self._background
+        try:
+            pending = await _wait(tasks, grace_seconds)
+            if not pending:
+                return
+            for lane in lanes:
+                if lane.control is not None:
+                    lane.control.cancel.set()
+            pending = await _wait(pending, cancel_seconds)
+            for task in pending:
+                task.cancel()
+            stuck = await _wait(pending, cancel_seconds)
+            if stuck:
+                names = [task.get_name() for task in stuck]
+                log.warning("%d task(s) ignored cancellation at shutdown: %s", len(stuck), names)
+        finally:
+            # A worker cancelled before it ever ran leaves its lane behind; keep only lanes with pending items.
+            for key in [key for key, lane in self._lanes.items() if not lane.queue]:
+                del self._lanes[key]
+
+
+async def _awaited(work: Awaitable[None]) -> None:
+    await work
+
+
+async def _wait(tasks: set[asyncio.Task[None]], timeout: float) -> set[asyncio.Task[None]]:
+    """Wait up to `timeout` seconds for the tasks; returns those still running."""
+    live = {task for task in tasks if not task.done()}
+    if not live:
+        return set()
+    _, pending = await asyncio.wait(live, timeout=timeout)
+    return pending

@@ -1,0 +1,403 @@
+"""The gateway: adapters in, journal, commands, routing, lanes, runner, delivery via the outbox, transcripts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.compaction import since_last_summary
+from agent.lanes import Lanes, RunControl
+from agent.loop import Turn, TurnResult
+from agent.messages import Message, TextBlock, UserMessage
+from agent.providers.base import Provider
+from agent.runner import ModelCandidate, Runner, RunSpec
+from agent.sessions import append_transcript, read_transcript, transcript_for
+from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
+from bot.commands import HELP, Command, parse_command
+from bot.config import Config
+from bot.store import InboundRecord, OutboxRecord, Store
+from channels.base import ActionEvent, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
+from channels.chunking import chunk_text
+from tools.base import RunInfo
+from tools.hooks import Hooks
+from tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+RETRY_BASE_SECONDS = 1.0
+RETRY_MAX_SECONDS = 300.0
+MAX_SEND_ATTEMPTS = 8
+TYPING_EVERY_SECONDS = 4.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One inbound message on its way to an agent: its journal row, the message, and where it routes."""
+
+    inbound_id: int
+    message: InboundMessage
+    agent: str
+    session_key: str
+
+
+def _chat(message: InboundMessage) -> str:
+    thread = f":thread:{message.thread_id}" if message.thread_id else ""
+    return f"{message.peer.kind}:{message.peer.id}{thread}"
+
+
+def _fold(jobs: list[Job]) -> Job:
+    """Many queued messages folded into one: the newest message's place, every text kept in order."""
+    newest = jobs[-1]
+    lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
+    lines += [f"{job.message.sender_name or job.message.sender_id}: {job.message.text}" for job in jobs]
+    message = newest.message.model_copy(update={"text": "\n".join(lines)})
+    return Job(newest.inbound_id, message, newest.agent, newest.session_key)
+
+
+class Gateway:
+    """Serves every configured channel account until `stop()`; one instance per process."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        state_dir: Path,
+        adapters: Sequence[ChannelAdapter],
+        *,
+        runner: Runner | None = None,
+        registry: ToolRegistry | None = None,
+        hooks: Hooks | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        from tools.builtins import builtin_registry
+
+        self.config = config
+        self.store = store
+        self.state_dir = state_dir
+        self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
+        self.runner = runner or Runner()
+        self.registry = registry or builtin_registry()
+        self.hooks = hooks or Hooks()
+        self.router = config.router()
+        self.clock = clock
+        self.lanes: Lanes[Job] = Lanes(
+            self._handle,
+            fold=_fold,
+            notify=self._notice,
+            max_concurrent=config.defaults.max_concurrent,
+            settings=config.session.queue,
+        )
+        self._outbox_wake = asyncio.Event()
+        self._outbox_task: asyncio.Task[None] | None = None
+        self._accepting = False
+        self._owners = {owner.lower() for owner in config.owners}
+
+    # --- start and stop -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every adapter, then redo what a previous process left unfinished."""
+        self._accepting = True
+        self._outbox_task = asyncio.create_task(self._outbox_worker(), name="outbox")
+        for adapter in self.adapters.values():
+            try:
+                await adapter.start(self.on_message, self.on_action)
+                log.info("channel %s account %s started", adapter.channel, adapter.account)
+            except Exception:
+                log.exception(
+                    "channel %s account %s failed to start; the others keep running", adapter.channel, adapter.account
+                )
+        await self._recover()
+
+    async def _recover(self) -> None:
+        for record in await self.store.unfinished_inbound():
+            if await self.store.inbound_has_replies(record.id):
+                await self.store.mark_inbound(record.id, "done")  # answered; the outbox finishes the delivery
+                continue
+            log.info("re-running message %s from %s left unfinished by the last run", record.message_id, record.channel)
+            await self._accept(record, InboundMessage.model_validate(record.payload))
+        self._outbox_wake.set()
+
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Stop accepting, let runs finish within the grace period (then cancel them), flush, stop adapters."""
+        self._accepting = False
+        for adapter in self.adapters.values():
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+        await self.lanes.close(grace_seconds)
+        await self._flush_outbox()
+        if self._outbox_task is not None:
+            self._outbox_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._outbox_task
+
+    # --- intake ---------------------------------------------------------------------------------------------------
+
+    async def on_message(self, message: InboundMessage) -> None:
+        """Called by adapters: journal first (the adapter acknowledges the platform after this returns)."""
+        if not self._accepting:
+            return
+        record = await self.store.record_inbound(
+            message.channel, message.account, _chat(message), message.message_id, message.model_dump(mode="json")
+        )
+        if record is None:
+            log.info("dropped a second delivery of message %s in %s", message.message_id, _chat(message))
+            return
+        try:
+            await self._accept(record, message)
+        except Exception:  # one bad message must not take the adapter down
+            log.exception("message %s could not be handled", message.message_id)
+            await self.store.mark_inbound(record.id, "failed", "internal error")
+
+    async def on_action(self, event: ActionEvent) -> None:
+        """Button clicks; the approvals issue gives them work. Until then they are logged and ignored."""
+        log.info("button click on %s in %s ignored: no handler yet", event.message_id, event.channel)
+
+    async def _accept(self, record: InboundRecord, message: InboundMessage) -> None:
+        if message.sender_is_bot:
+            await self.store.mark_inbound(record.id, "done", "ignored: sent by a bot")
+            return
+        route = self.router.resolve(message.routing_input())
+        await self.store.set_inbound_session(record.id, route.session_key)
+        job = Job(record.id, message, route.agent, route.session_key)
+        command = parse_command(message.text)
+        if command is not None:
+            await self._command(job, command)
+            return
+        await self.lanes.submit(route.session_key, job)
+
+    # --- chat commands --------------------------------------------------------------------------------------------
+
+    async def _command(self, job: Job, command: Command) -> None:
+        key = job.session_key
+        if command.name in ("new", "reset"):
+            dropped = await self.lanes.stop(key)
+            await self.store.reset_session(key)
+            text = "Started a new conversation."
+            if dropped:
+                text += f" ({dropped} queued message{'s' if dropped != 1 else ''} dropped.)"
+        elif command.name == "stop":
+            busy = self.lanes.busy(key)
+            dropped = await self.lanes.stop(key)
+            text = "Stopped." if busy else "Nothing was running."
+            if dropped:
+                text += f" {dropped} queued message{'s' if dropped != 1 else ''} dropped."
+        elif command.name == "status":
+            text = await self._status(job)
+        else:
+            text = HELP
+        await self._reply(job.inbound_id, job.message, text)
+        await self.store.mark_inbound(job.inbound_id, "done")
+
+    async def _status(self, job: Job) -> str:
+        session = await self.store.get_session(job.session_key)
+        refs = model_refs(self.config, job.agent) if self.config.model_for(job.agent) else []
+        lines = [
+            f"Agent: {job.agent}",
+            f"Model: {session.model if session and session.model else (refs[0] if refs else 'none configured')}",
+            f"Session: {job.session_key}",
+            f"Tokens used: {session.input_tokens if session else 0} in, {session.output_tokens if session else 0} out",
+            f"Queue: {self.lanes.depth(job.session_key)} waiting"
+            + (", answering now" if self.lanes.busy(job.session_key) else ""),
+        ]
+        return "\n".join(lines)
+
+    async def _notice(self, key: str, job: Job, text: str) -> None:
+        await self._reply(None, job.message, text)
+
+    # --- one turn ---------------------------------------------------------------------------------------------------
+
+    async def _handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
+        """Answer a batch of messages for one session: run the agent, deliver, record, mark the journal."""
+        newest = jobs[-1]
+        for job in jobs:
+            await self.store.mark_inbound(job.inbound_id, "running")
+        try:
+            text = await self._answer(key, jobs, control)
+            if text:
+                await self._reply(newest.inbound_id, newest.message, text)
+            for job in jobs:
+                await self.store.mark_inbound(job.inbound_id, "done")
+        except asyncio.CancelledError:
+            raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
+        except Exception as error:
+            log.exception("turn for %s failed", key)
+            await self._reply(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
+            for job in jobs:
+                await self.store.mark_inbound(job.inbound_id, "failed", type(error).__name__)
+
+    async def _answer(self, key: str, jobs: list[Job], control: RunControl[Job]) -> str:
+        """Run the agent on the batch; returns the text to send ("" for none)."""
+        newest = jobs[-1]
+        agent = newest.agent
+        session = await self.store.ensure_session(key, agent)
+        transcript = transcript_for(self.state_dir, session.session_id)
+        history = since_last_summary(await read_transcript(transcript))
+        adapter = self.adapters.get((newest.message.channel, newest.message.account))
+        capabilities = adapter.capabilities if adapter is not None else None
+        sender = newest.message
+        run = RunInfo(
+            agent=agent,
+            session_key=key,
+            channel=sender.channel,
+            sender_id=sender.sender_id,
+            sender_name=sender.sender_name,
+            sender_is_owner=f"{sender.channel}:{sender.sender_id}".lower() in self._owners,
+            workspace=str(self.config.workspace(agent)),
+            **({"capabilities": capabilities} if capabilities is not None else {}),
+        )
+        try:
+            candidates = [self._candidate(ref) for ref in model_refs(self.config, agent)]
+        except SetupError as error:
+            log.error("agent %s cannot answer: %s", agent, error)
+            return "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
+        Path(run.workspace or ".").mkdir(parents=True, exist_ok=True)
+        is_group = sender.peer.kind != "direct"
+
+        async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
+            turn_run = run.model_copy(update={"model": candidate.ref})
+            policy = policy_for(self.config, self.registry, turn_run, peer=sender.peer)
+            return Turn(
+                provider=provider,
+                model=candidate.model_id,
+                system=await system_prompt(turn_run, policy, is_group=is_group),
+                run=turn_run,
+                tools=policy.kept,
+                hooks=self.hooks,
+                dispatch=candidate.options.tool_dispatch,
+                max_tool_iterations=self.config.defaults.max_tool_iterations,
+                max_tokens=candidate.options.max_tokens or 4096,
+                api_key=api_key,
+                cancel=control.cancel,
+                steer=lambda: [_user_message(steered) for steered in control.take_steered()],
+            )
+
+        async def on_compacted(new_history: list[Message], summary: str) -> None:
+            await append_transcript(transcript, new_history)  # the summary, then the turns it kept
+
+        typing = asyncio.create_task(self._typing(sender)) if adapter is not None else None
+        try:
+            outcome = await self.runner.run(
+                RunSpec(
+                    run_id=f"run_{secrets.token_hex(6)}",
+                    session_key=key,
+                    candidates=candidates,
+                    make_turn=make_turn,
+                    history=history,
+                    user=_user_message(*jobs),
+                    timeout_seconds=self.config.timeout_for(agent),
+                    on_compacted=on_compacted,
+                )
+            )
+        finally:
+            if typing is not None:
+                typing.cancel()
+        result: TurnResult | None = outcome.result
+        if result is not None:
+            await append_transcript(transcript, result.messages)
+            await self.store.touch_session(
+                key,
+                model=outcome.model_ref,
+                usage=(result.usage.input_tokens, result.usage.output_tokens),
+                channel=sender.channel,
+                account=sender.account,
+                target=sender.target().model_dump(mode="json"),
+            )
+            return result.text
+        await append_transcript(transcript, outcome.partial_messages)
+        return outcome.user_message or "Sorry, I could not answer that."
+
+    def _candidate(self, ref: str) -> ModelCandidate:
+        choice = choose_model(self.config, ref)
+        return ModelCandidate(
+            ref=choice.ref,
+            provider_name=choice.provider_name,
+            model_id=choice.model_id,
+            provider=choice.provider,
+            options=choice.options,
+        )
+
+    async def _typing(self, message: InboundMessage) -> None:
+        adapter = self.adapters.get((message.channel, message.account))
+        if adapter is None:
+            return
+        while True:
+            with contextlib.suppress(Exception):
+                await adapter.typing(message.target())
+            await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+    # --- delivery -------------------------------------------------------------------------------------------------
+
+    async def _reply(self, inbound_id: int | None, message: InboundMessage, text: str) -> None:
+        """Record every chunk in the outbox, then send them in order."""
+        adapter = self.adapters.get((message.channel, message.account))
+        limit = adapter.capabilities.max_text_length if adapter is not None else 4000
+        target = message.target()
+        for chunk in chunk_text(text, limit):
+            payload = OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json")
+            await self.store.enqueue_outbox(
+                inbound_id=inbound_id,
+                channel=message.channel,
+                account=message.account,
+                target=target.model_dump(mode="json"),
+                payload=payload,
+            )
+        self._outbox_wake.set()
+
+    async def _outbox_worker(self) -> None:
+        while True:
+            await self._outbox_wake.wait()
+            self._outbox_wake.clear()
+            await self._flush_outbox()
+            due = await self.store.unsent_outbox()
+            if due:
+                wait = max(0.05, min(record.retry_at for record in due) - self.clock())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._outbox_wake.wait(), wait)
+                self._outbox_wake.set()
+
+    async def _flush_outbox(self) -> None:
+        """Send every due entry in order; a failure waits with backoff, and later entries of its chat wait too."""
+        blocked: set[str] = set()
+        now = self.clock()
+        for record in await self.store.unsent_outbox():
+            chat = f"{record.channel}:{record.account}:{record.target}"
+            if chat in blocked:
+                continue
+            if record.retry_at > now or not await self._send(record):
+                blocked.add(chat)  # keep the chat's order: nothing after an entry that is waiting to retry
+
+    async def _send(self, record: OutboxRecord) -> bool:
+        adapter = self.adapters.get((record.channel, record.account))
+        if adapter is None:
+            await self.store.mark_dead(record.id, f"no running adapter for {record.channel}/{record.account}")
+            return True
+        try:
+            message_id = await adapter.send(
+                ChatTarget.model_validate(record.target), OutboundMessage.model_validate(record.payload)
+            )
+        except Exception as error:
+            attempts = record.attempts + 1
+            if attempts >= MAX_SEND_ATTEMPTS:
+                log.error("giving up on reply %d after %d attempts: %s", record.id, attempts, error)
+                await self.store.mark_dead(record.id, str(error)[:300])
+                return True
+            delay = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**record.attempts)
+            log.warning("sending reply %d failed (%s); retrying in %.0fs", record.id, error, delay)
+            await self.store.mark_send_failed(record.id, str(error)[:300], self.clock() + delay)
+            return False
+        await self.store.mark_sent(record.id, message_id)
+        return True
+
+
+def _user_message(*jobs: Job) -> UserMessage:
+    """One user message for a batch; in groups (or with several senders) each line names its sender."""
+    if len(jobs) == 1 and jobs[0].message.peer.kind == "direct":
+        return UserMessage(content=[TextBlock(text=jobs[0].message.text)])
+    lines = [f"{job.message.sender_name or job.message.sender_id}: {job.message.text}" for job in jobs]
+    return UserMessage(content=[TextBlock(text="\n".join(lines))])

@@ -1,0 +1,64 @@
+"""`bot run`: start the gateway on every configured channel and serve until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from bot.adapters import build_adapters
+from bot.assemble import SetupError, choose_model, model_refs
+from bot.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def model_problems(config: Config) -> list[str]:
+    """One line per agent whose model cannot be reached, saying what to set."""
+    problems = []
+    for agent in config.agents:
+        try:
+            choose_model(config, model_refs(config, agent.id)[0])
+        except SetupError as error:
+            problems.append(f"agent {agent.id}: {error}")
+    return problems
+
+
+async def serve(config: Config, state_dir: Path, *, grace_seconds: float = 10.0) -> int:
+    """Run until a stop signal; exit status 0 after a clean stop, 1 when there is nothing to serve."""
+    from bot.gateway import Gateway
+    from bot.store import SqliteStore
+
+    adapters, skipped = build_adapters(config)
+    for line in skipped:
+        print(line, file=sys.stderr)
+    for line in model_problems(config):
+        print(line, file=sys.stderr)
+    if not adapters:
+        print(
+            "No channel to serve. Add an account under channels: in bindings.yaml (with its token in the "
+            "environment); `bot chat` talks to an agent in the terminal without any channel.",
+            file=sys.stderr,
+        )
+        return 1
+    state_dir.mkdir(parents=True, exist_ok=True)
+    store = await SqliteStore.open(state_dir)
+    gateway = Gateway(config, store, state_dir, adapters)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stopping.set)
+    try:
+        await gateway.start()
+        names = ", ".join(f"{adapter.channel}/{adapter.account}" for adapter in adapters)
+        print(f"Serving {names}. Ctrl-C stops.", file=sys.stderr)
+        await stopping.wait()
+        print("Stopping: letting running answers finish…", file=sys.stderr)
+        await gateway.stop(grace_seconds)
+    finally:
+        await store.close()
+    return 0

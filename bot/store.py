@@ -1,0 +1,603 @@
+"""The state store: session index, inbound journal and outbox behind a small async interface; SQLite by default."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "DEDUPE_SECONDS",
+    "Clock",
+    "InboundRecord",
+    "InboundStatus",
+    "OutboxRecord",
+    "OutboxStatus",
+    "SessionRecord",
+    "SqliteStore",
+    "Store",
+    "StoreError",
+    "new_session_id",
+]
+
+Clock = Callable[[], float]
+InboundStatus = Literal["pending", "running", "done", "failed"]
+OutboxStatus = Literal["pending", "sent", "dead"]
+
+DB_FILE = "state.db"
+DEDUPE_SECONDS = 24 * 60 * 60.0  # platforms redeliver within minutes; a day of dedupe keys is ample
+BUSY_TIMEOUT_MS = 5_000
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used: closed, or a database this version does not understand."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class SessionRecord(_Record):
+    """One row of the session index. `session_id` names the transcript; it changes on reset."""
+
+    session_key: str
+    session_id: str
+    agent: str
+    created: float
+    updated: float
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    last_channel: str | None = None
+    last_account: str | None = None
+    last_target: dict[str, Any] | None = None
+
+
+class InboundRecord(_Record):
+    """A message received from a platform, journaled before any work is done for it."""
+
+    id: int
+    channel: str
+    account: str
+    chat: str
+    message_id: str
+    payload: dict[str, Any]
+    status: InboundStatus
+    error: str | None = None
+    session_key: str | None = None
+    received: float
+    updated: float
+
+
+class OutboxRecord(_Record):
+    """Something to send, recorded before the send. `attempts` counts failed sends."""
+
+    id: int
+    inbound_id: int | None
+    channel: str
+    account: str
+    target: dict[str, Any]
+    payload: dict[str, Any]
+    kind: str
+    status: OutboxStatus
+    attempts: int = 0
+    retry_at: float
+    error: str | None = None
+    platform_message_id: str | None = None
+    created: float
+    updated: float
+
+
+class Store(Protocol):
+    """What the gateway needs from its state; every payload is a JSON-able dict, so any backend can hold it."""
+
+    # Session index.
+    async def get_session(self, session_key: str) -> SessionRecord | None: ...
+    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord: ...
+    async def touch_session(
+        self,
+        session_key: str,
+        *,
+        model: str | None = None,
+        usage: tuple[int, int] | None = None,
+        channel: str | None = None,
+        account: str | None = None,
+        target: dict[str, Any] | None = None,
+    ) -> SessionRecord: ...
+    async def reset_session(self, session_key: str) -> SessionRecord: ...
+    async def count_sessions(self) -> int: ...
+
+    # Inbound journal.
+    async def record_inbound(
+        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
+    ) -> InboundRecord | None: ...
+    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None: ...
+    async def set_inbound_session(self, inbound_id: int, session_key: str) -> None: ...
+    async def unfinished_inbound(self) -> list[InboundRecord]: ...
+    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
+
+    # Outbox.
+    async def enqueue_outbox(
+        self,
+        *,
+        inbound_id: int | None,
+        channel: str,
+        account: str,
+        target: dict[str, Any],
+        payload: dict[str, Any],
+        kind: str = "send",
+    ) -> OutboxRecord: ...
+    async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None: ...
+    async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None: ...
+    async def mark_dead(self, outbox_id: int, error: str) -> None: ...
+    async def due_outbox(self, now: float | None = None) -> list[OutboxRecord]: ...
+    async def unsent_outbox(self) -> list[OutboxRecord]: ...
+    async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]: ...
+    async def inbound_has_replies(self, inbound_id: int) -> bool: ...
+    async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+def new_session_id() -> str:
+    """A random, URL- and file-name-safe id: 22 characters of [A-Za-z0-9_-]."""
+    return secrets.token_urlsafe(16)
+
+
+# Each migration is a list of statements, applied in one transaction; PRAGMA user_version counts them.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE sessions (
+            session_key TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL UNIQUE,
+            agent TEXT NOT NULL,
+            created REAL NOT NULL,
+            updated REAL NOT NULL,
+            model TEXT,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            last_channel TEXT,
+            last_account TEXT,
+            last_target TEXT
+        ) WITHOUT ROWID""",
+        # AUTOINCREMENT: ids are never reused after pruning, so an old outbox row cannot point at a new message.
+        """CREATE TABLE inbound (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            chat TEXT NOT NULL,
+            message_id TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'failed')),
+            error TEXT,
+            session_key TEXT,
+            received REAL NOT NULL,
+            updated REAL NOT NULL,
+            UNIQUE (channel, account, chat, message_id)
+        )""",
+        "CREATE INDEX inbound_unfinished ON inbound (id) WHERE status IN ('pending', 'running')",
+        "CREATE INDEX inbound_finished ON inbound (updated) WHERE status IN ('done', 'failed')",
+        """CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            inbound_id INTEGER REFERENCES inbound (id) ON DELETE SET NULL,
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            target TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'dead')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            retry_at REAL NOT NULL,
+            error TEXT,
+            platform_message_id TEXT,
+            created REAL NOT NULL,
+            updated REAL NOT NULL
+        )""",
+        "CREATE INDEX outbox_pending ON outbox (id) WHERE status = 'pending'",
+        "CREATE INDEX outbox_finished ON outbox (updated) WHERE status IN ('sent', 'dead')",
+        "CREATE INDEX outbox_inbound ON outbox (inbound_id)",
+    ),
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+class SqliteStore:
+    """The embedded store: `state.db` in WAL mode, used from one worker thread that owns the connection.
+
+    Every call is handed to that thread, so the event loop never waits on SQLite and calls run one at a
+    time, in the order they were made. A call whose caller is cancelled may still complete.
+    """
+
+    def __init__(self, path: Path, executor: ThreadPoolExecutor, connection: sqlite3.Connection, clock: Clock):
+        self.path = path
+        self._executor = executor
+        self._connection: sqlite3.Connection | None = connection
+        self._clock = clock
+
+    @classmethod
+    async def open(cls, state_dir: Path, *, clock: Clock = time.time) -> SqliteStore:
+        """Open (creating or migrating) `state_dir/state.db`."""
+        path = state_dir / DB_FILE
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-store")
+        try:
+            connection = await asyncio.get_running_loop().run_in_executor(executor, _connect, path)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(path, executor, connection, clock)
+
+    async def close(self) -> None:
+        """Finish the calls already made, then close the database. Closing twice is fine."""
+        if self._connection is None:
+            return
+        connection, self._connection = self._connection, None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, _close, connection)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _call(
+        self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        if self._connection is None:
+            raise StoreError("the store is closed")
+        job = partial(function, self._connection, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+
+    # --- session index ---------------------------------------------------------------------------------------
+
+    async def get_session(self, session_key: str) -> SessionRecord | None:
+        return await self._call(_get_session, session_key)
+
+    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
+        """The session under this key, created with a new session id if there is none."""
+        return await self._call(_ensure_session, session_key, agent, new_session_id(), self._clock())
+
+    async def touch_session(
+        self,
+        session_key: str,
+        *,
+        model: str | None = None,
+        usage: tuple[int, int] | None = None,
+        channel: str | None = None,
+        account: str | None = None,
+        target: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        """Mark the session used now; `usage` (input, output tokens) is added to its totals, None leaves a field.
+
+        KeyError if there is no such session.
+        """
+        tokens_in, tokens_out = usage or (0, 0)
+        if tokens_in < 0 or tokens_out < 0:
+            raise ValueError(f"token counts cannot be negative: {usage}")
+        values = (model, tokens_in, tokens_out, channel, account, _dumps(target) if target is not None else None)
+        return await self._call(_touch_session, session_key, self._clock(), *values)
+
+    async def reset_session(self, session_key: str) -> SessionRecord:
+        """Start the session over: a new session id, token totals zeroed; the old transcript stays on disk.
+
+        KeyError if there is no such session.
+        """
+        return await self._call(_reset_session, session_key, new_session_id(), self._clock())
+
+    async def count_sessions(self) -> int:
+        return await self._call(_scalar, "SELECT count(*) FROM sessions")
+
+    # --- inbound journal -------------------------------------------------------------------------------------
+
+    async def record_inbound(
+        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
+    ) -> InboundRecord | None:
+        """Journal a received message as pending; None if this message was recorded before (a redelivery)."""
+        return await self._call(_record_inbound, channel, account, chat, message_id, _dumps(payload), self._clock())
+
+    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
+        """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
+        if status not in ("pending", "running", "done", "failed"):
+            raise ValueError(f"not an inbound status: {status!r}")
+        await self._call(_mark_inbound, inbound_id, status, error, self._clock())
+
+    async def set_inbound_session(self, inbound_id: int, session_key: str) -> None:
+        """Remember which session the message was routed to. KeyError if unknown."""
+        await self._call(_set_inbound_session, inbound_id, session_key, self._clock())
+
+    async def unfinished_inbound(self) -> list[InboundRecord]:
+        """Pending and running messages in arrival order: after a crash, the work to run again."""
+        return await self._call(_inbound_rows, "WHERE status IN ('pending', 'running') ORDER BY id", ())
+
+    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
+        """Delete done and failed messages finished more than this long ago; returns how many.
+
+        Their keys stop deduplicating redeliveries, hence the default of a day.
+        """
+        cutoff = self._cutoff(older_than_seconds)
+        return await self._call(
+            _delete, "DELETE FROM inbound WHERE status IN ('done', 'failed') AND updated < ?", cutoff
+        )
+
+    # --- outbox ----------------------------------------------------------------------------------------------
+
+    async def enqueue_outbox(
+        self,
+        *,
+        inbound_id: int | None,
+        channel: str,
+        account: str,
+        target: dict[str, Any],
+        payload: dict[str, Any],
+        kind: str = "send",
+    ) -> OutboxRecord:
+        """Record something to send, due now; do this before sending. KeyError if `inbound_id` is unknown."""
+        row = (inbound_id, channel, account, _dumps(target), _dumps(payload), kind)
+        return await self._call(_enqueue_outbox, row, self._clock())
+
+    async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
+        """The platform accepted it. Only a pending entry can be marked: ValueError otherwise; KeyError if unknown."""
+        sql = "UPDATE outbox SET status = 'sent', platform_message_id = ?, updated = ?"
+        await self._call(_finish_outbox, outbox_id, sql, (platform_message_id, self._clock()))
+
+    async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
+        """A send failed and will be tried again at `retry_at`; counts an attempt."""
+        sql = "UPDATE outbox SET attempts = attempts + 1, error = ?, retry_at = ?, updated = ?"
+        await self._call(_finish_outbox, outbox_id, sql, (error, retry_at, self._clock()))
+
+    async def mark_dead(self, outbox_id: int, error: str) -> None:
+        """Give up on it: it is never due again."""
+        sql = "UPDATE outbox SET status = 'dead', error = ?, updated = ?"
+        await self._call(_finish_outbox, outbox_id, sql, (error, self._clock()))
+
+    async def due_outbox(self, now: float | None = None) -> list[OutboxRecord]:
+        """Pending entries whose retry time has come (`now` defaults to the clock), in creation order."""
+        at = self._clock() if now is None else now
+        return await self._call(_outbox_rows, "WHERE status = 'pending' AND retry_at <= ? ORDER BY id", (at,))
+
+    async def unsent_outbox(self) -> list[OutboxRecord]:
+        """Every pending entry, due or not, in creation order: what to send again on start."""
+        return await self._call(_outbox_rows, "WHERE status = 'pending' ORDER BY id", ())
+
+    async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
+        """Everything recorded in reply to one message, in creation order, whatever its status."""
+        return await self._call(_outbox_rows, "WHERE inbound_id = ? ORDER BY id", (inbound_id,))
+
+    async def inbound_has_replies(self, inbound_id: int) -> bool:
+        """Whether any reply to the message was recorded: after a restart, do not answer it twice."""
+        sql = "SELECT EXISTS (SELECT 1 FROM outbox WHERE inbound_id = ?)"
+        return bool(await self._call(_scalar, sql, inbound_id))
+
+    async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
+        """Delete sent and dead entries finished more than this long ago; returns how many."""
+        cutoff = self._cutoff(older_than_seconds)
+        sql = "DELETE FROM outbox WHERE status IN ('sent', 'dead') AND updated < ?"
+        return await self._call(_delete, sql, cutoff)
+
+    def _cutoff(self, older_than_seconds: float) -> float:
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds cannot be negative: {older_than_seconds}")
+        return self._clock() - older_than_seconds
+
+
+if TYPE_CHECKING:
+    _checked: type[Store] = SqliteStore  # mypy proves the SQLite store has the whole interface
+
+
+# --- on the worker thread: everything below runs there, and only there -----------------------------------------
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Autocommit mode: each statement commits alone unless an explicit BEGIN groups it with others.
+    connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.row_factory = sqlite3.Row
+        mode = _scalar(connection, "PRAGMA journal_mode = WAL")
+        if mode != "wal":
+            raise StoreError(f"{path}: cannot use write-ahead logging (journal mode stays {mode!r})")
+        connection.execute("PRAGMA synchronous = NORMAL")  # with WAL: durable across app crashes, not power loss
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA foreign_keys = ON")
+        _migrate(connection, path)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _migrate(connection: sqlite3.Connection, path: Path) -> None:
+    connection.execute("BEGIN IMMEDIATE")  # read the version under the write lock: two openers cannot both migrate
+    try:
+        version = _scalar(connection, "PRAGMA user_version")
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{path}: schema version {version} is newer than this Switchboard ({SCHEMA_VERSION})")
+        for statements in _MIGRATIONS[version:]:
+            for statement in statements:
+                connection.execute(statement)
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def _close(connection: sqlite3.Connection) -> None:
+    try:
+        connection.execute("PRAGMA optimize")
+    finally:
+        connection.close()
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _scalar(connection: sqlite3.Connection, sql: str, *params: object) -> Any:
+    row = _first(connection, sql, params)
+    assert row is not None
+    return row[0]
+
+
+def _delete(connection: sqlite3.Connection, sql: str, *params: object) -> int:
+    return connection.execute(sql, params).rowcount
+
+
+def _first(connection: sqlite3.Connection, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
+    # Step every statement to its end: in autocommit mode a half-read statement holds its transaction open.
+    rows = connection.execute(sql, params).fetchall()
+    return rows[0] if rows else None
+
+
+def _session(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord.model_validate({**dict(row), "last_target": _loads(row["last_target"])})
+
+
+def _inbound(row: sqlite3.Row) -> InboundRecord:
+    return InboundRecord.model_validate({**dict(row), "payload": _loads(row["payload"])})
+
+
+def _outbox(row: sqlite3.Row) -> OutboxRecord:
+    return OutboxRecord.model_validate(
+        {**dict(row), "target": _loads(row["target"]), "payload": _loads(row["payload"])}
+    )
+
+
+def _get_session(connection: sqlite3.Connection, session_key: str) -> SessionRecord | None:
+    row = _first(connection, "SELECT * FROM sessions WHERE session_key = ?", (session_key,))
+    return None if row is None else _session(row)
+
+
+def _ensure_session(
+    connection: sqlite3.Connection, session_key: str, agent: str, session_id: str, now: float
+) -> SessionRecord:
+    connection.execute(
+        "INSERT INTO sessions (session_key, session_id, agent, created, updated) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (session_key) DO NOTHING",
+        (session_key, session_id, agent, now, now),
+    )
+    record = _get_session(connection, session_key)
+    assert record is not None  # the only writer is this thread, and nothing deletes sessions
+    return record
+
+
+def _touch_session(
+    connection: sqlite3.Connection,
+    session_key: str,
+    now: float,
+    model: str | None,
+    tokens_in: int,
+    tokens_out: int,
+    channel: str | None,
+    account: str | None,
+    target: str | None,
+) -> SessionRecord:
+    row = _first(
+        connection,
+        "UPDATE sessions SET updated = ?, model = coalesce(?, model),"
+        " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+        " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
+        " last_target = coalesce(?, last_target)"
+        " WHERE session_key = ? RETURNING *",
+        (now, model, tokens_in, tokens_out, channel, account, target, session_key),
+    )
+    if row is None:
+        raise KeyError(f"no session {session_key!r}")
+    return _session(row)
+
+
+def _reset_session(connection: sqlite3.Connection, session_key: str, session_id: str, now: float) -> SessionRecord:
+    row = _first(
+        connection,
+        "UPDATE sessions SET session_id = ?, created = ?, updated = ?, input_tokens = 0, output_tokens = 0"
+        " WHERE session_key = ? RETURNING *",
+        (session_id, now, now, session_key),
+    )
+    if row is None:
+        raise KeyError(f"no session {session_key!r}")
+    return _session(row)
+
+
+def _record_inbound(
+    connection: sqlite3.Connection, channel: str, account: str, chat: str, message_id: str, payload: str, now: float
+) -> InboundRecord | None:
+    row = _first(
+        connection,
+        "INSERT INTO inbound (channel, account, chat, message_id, payload, status, received, updated)"
+        " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)"
+        " ON CONFLICT (channel, account, chat, message_id) DO NOTHING RETURNING *",
+        (channel, account, chat, message_id, payload, now, now),
+    )
+    return None if row is None else _inbound(row)
+
+
+def _mark_inbound(
+    connection: sqlite3.Connection, inbound_id: int, status: InboundStatus, error: str | None, now: float
+) -> None:
+    updated = connection.execute(
+        "UPDATE inbound SET status = ?, error = ?, updated = ? WHERE id = ? AND status IN ('pending', 'running')",
+        (status, error, now, inbound_id),
+    ).rowcount
+    if not updated:
+        current = _first(connection, "SELECT status FROM inbound WHERE id = ?", (inbound_id,))
+        if current is None:
+            raise KeyError(f"no inbound message {inbound_id}")
+        raise ValueError(f"inbound message {inbound_id} is already {current[0]}")
+
+
+def _set_inbound_session(connection: sqlite3.Connection, inbound_id: int, session_key: str, now: float) -> None:
+    sql = "UPDATE inbound SET session_key = ?, updated = ? WHERE id = ?"
+    if not connection.execute(sql, (session_key, now, inbound_id)).rowcount:
+        raise KeyError(f"no inbound message {inbound_id}")
+
+
+def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:
+    return [_inbound(row) for row in connection.execute(f"SELECT * FROM inbound {where}", params)]
+
+
+def _enqueue_outbox(connection: sqlite3.Connection, row: tuple[object, ...], now: float) -> OutboxRecord:
+    try:
+        created = _first(
+            connection,
+            "INSERT INTO outbox (inbound_id, channel, account, target, payload, kind, status, retry_at, created,"
+            " updated) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING *",
+            (*row, now, now, now),
+        )
+    except sqlite3.IntegrityError as error:
+        raise KeyError(f"no inbound message {row[0]}") from error
+    assert created is not None
+    return _outbox(created)
+
+
+def _finish_outbox(connection: sqlite3.Connection, outbox_id: int, update: str, params: tuple[object, ...]) -> None:
+    if connection.execute(f"{update} WHERE id = ? AND status = 'pending'", (*params, outbox_id)).rowcount:
+        return
+    current = _first(connection, "SELECT status FROM outbox WHERE id = ?", (outbox_id,))
+    if current is None:
+        raise KeyError(f"no outbox entry {outbox_id}")
+    raise ValueError(f"outbox entry {outbox_id} is already {current[0]}")
+
+
+def _outbox_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[OutboxRecord]:
+    return [_outbox(row) for row in connection.execute(f"SELECT * FROM outbox {where}", params)]

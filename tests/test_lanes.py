@@ -1,0 +1,517 @@
+"""Lanes: per-session order, the global limit, each queue mode, the cap, failures, /stop, shutdown and memory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+import pytest
+from pydantic import ValidationError
+
+from agent.lanes import Lanes, QueueMode, QueueSettings, RunControl
+
+GUARD = 10  # seconds: a hang fails the test instead of blocking the suite
+Handler = Callable[[str, list[str], RunControl[str]], Awaitable[None]]
+
+
+def join(items: list[str]) -> str:
+    return "+".join(items)
+
+
+class Notices:
+    """Collects what the lanes tell users."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+
+    async def __call__(self, key: str, item: str, text: str) -> None:
+        self.sent.append((key, item, text))
+
+
+def lanes_for(
+    handler: Handler,
+    mode: QueueMode = "collect",
+    *,
+    debounce_ms: int = 50,
+    cap: int = 20,
+    max_concurrent: int = 4,
+    notify: Notices | None = None,
+) -> Lanes[str]:
+    settings = QueueSettings(mode=mode, debounce_ms=debounce_ms, cap=cap)
+    return Lanes(handler, fold=join, notify=notify or Notices(), max_concurrent=max_concurrent, settings=settings)
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait until `condition` holds (fails after GUARD seconds, never on speed)."""
+    deadline = asyncio.get_running_loop().time() + GUARD
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class Held:
+    """A handler that records each turn and keeps chosen turns open until released."""
+
+    def __init__(self, hold: set[int] | None = None) -> None:
+        self.hold = {0} if hold is None else hold
+        self.batches: list[tuple[str, list[str]]] = []
+        self.controls: list[RunControl[str]] = []
+        self.started: list[float] = []
+        self.release = asyncio.Event()
+        self.finished = 0
+
+    async def __call__(self, key: str, batch: list[str], control: RunControl[str]) -> None:
+        index = len(self.batches)
+        self.batches.append((key, batch))
+        self.controls.append(control)
+        self.started.append(asyncio.get_running_loop().time())
+        if index in self.hold:
+            await asyncio.wait_for(self.release.wait(), GUARD)
+        self.finished += 1
+
+    def items(self, key: str = "k") -> list[list[str]]:
+        return [batch for batch_key, batch in self.batches if batch_key == key]
+
+
+# --- settings -----------------------------------------------------------------------------------------------------
+
+
+def test_settings_defaults_and_yaml_strings() -> None:
+    assert QueueSettings() == QueueSettings(mode="collect", debounce_ms=1000, cap=20)
+    settings = QueueSettings.model_validate({"mode": "steer", "debounce_ms": "250", "cap": "5"})
+    assert (settings.mode, settings.debounce_ms, settings.cap) == ("steer", 250, 5)
+
+
+@pytest.mark.parametrize(
+    "raw", [{"mode": "later"}, {"debounce_ms": -1}, {"cap": 0}, {"cap": "many"}, {"queue_size": 3}]
+)
+def test_settings_reject_bad_values(raw: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        QueueSettings.model_validate(raw)
+
+
+def test_max_concurrent_must_be_positive() -> None:
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="max_concurrent"):
+        lanes_for(handler, max_concurrent=0)
+
+
+# --- order and concurrency ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["collect", "followup", "steer"])
+async def test_order_within_a_session_under_concurrent_arrivals(mode: QueueMode) -> None:
+    rng = random.Random(7)
+    arrived: list[str] = []
+    batches: list[list[str]] = []
+    active = 0
+    overlapped = False
+    half_arrived = asyncio.Event()
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        nonlocal active, overlapped
+        active += 1
+        overlapped |= active > 1
+        batches.append(batch)
+        if len(batches) == 1:
+            await asyncio.wait_for(half_arrived.wait(), GUARD)  # later arrivals really meet a busy session
+        await asyncio.sleep(rng.random() * 0.003)
+        active -= 1
+
+    lanes = lanes_for(handler, mode, debounce_ms=0, cap=1000)
+
+    async def send(number: int) -> None:
+        await asyncio.sleep(rng.random() * 0.02)
+        arrived.append(f"m{number}")
+        await lanes.submit("k", f"m{number}")  # no await inside submit: arrival order is `arrived`
+        if len(arrived) == 30:
+            half_arrived.set()
+
+    await asyncio.gather(*(send(number) for number in range(60)))
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert [item for batch in batches for item in batch] == arrived
+    assert not overlapped
+    assert len(batches) >= 2
+    if mode == "followup":
+        assert all(len(batch) == 1 for batch in batches)
+
+
+async def test_parallel_across_sessions_up_to_the_limit_and_never_above() -> None:
+    active = 0
+    most = 0
+    two_running = asyncio.Event()
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        started.append(key)
+        if active == 2:
+            two_running.set()
+        await asyncio.wait_for(release.wait(), GUARD)
+        active -= 1
+
+    lanes = lanes_for(handler, max_concurrent=2)
+    sessions = [f"s{number}" for number in range(5)]
+    for key in sessions:
+        await lanes.submit(key, "hello")
+    await asyncio.wait_for(two_running.wait(), GUARD)
+    for _ in range(20):
+        await asyncio.sleep(0)  # a third run, were the limit broken, would start here
+    assert lanes.running_count() == 2
+    assert started == ["s0", "s1"]
+    assert [lanes.busy(key) for key in sessions] == [True, True, False, False, False]
+    release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "all sessions to finish")
+    assert most == 2
+    assert started == sessions  # sessions waiting for a slot get one in the order they asked
+    assert lanes.running_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"), [("followup", [["b1"], ["b2"], ["b3"]]), ("collect", [["b1", "b2", "b3"]])]
+)
+async def test_a_session_waiting_for_a_slot_keeps_its_order(mode: QueueMode, expected: list[list[str]]) -> None:
+    held = Held()
+    lanes = lanes_for(held, mode, max_concurrent=1)
+    await lanes.submit("a", "a1")
+    await eventually(lambda: lanes.busy("a"), "a's turn to start")
+    for item in ["b1", "b2", "b3"]:
+        await lanes.submit("b", item)
+    assert lanes.depth("b") == 3 and not lanes.busy("b")
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "both sessions to finish")
+    assert held.items("a") == [["a1"]]
+    assert held.items("b") == expected  # nothing of b started before it had a slot, so collect takes all of it
+
+
+# --- queue modes --------------------------------------------------------------------------------------------------
+
+
+async def test_idle_session_starts_at_once_and_collect_gathers_a_burst_after_the_debounce() -> None:
+    held = Held()
+    lanes = lanes_for(held, "collect", debounce_ms=50)
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    assert held.items() == [["m1"]]
+    loop = asyncio.get_running_loop()
+    for item in ["m2", "m3", "m4", "m5"]:
+        await lanes.submit("k", item)
+    last_arrival = loop.time()
+    assert lanes.depth("k") == 4
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["m2", "m3", "m4", "m5"]]
+    assert held.started[1] >= last_arrival + 0.05  # it waited for quiet, counted from the last arrival
+
+
+async def test_collect_debounce_restarts_with_each_arrival() -> None:
+    # Generous debounce: m3 must arrive within it for the assertion on batching to hold on a loaded machine.
+    debounce = 0.25
+    held = Held()
+    lanes = lanes_for(held, "collect", debounce_ms=int(debounce * 1000))
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "m2")
+    held.release.set()
+    await eventually(lambda: held.finished == 1 and not lanes.busy("k"), "the first turn to end")
+    await lanes.submit("k", "m3")  # after the run, during the quiet period that m2 began
+    m3_arrival = asyncio.get_running_loop().time()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["m2", "m3"]]
+    assert held.started[1] >= m3_arrival + debounce
+
+
+async def test_followup_runs_each_queued_item_as_its_own_turn() -> None:
+    held = Held()
+    lanes = lanes_for(held, "followup")
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    for item in ["m2", "m3", "m4"]:
+        await lanes.submit("k", item)
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["m2"], ["m3"], ["m4"]]
+
+
+async def test_steer_hands_arrivals_to_the_running_turn_and_runs_the_rest_next() -> None:
+    took: list[list[str]] = []
+    at_boundary = asyncio.Event()
+    finish = asyncio.Event()
+    batches: list[list[str]] = []
+    first_control: list[RunControl[str]] = []
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        batches.append(batch)
+        if len(batches) > 1:
+            return
+        first_control.append(control)
+        await asyncio.wait_for(at_boundary.wait(), GUARD)
+        took.append(control.take_steered())  # a tool boundary
+        took.append(control.take_steered())  # nothing new since
+        await asyncio.wait_for(finish.wait(), GUARD)
+
+    lanes = lanes_for(handler, "steer")
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "m2")
+    await lanes.submit("k", "m3")
+    at_boundary.set()
+    await eventually(lambda: len(took) == 2, "the turn to take steered messages")
+    assert took == [["m2", "m3"], []]
+    assert lanes.depth("k") == 0
+    await lanes.submit("k", "m4")
+    await lanes.submit("k", "m5")
+    finish.set()  # ends without taking m4 and m5
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert batches == [["m1"], ["m4", "m5"]]
+    assert first_control[0].take_steered() == []  # after its run, nothing more goes to the old turn
+
+
+async def test_take_steered_is_empty_outside_steer_mode() -> None:
+    assert RunControl[str]().take_steered() == []
+    held = Held()
+    lanes = lanes_for(held, "collect")
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "m2")
+    assert held.controls[0].take_steered() == []
+    assert lanes.depth("k") == 1
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["m2"]]
+
+
+async def test_interrupt_cancels_the_running_turn_and_restarts_with_the_new_items() -> None:
+    log: list[str] = []
+    batches: list[list[str]] = []
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        batches.append(batch)
+        log.append(f"start {batch}")
+        if len(batches) == 1:
+            await asyncio.wait_for(control.cancel.wait(), GUARD)
+            await asyncio.sleep(0.01)  # cleanup takes a moment; the next turn must still wait for it
+            log.append("cancelled")
+        log.append(f"end {batch}")
+
+    lanes = lanes_for(handler, "interrupt", debounce_ms=5000)  # no debounce applies to an interrupt
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "m2")
+    await lanes.submit("k", "m3")
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert batches == [["m1"], ["m2", "m3"]]
+    assert log == ["start ['m1']", "cancelled", "end ['m1']", "start ['m2', 'm3']", "end ['m2', 'm3']"]
+
+
+# --- the cap ------------------------------------------------------------------------------------------------------
+
+
+async def test_cap_folds_the_oldest_into_one_summary_and_tells_the_user() -> None:
+    held = Held()
+    notices = Notices()
+    lanes = lanes_for(held, "collect", cap=3, notify=notices)
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    for item in ["a", "b", "c"]:
+        await lanes.submit("k", item)
+    assert lanes.pending_items() == {"k": ["a", "b", "c"]}
+    await lanes.submit("k", "d")
+    assert lanes.pending_items() == {"k": ["a+b", "c", "d"]}
+    await lanes.submit("k", "e")
+    assert lanes.pending_items() == {"k": ["a+b+c", "d", "e"]}
+    assert lanes.depth("k") == 3
+    await eventually(lambda: len(notices.sent) == 2, "two notices")
+    assert [(key, item) for key, item, _ in notices.sent] == [("k", "d"), ("k", "e")]
+    assert "2" in notices.sent[0][2] and "3" in notices.sent[1][2]  # messages combined so far, not entries
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["a+b+c", "d", "e"]]
+
+
+async def test_cap_of_one_folds_the_new_item_too() -> None:
+    held = Held()
+    notices = Notices()
+    lanes = lanes_for(held, "followup", cap=1, notify=notices)
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "a")
+    await lanes.submit("k", "b")
+    await lanes.submit("k", "c")
+    assert lanes.pending_items() == {"k": ["a+b+c"]}
+    assert await lanes.stop("k") == 3  # the summary stands for three messages
+    await eventually(lambda: len(notices.sent) == 2, "two notices")
+
+
+async def test_a_failing_notify_is_logged_and_the_queue_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(key: str, item: str, text: str) -> None:
+        raise ConnectionError("chat is down")
+
+    held = Held()
+    lanes = Lanes(held, fold=join, notify=broken, settings=QueueSettings(cap=1, debounce_ms=0))
+    with caplog.at_level(logging.ERROR, logger="agent.lanes"):
+        await lanes.submit("k", "m1")
+        await eventually(lambda: lanes.busy("k"), "the first turn")
+        await lanes.submit("k", "a")
+        await lanes.submit("k", "b")
+        await eventually(lambda: "chat is down" in caplog.text, "the notify failure to be logged")
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["a+b"]]
+
+
+# --- failures -----------------------------------------------------------------------------------------------------
+
+
+async def test_a_failing_handler_does_not_stop_the_queue_or_other_sessions(caplog: pytest.LogCaptureFixture) -> None:
+    entered = asyncio.Event()
+    go_on = asyncio.Event()
+    ran: list[tuple[str, list[str]]] = []
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        ran.append((key, batch))
+        if batch == ["boom"]:
+            entered.set()
+            await asyncio.wait_for(go_on.wait(), GUARD)
+            raise RuntimeError("model exploded")
+        if batch == ["gave up"]:
+            raise asyncio.CancelledError  # e.g. an inner timeout leaking out of the runner
+
+    lanes = lanes_for(handler, "followup")
+    with caplog.at_level(logging.WARNING, logger="agent.lanes"):
+        await lanes.submit("a", "boom")
+        await asyncio.wait_for(entered.wait(), GUARD)
+        await lanes.submit("a", "gave up")
+        await lanes.submit("a", "after")
+        await lanes.submit("b", "other")
+        await eventually(lambda: ("b", ["other"]) in ran, "the other session to run")
+        go_on.set()
+        await eventually(lambda: lanes.lane_count() == 0, "both sessions to go idle")
+    assert [batch for key, batch in ran if key == "a"] == [["boom"], ["gave up"], ["after"]]
+    assert "model exploded" in caplog.text
+    assert "cancelled" in caplog.text
+    assert lanes.running_count() == 0
+
+
+# --- stop ---------------------------------------------------------------------------------------------------------
+
+
+async def test_stop_cancels_the_turn_clears_the_queue_and_counts_what_it_dropped() -> None:
+    batches: list[list[str]] = []
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        batches.append(batch)
+        await asyncio.wait_for(control.cancel.wait(), GUARD)
+
+    lanes = lanes_for(handler, "followup")
+    assert await lanes.stop("nobody") == 0
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    for item in ["m2", "m3", "m4"]:
+        await lanes.submit("k", item)
+    assert lanes.depth("k") == 3
+    assert await lanes.stop("k") == 3
+    assert lanes.depth("k") == 0
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert batches == [["m1"]]
+    await lanes.submit("k", "fresh")  # the session takes new messages after a stop
+    await eventually(lambda: len(batches) == 2, "a new turn")
+    assert batches[1] == ["fresh"]
+    assert await lanes.stop("k") == 0
+
+
+# --- shutdown -----------------------------------------------------------------------------------------------------
+
+
+async def test_close_lets_running_turns_finish_within_grace_and_keeps_the_queue() -> None:
+    held = Held(hold={0, 1})
+    lanes = lanes_for(held, "followup")
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "m2")
+    await lanes.submit("other", "o1")
+    await eventually(lambda: lanes.running_count() == 2, "both turns")
+    closing = asyncio.create_task(lanes.close(grace_seconds=GUARD))
+    await eventually(lambda: lanes.closed, "close to begin")
+    await asyncio.sleep(0.05)
+    assert not closing.done()  # it waits for the running turns
+    held.release.set()  # both turns end on their own, well within the grace period
+    await asyncio.wait_for(closing, GUARD)
+    assert held.finished == 2
+    assert not any(control.cancel.is_set() for control in held.controls)
+    assert held.items() == [["m1"]] and held.items("other") == [
+        ["o1"]
+    ]  # m2 was queued, not started: the journal re-runs it on the next start
+    assert lanes.pending_items() == {"k": ["m2"]}
+    with pytest.raises(RuntimeError, match="closed"):
+        await lanes.submit("k", "late")
+    assert lanes.closed
+
+
+async def test_close_cancels_turns_that_outlast_the_grace_period() -> None:
+    saw_cancel: list[str] = []
+    hard_cancelled: list[str] = []
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        if key == "polite":
+            await asyncio.wait_for(control.cancel.wait(), GUARD)
+            saw_cancel.append(key)
+            return
+        try:
+            await asyncio.sleep(GUARD * 2)  # ignores the cancel event
+        except asyncio.CancelledError:
+            hard_cancelled.append(key)
+            raise
+
+    lanes = lanes_for(handler, "collect", debounce_ms=5000)
+    await lanes.submit("polite", "p1")
+    await lanes.submit("stubborn", "s1")
+    await eventually(lambda: lanes.running_count() == 2, "both turns")
+    await lanes.submit("polite", "p2")
+    await asyncio.wait_for(lanes.close(grace_seconds=0.05, cancel_seconds=0.05), GUARD)
+    assert saw_cancel == ["polite"]
+    assert hard_cancelled == ["stubborn"]
+    assert lanes.running_count() == 0
+    assert lanes.pending_items() == {"polite": ["p2"]}
+    assert lanes.lane_count() == 1
+
+
+async def test_close_does_not_start_sessions_waiting_for_a_slot() -> None:
+    held = Held()
+    lanes = lanes_for(held, max_concurrent=1)
+    await lanes.submit("a", "a1")
+    await eventually(lambda: lanes.busy("a"), "a's turn")
+    await lanes.submit("b", "b1")
+    closing = asyncio.create_task(lanes.close(grace_seconds=GUARD))
+    await eventually(lambda: lanes.closed, "close to begin")
+    held.release.set()
+    await asyncio.wait_for(closing, GUARD)
+    assert held.batches == [("a", ["a1"])]
+    assert lanes.pending_items() == {"b": ["b1"]}
+
+
+# --- memory -------------------------------------------------------------------------------------------------------
+
+
+async def test_idle_sessions_leave_no_lanes_behind() -> None:
+    done = 0
+
+    async def handler(key: str, batch: list[str], control: RunControl[str]) -> None:
+        nonlocal done
+        done += 1
+
+    lanes = lanes_for(handler, "collect", debounce_ms=0)
+    for number in range(2000):
+        await lanes.submit(f"s{number}", "hi")
+    await eventually(lambda: done == 2000, "every session's turn")
+    await eventually(lambda: lanes.lane_count() == 0, "every lane to be removed")
+    assert lanes.pending_items() == {}
+    assert not lanes.busy("s0") and lanes.depth("s0") == 0

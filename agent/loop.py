@@ -13,7 +13,15 @@ from typing import Literal, TypeVar
 from agent import xml_dispatch
 from agent.events import AssistantEvent, Emit, LifecycleEvent, ToolEvent, discard, short
 from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, Usage, UserMessage
-from agent.providers.base import Completed, ModelRequest, Provider, ProviderError, TextDelta, ToolSpec
+from agent.providers.base import (
+    Completed,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    TextDelta,
+    ThinkingLevel,
+    ToolSpec,
+)
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, error_result
 from tools.hooks import Hooks, call_tool
 from tools.schema import normalize_schema
@@ -38,6 +46,7 @@ class Turn:
     dispatch: Dispatch = "native"
     max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
     max_tokens: int = 4096
+    thinking: ThinkingLevel = "off"
     api_key: str | None = None
     emit: Emit = discard
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -156,6 +165,7 @@ def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Mo
         messages=messages,
         tools=specs if dispatch == "native" else [],
         max_tokens=turn.max_tokens,
+        thinking=turn.thinking,
     )
 
 

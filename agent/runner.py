@@ -18,7 +18,7 @@ from agent.events import AssistantEvent, Emit, RunEvent, ToolEvent
 from agent.keys import NO_KEY, KeyPool, fingerprint, key_index
 from agent.loop import Turn, TurnResult, run_turn
 from agent.messages import Message, UserMessage
-from agent.providers.base import ErrorKind, Provider, ProviderError
+from agent.providers.base import ErrorKind, Provider, ProviderError, ThinkingLevel
 from agent.providers.config import ModelOptions, ProviderConfig, build_provider
 from agent.providers.sse import redact
 
@@ -323,6 +323,7 @@ class Runner:
         provider = self.provider_factory(name, candidate.provider, self.client)
         failed: set[str] = set()
         compacted = must_compact = retried = False
+        thinking: ThinkingLevel = candidate.options.thinking
         try:
             while True:
                 if run.stop.is_set():
@@ -337,7 +338,7 @@ class Runner:
                         await self._compact(run, candidate, provider, api_key)
                         must_compact = False
                         continue
-                    turn, watch = await self._make_turn(run, candidate, provider, api_key)
+                    turn, watch = await self._make_turn(run, candidate, provider, api_key, thinking)
                     result = await run_turn(turn, run.history, run.spec.user)
                 except _Stopped:
                     return self._stopped(run, candidate)
@@ -366,6 +367,12 @@ class Runner:
                         compacted = must_compact = True
                         await self._decide(run, "compact", candidate, index, key, error.kind, f"{detail}; compacting")
                         continue
+                    if error.kind == "bad_request" and thinking != "off" and _rejects_thinking(str(error)):
+                        lower = _LOWER_THINKING[thinking]
+                        why = f"{detail}; the model rejected thinking level {thinking}, trying {lower}"
+                        await self._decide(run, "retry", candidate, index, key, error.kind, why)
+                        thinking = lower
+                        continue
                     if error.kind == "server" and not retried:
                         retried = True
                         again = f"{detail}; trying again in {self.server_retry_delay:g} s"
@@ -384,10 +391,11 @@ class Runner:
             await provider.aclose()
 
     async def _make_turn(
-        self, run: _Run, candidate: ModelCandidate, provider: Provider, api_key: str | None
+        self, run: _Run, candidate: ModelCandidate, provider: Provider, api_key: str | None, thinking: ThinkingLevel
     ) -> tuple[Turn, _OutputWatch]:
         made = run.spec.make_turn(candidate, provider, api_key)
         turn = made if isinstance(made, Turn) else await made
+        turn.thinking = thinking  # the level this attempt runs at (lowered after a rejection)
         turn.run_id = run.spec.run_id  # every attempt's events carry the run's id
         turn.api_key = api_key  # the key this attempt was given, whatever the builder did with it
         watch = _OutputWatch(turn.emit)
@@ -584,3 +592,13 @@ def _reasons(failures: Sequence[_Failure]) -> str:
         f"{failure.model}{'' if failure.key_index is None else f' key #{failure.key_index}'}: {failure.detail}"
         for failure in failures
     )
+
+
+_LOWER_THINKING: dict[ThinkingLevel, ThinkingLevel] = {"high": "medium", "medium": "low", "low": "off", "off": "off"}
+_THINKING_WORDS = ("thinking", "reasoning", "budget_tokens")
+
+
+def _rejects_thinking(message: str) -> bool:
+    """Whether a 400 is about the thinking or reasoning setting (the wording differs between providers)."""
+    lowered = message.lower()
+    return any(word in lowered for word in _THINKING_WORDS)

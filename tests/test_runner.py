@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import pytest
@@ -19,7 +19,7 @@ from agent.keys import NO_KEY, KeyPool, fingerprint
 from agent.loop import Turn
 from agent.messages import AssistantMessage, Message, UserMessage
 from agent.providers.base import Provider
-from agent.providers.config import split_model
+from agent.providers.config import ModelOptions, split_model
 from agent.runner import STOPPED_PARTWAY, ModelCandidate, Runner, RunnerEvent, RunOutcome, RunSpec
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
 
@@ -335,6 +335,35 @@ async def test_a_bad_request_goes_straight_to_the_fallback(h: Harness) -> None:
     assert h.models_asked() == ["model-a", "model-b"]
     [moved] = h.decisions
     assert (moved.decision, moved.error_kind) == ("next_model", "bad_request")
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_rejected_thinking_level_is_retried_one_level_lower(h: Harness, kind: Kind) -> None:
+    model = replace(h.candidate("alpha/model-a", kind, api_key=K1), options=ModelOptions(thinking="high"))
+    h.llm.script(
+        Reply.error(400, message="reasoning_effort 'high' is not supported by this model"),
+        Reply.error(400, message="thinking is not supported at level medium"),
+        "Thought about it.",
+    )
+    outcome = await h.ask(model)
+    assert outcome.status == "ok"
+    bodies = [cast(dict[str, Any], request.body) for request in h.llm.requests]
+    if kind == "openai":
+        assert [body.get("reasoning_effort") for body in bodies] == ["high", "medium", "low"]
+    else:
+        assert [body["thinking"]["budget_tokens"] for body in bodies] == [16384, 4096, 1024]
+        assert all(body["max_tokens"] > body["thinking"]["budget_tokens"] for body in bodies)
+    assert h.kinds() == ["retry", "retry"]
+
+
+async def test_a_bad_request_about_something_else_does_not_touch_the_thinking_level(h: Harness) -> None:
+    first = replace(h.candidate("alpha/model-a", api_key=K1), options=ModelOptions(thinking="low"))
+    second = h.candidate("beta/model-b", api_key=K3)
+    h.llm.script(Reply.error(400, message="messages: field required"), "From b.")
+    outcome = await h.ask(first, second)
+    assert outcome.status == "ok"
+    assert h.models_asked() == ["model-a", "model-b"]
+    assert "reasoning_effort" not in cast(dict[str, Any], h.llm.requests[1].body)
 
 
 # --- compaction on context overflow -------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
+THINKING_BUDGETS = {"low": 1024, "medium": 4096, "high": 16384}
+
+
 class AnthropicProvider:
     """An Anthropic Messages endpoint (or one that speaks its protocol)."""
 
@@ -82,6 +85,11 @@ class AnthropicProvider:
             body["temperature"] = request.temperature
         if request.tools:
             body["tools"] = [anthropic_tool(tool) for tool in request.tools]
+        if request.thinking != "off":
+            budget = THINKING_BUDGETS[request.thinking]
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            body["max_tokens"] = max(body["max_tokens"], budget + 1024)  # the budget must fit inside max_tokens
+            body.pop("temperature", None)  # extended thinking does not take a temperature
         return body
 
     async def stream(self, request: ModelRequest, *, api_key: str | None = None) -> AsyncIterator[StreamEvent]:

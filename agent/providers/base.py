@@ -12,6 +12,8 @@ from agent.messages import AssistantMessage, Message, Usage
 # Which JSON-Schema dialect a provider's tool parameters must be normalized to (tools/schema.py).
 SchemaDialect = Literal["openai", "gemini", "anthropic"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "other"]
+# How hard a reasoning model thinks before answering; a model that rejects a level is retried one lower.
+ThinkingLevel = Literal["off", "low", "medium", "high"]
 ErrorKind = Literal["auth", "rate_limit", "context_overflow", "server", "timeout", "bad_request", "network"]
 
 
@@ -32,6 +34,7 @@ class ModelRequest(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int = 4096
     temperature: float | None = None
+    thinking: ThinkingLevel = "off"
 
 
 class TextDelta(BaseModel):

@@ -45,6 +45,8 @@ class ModelOptions(BaseModel):
     tool_dispatch: Annotated[Literal["native", "xml"], BeforeValidator(_lower)] = "native"
     # Replaces the request's max_tokens for this model.
     max_tokens: int | None = Field(default=None, gt=0)
+    # Reasoning effort (OpenAI `reasoning_effort`, Anthropic extended thinking); lowered when the model rejects it.
+    thinking: Annotated[Literal["off", "low", "medium", "high"], BeforeValidator(_lower)] = "off"
 
 
 class ProviderConfig(BaseModel):

@@ -85,6 +85,8 @@ class OpenAIProvider:
         }
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.thinking != "off":
+            body["reasoning_effort"] = request.thinking
         if request.tools:
             body["tools"] = [openai_tool(tool) for tool in request.tools]
         return body

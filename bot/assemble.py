@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
+from agent.events import Emit
+from agent.loop import Turn
+from agent.messages import UserMessage
 from agent.prompt import ToolLine, build_system_prompt, read_bootstrap
-from agent.providers.config import ModelOptions, ProviderConfig, split_model
+from agent.providers.base import Provider
+from agent.providers.config import split_model
+from agent.runner import ModelCandidate
 from bot.config import Config
 from routing import Peer
 from tools.base import RunInfo
+from tools.hooks import Hooks
 from tools.policy import PolicyResult, Selection, select_tools
 from tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
 
 
 class SetupError(Exception):
     """A run cannot start: no model configured, or its provider is missing. The message says what to do."""
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """One model to call: `ref` as written (`provider/model-id`), the provider's settings, the model's options."""
-
-    ref: str
-    provider_name: str
-    model_id: str
-    provider: ProviderConfig
-    options: ModelOptions
 
 
 def model_refs(config: Config, agent_id: str) -> list[str]:
@@ -40,14 +38,31 @@ def model_refs(config: Config, agent_id: str) -> list[str]:
     return list(dict.fromkeys([primary, *config.fallbacks_for(agent_id)]))
 
 
-def choose_model(config: Config, ref: str, environ: Mapping[str, str] | None = None) -> ModelChoice:
+def choose_model(config: Config, ref: str, environ: Mapping[str, str] | None = None) -> ModelCandidate:
     """Resolve `provider/model-id` against the providers section (or the environment)."""
     provider_name, model_id = split_model(ref)
     try:
         provider = config.provider(provider_name, os.environ if environ is None else environ)
     except KeyError as error:
         raise SetupError(str(error.args[0])) from None
-    return ModelChoice(ref, provider_name, model_id, provider, provider.model_options(model_id))
+    return ModelCandidate(ref, provider_name, model_id, provider, provider.model_options(model_id))
+
+
+def candidates(config: Config, agent_id: str) -> list[ModelCandidate]:
+    """The models a run may use, in order; one whose provider is missing is left out (and logged).
+
+    SetupError when none is usable, with the reasons."""
+    found, problems = [], []
+    for ref in model_refs(config, agent_id):
+        try:
+            found.append(choose_model(config, ref))
+        except SetupError as error:
+            problems.append(str(error))
+    if not found:
+        raise SetupError("; ".join(problems))
+    for problem in problems:
+        log.warning("agent %s: fallback left out: %s", agent_id, problem)
+    return found
 
 
 def policy_for(
@@ -80,3 +95,35 @@ async def system_prompt(run: RunInfo, policy: PolicyResult, *, is_group: bool, n
     bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)
     lines = [ToolLine(tool.name, tool.description) for tool in policy.kept]
     return build_system_prompt(agent=run.agent, run=run, tools=lines, bootstrap=bootstrap, now=now, is_group=is_group)
+
+
+async def build_turn(
+    config: Config,
+    registry: ToolRegistry,
+    run: RunInfo,
+    candidate: ModelCandidate,
+    provider: Provider,
+    *,
+    peer: Peer | None,
+    hooks: Hooks,
+    emit: Emit,
+    cancel: asyncio.Event,
+    steer: Callable[[], list[UserMessage]] | None = None,
+) -> Turn:
+    """The Turn for one attempt with `candidate`: its tools after policy, its prompt, its dispatch and limits."""
+    turn_run = run.model_copy(update={"model": candidate.ref})
+    policy = policy_for(config, registry, turn_run, peer=peer)
+    return Turn(
+        provider=provider,
+        model=candidate.model_id,
+        system=await system_prompt(turn_run, policy, is_group=peer is not None and peer.kind != "direct"),
+        run=turn_run,
+        tools=policy.kept,
+        hooks=hooks,
+        dispatch=candidate.options.tool_dispatch,
+        max_tool_iterations=config.defaults.max_tool_iterations,
+        max_tokens=candidate.options.max_tokens or 4096,
+        emit=emit,
+        cancel=cancel,
+        steer=steer,
+    )

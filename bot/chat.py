@@ -8,45 +8,43 @@ import getpass
 import json
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEvent
-from agent.loop import Turn, TurnResult, run_turn
-from agent.messages import Message, UserMessage
-from agent.providers.base import ProviderError
-from agent.providers.config import build_provider
-from agent.sessions import append_transcript, read_transcript, transcript_path
-from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
+from agent.loop import TurnResult
+from agent.messages import UserMessage
+from agent.runner import Runner
+from bot.assemble import SetupError
 from bot.config import Config
+from bot.conversation import Conversations
+from bot.store import SqliteStore
 from channels.base import CONSOLE
 from routing import Peer, RoutingInput
 from tools.base import RunInfo
 from tools.builtins import builtin_registry
-from tools.hooks import Hooks
 
 
 class ChatFailed(Exception):
-    """Every model the agent may use failed; the message says how, one model per clause."""
+    """The turn could not be answered; the message says why in one line."""
 
 
 @dataclass
 class ChatSession:
-    """The console conversation: which agent, which session, where its transcript lives."""
+    """The console conversation: which agent, which session, and the shared services that run it."""
 
-    config: Config
+    conversations: Conversations
     agent: str
     session_key: str
     run: RunInfo
-    transcript: Path
     peer: Peer
-    hooks: Hooks = field(default_factory=Hooks)
 
 
-def open_session(config: Config, state_dir: Path, agent: str | None = None, user: str | None = None) -> ChatSession:
+async def open_session(
+    config: Config, state_dir: Path, agent: str | None = None, user: str | None = None
+) -> ChatSession:
     """Route a console DM like any other message; `agent` overrides the binding. The console user is an owner."""
     user = user or _console_user()
     peer = Peer("direct", user)
@@ -58,7 +56,6 @@ def open_session(config: Config, state_dir: Path, agent: str | None = None, user
     else:
         config.agent(agent)  # KeyError for an unknown agent
         session_key = router.session_key(agent, source)
-    workspace = config.workspace(agent)
     run = RunInfo(
         agent=agent,
         session_key=session_key,
@@ -67,9 +64,17 @@ def open_session(config: Config, state_dir: Path, agent: str | None = None, user
         sender_name=user,
         sender_is_owner=True,
         capabilities=CONSOLE,
-        workspace=str(workspace),
+        workspace=str(config.workspace(agent)),
     )
-    return ChatSession(config, agent, session_key, run, transcript_path(state_dir, session_key), peer)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    store = await SqliteStore.open(state_dir)
+    conversations = Conversations(config, store, state_dir, Runner(), builtin_registry())
+    return ChatSession(conversations, agent, session_key, run, peer)
+
+
+async def close_session(session: ChatSession) -> None:
+    await session.conversations.runner.aclose()
+    await session.conversations.store.close()
 
 
 def _console_user() -> str:
@@ -79,56 +84,13 @@ def _console_user() -> str:
 
 
 async def chat_turn(session: ChatSession, text: str, emit: Emit, cancel: asyncio.Event | None = None) -> TurnResult:
-    """One turn: the agent's model, then each fallback while nothing has been shown yet; the transcript
-    gains the turn's messages only when it completes."""
-    config = session.config
-    history: list[Message] = await read_transcript(session.transcript)
-    user = UserMessage.of(text)
-    registry = builtin_registry()
-    Path(session.run.workspace or ".").mkdir(parents=True, exist_ok=True)
-    failures: list[str] = []
-    shown = False
-
-    async def watch(event: RunEvent) -> None:
-        nonlocal shown
-        shown = shown or isinstance(event, AssistantEvent | ToolEvent)
-        await emit(event)
-
-    for ref in model_refs(config, session.agent):
-        try:
-            choice = choose_model(config, ref)
-        except SetupError as error:
-            failures.append(f"{ref}: {error}")
-            continue
-        run = session.run.model_copy(update={"model": ref})
-        policy = policy_for(config, registry, run, peer=session.peer)
-        provider = build_provider(choice.provider_name, choice.provider)
-        turn = Turn(
-            provider=provider,
-            model=choice.model_id,
-            system=await system_prompt(run, policy, is_group=False),
-            run=run,
-            tools=policy.kept,
-            hooks=session.hooks,
-            dispatch=choice.options.tool_dispatch,
-            max_tool_iterations=config.defaults.max_tool_iterations,
-            max_tokens=choice.options.max_tokens or 4096,
-            emit=watch,
-            cancel=cancel or asyncio.Event(),
-        )
-        try:
-            result = await run_turn(turn, history, user)
-        except ProviderError as error:
-            failures.append(f"{ref}: {error.kind}: {error}")
-            if shown:  # the person saw part of this answer, and tools may have acted: keep the record, stop
-                await append_transcript(session.transcript, error.partial_messages)
-                break
-            continue
-        finally:
-            await provider.aclose()
-        await append_transcript(session.transcript, result.messages)
-        return result
-    raise ChatFailed("; ".join(failures))
+    """One turn through the runner (key rotation, fallbacks, compaction, time limit); ChatFailed if unanswered."""
+    outcome = await session.conversations.answer(
+        session.run, UserMessage.of(text), peer=session.peer, emit=emit, cancel=cancel
+    )
+    if outcome.result is None:
+        raise ChatFailed(f"{outcome.user_message} ({outcome.reason})" if outcome.reason else str(outcome.user_message))
+    return outcome.result
 
 
 class ConsoleView:
@@ -199,8 +161,8 @@ async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable
             continue
         if text in ("/exit", "/quit"):
             return 0
-        if text == "/new":
-            _archive(session.transcript)
+        if text in ("/new", "/reset"):
+            await session.conversations.store.reset_session(session.session_key)
             print("(new conversation)", file=sys.stderr)
             continue
         cancel = asyncio.Event()
@@ -225,7 +187,10 @@ async def _read_line(prompt: str) -> str:
     return await asyncio.to_thread(input, prompt)
 
 
-def _archive(transcript: Path) -> None:
-    """Keep the old conversation beside the new one instead of deleting it."""
-    if transcript.exists():
-        transcript.rename(transcript.with_name(f"{transcript.stem}.{time.time_ns()}.jsonl"))
+async def run_chat(config: Config, state_dir: Path, agent: str | None, message: str | None) -> int:
+    """`bot chat`: one turn with `message`, else the interactive console; the exit status."""
+    session = await open_session(config, state_dir, agent)
+    try:
+        return await (chat_once(session, message) if message is not None else chat_interactive(session))
+    finally:
+        await close_session(session)

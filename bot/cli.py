@@ -157,14 +157,17 @@ def config_check(config_path: str) -> None:
 def chat(config_path: str, agent: str | None, state_dir: str | None, message: str | None) -> None:
     """Talk to an agent in the terminal; the conversation is kept between invocations."""
     import asyncio
+    import logging
 
-    from bot.chat import chat_interactive, chat_once, open_session
+    from bot.chat import run_chat
 
+    logging.basicConfig(level=logging.ERROR)  # the answer, or one line saying why not: no decision log here
     config = _load(config_path)
-    session = open_session(config, _state_dir(config_path, state_dir), _agent(config, agent) if agent else None)
-    if message is not None:
-        sys.exit(asyncio.run(chat_once(session, message)))
-    sys.exit(asyncio.run(chat_interactive(session)))
+    sys.exit(
+        asyncio.run(
+            run_chat(config, _state_dir(config_path, state_dir), _agent(config, agent) if agent else None, message)
+        )
+    )
 
 
 @cli.command("tools")

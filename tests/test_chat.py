@@ -117,7 +117,8 @@ async def test_a_provider_failure_exits_1_with_one_line_and_no_key(
     assert code == 1
     assert out == ""
     assert err.count("\n") == 1
-    assert err.startswith("bot chat: fake/model-a: auth: ")
+    assert err.startswith("bot chat: Sorry")
+    assert "fake/model-a key #0: auth: " in err
     assert SECRET not in err
 
 
@@ -127,10 +128,11 @@ async def test_a_fallback_model_answers_when_the_first_fails(tmp_path: Path, fak
         '"model": "fake/model-a"', '"model": "fake/model-a", "fallbacks": ["fake/model-b"]'
     )
     config.write_text(text)
-    fake_llm.script(Reply.error(500), "Answer from model b.")
+    fake_llm.script(Reply.error(500), Reply.error(502), "Answer from model b.")
     code, out, err = await bot("chat", "--config", str(config), "-m", "hi")
     assert (code, out) == (0, "Answer from model b.\n"), err
-    assert [request.body["model"] for request in fake_llm.requests] == ["model-a", "model-b"]
+    # a server error is retried once on the same model, then the fallback answers
+    assert [request.body["model"] for request in fake_llm.requests] == ["model-a", "model-a", "model-b"]
 
 
 async def test_no_reply_prints_nothing(tmp_path: Path, fake_llm: FakeLLM) -> None:
@@ -194,3 +196,13 @@ async def test_bot_prompt_prints_the_system_prompt_and_tool_schemas(tmp_path: Pa
     assert "anthropic schemas" in out
     assert '"name": "session_status"' in out
     assert fake_llm.requests == []
+
+
+async def test_new_starts_a_fresh_conversation_and_keeps_the_old_transcript(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "anthropic")
+    fake_llm.script("One.", "Two.")
+    code, _, err = await bot("chat", "--config", str(config), stdin="first\n/new\nsecond\n/exit\n")
+    assert code == 0, err
+    assert "(new conversation)" in err
+    assert user_texts(fake_llm.requests[1].body) == ["second"]
+    assert len(list((tmp_path / "state" / "transcripts").glob("*.jsonl"))) == 2

@@ -1,0 +1,91 @@
+"""One agent turn in a stored conversation: session index, transcript, the runner, and what is kept afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.compaction import since_last_summary
+from agent.events import Emit, discard
+from agent.loop import Turn
+from agent.messages import Message, UserMessage
+from agent.providers.base import Provider
+from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
+from agent.sessions import append_transcript, read_transcript, transcript_for
+from bot.assemble import build_turn, candidates
+from bot.config import Config
+from bot.store import Store
+from channels.base import ChatTarget
+from routing import Peer
+from tools.base import RunInfo
+from tools.hooks import Hooks
+from tools.registry import ToolRegistry
+
+
+@dataclass
+class Conversations:
+    """What every turn shares: the config, the store, the runner, the tools and hooks."""
+
+    config: Config
+    store: Store
+    state_dir: Path
+    runner: Runner
+    registry: ToolRegistry
+    hooks: Hooks = field(default_factory=Hooks)
+
+    async def answer(
+        self,
+        run: RunInfo,
+        user: UserMessage,
+        *,
+        peer: Peer | None = None,
+        target: ChatTarget | None = None,
+        emit: Emit = discard,
+        cancel: asyncio.Event | None = None,
+        steer: Callable[[], list[UserMessage]] | None = None,
+    ) -> RunOutcome:
+        """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened.
+
+        SetupError (from `candidates`) when the agent has no usable model."""
+        models = candidates(self.config, run.agent)
+        session = await self.store.ensure_session(run.session_key, run.agent)
+        transcript = transcript_for(self.state_dir, session.session_id)
+        history = since_last_summary(await read_transcript(transcript))
+        Path(run.workspace or ".").mkdir(parents=True, exist_ok=True)
+        stop = cancel or asyncio.Event()
+
+        async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
+            return await build_turn(
+                self.config, self.registry, run, candidate, provider,
+                peer=peer, hooks=self.hooks, emit=emit, cancel=stop, steer=steer,
+            )  # fmt: skip
+
+        async def on_compacted(new_history: list[Message], summary: str) -> None:
+            await append_transcript(transcript, new_history)  # the summary, then the turns it kept
+
+        outcome = await self.runner.run(
+            RunSpec(
+                run_id=f"run_{secrets.token_hex(6)}",
+                session_key=run.session_key,
+                candidates=models,
+                make_turn=make_turn,
+                history=history,
+                user=user,
+                timeout_seconds=self.config.timeout_for(run.agent),
+                on_compacted=on_compacted,
+            )
+        )
+        await append_transcript(transcript, outcome.messages)
+        usage = outcome.result.usage if outcome.result is not None else None
+        await self.store.touch_session(
+            run.session_key,
+            model=outcome.model_ref,
+            usage=(usage.input_tokens, usage.output_tokens) if usage else None,
+            channel=target.channel if target else run.channel,
+            account=target.account if target else None,
+            target=target.model_dump(mode="json") if target else None,
+        )
+        return outcome

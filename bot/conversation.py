@@ -46,8 +46,10 @@ class Conversations:
         emit: Emit = discard,
         cancel: asyncio.Event | None = None,
         steer: Callable[[], list[UserMessage]] | None = None,
+        record: Callable[[RunOutcome], bool] = lambda outcome: True,
     ) -> RunOutcome:
-        """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened.
+        """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened
+        (unless `record(outcome)` says no: a turn cut short by shutdown is run again from the same history).
 
         SetupError (from `candidates`) when the agent has no usable model."""
         models = candidates(self.config, run.agent)
@@ -78,6 +80,8 @@ class Conversations:
                 on_compacted=on_compacted,
             )
         )
+        if not record(outcome):
+            return outcome
         await append_transcript(transcript, outcome.messages)
         usage = outcome.result.usage if outcome.result is not None else None
         await self.store.touch_session(

@@ -5,22 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.compaction import since_last_summary
 from agent.lanes import Lanes, RunControl
-from agent.loop import Turn, TurnResult
-from agent.messages import Message, TextBlock, UserMessage
-from agent.providers.base import Provider
-from agent.runner import ModelCandidate, Runner, RunSpec
-from agent.sessions import append_transcript, read_transcript, transcript_for
-from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
+from agent.messages import TextBlock, UserMessage
+from agent.runner import Runner, RunOutcome
+from bot.assemble import SetupError, model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.config import Config
+from bot.conversation import Conversations
 from bot.store import InboundRecord, OutboxRecord, Store
 from channels.base import ActionEvent, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
 from channels.chunking import chunk_text
@@ -34,6 +31,11 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 MAX_SEND_ATTEMPTS = 8
 TYPING_EVERY_SECONDS = 4.0
+_ADDRESSED = re.compile(r"^/[A-Za-z_]+@")  # `/cmd@somebot`
+
+
+class _Interrupted(Exception):
+    """The turn was cancelled by shutdown: its messages stay unfinished in the journal for the next start."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ class Job:
     message: InboundMessage
     agent: str
     session_key: str
+    folded_ids: tuple[int, ...] = ()  # journal rows of earlier messages folded into this one
+
+    @property
+    def inbound_ids(self) -> tuple[int, ...]:
+        """Every journal row this job answers for."""
+        return (*self.folded_ids, self.inbound_id)
 
 
 def _chat(message: InboundMessage) -> str:
@@ -57,7 +65,8 @@ def _fold(jobs: list[Job]) -> Job:
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
     lines += [f"{job.message.sender_name or job.message.sender_id}: {job.message.text}" for job in jobs]
     message = newest.message.model_copy(update={"text": "\n".join(lines)})
-    return Job(newest.inbound_id, message, newest.agent, newest.session_key)
+    folded = tuple(inbound_id for job in jobs for inbound_id in job.inbound_ids if inbound_id != newest.inbound_id)
+    return Job(newest.inbound_id, message, newest.agent, newest.session_key, folded)
 
 
 class Gateway:
@@ -81,9 +90,9 @@ class Gateway:
         self.store = store
         self.state_dir = state_dir
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
-        self.runner = runner or Runner()
-        self.registry = registry or builtin_registry()
-        self.hooks = hooks or Hooks()
+        self.conversations = Conversations(
+            config, store, state_dir, runner or Runner(), registry or builtin_registry(), hooks or Hooks()
+        )
         self.router = config.router()
         self.clock = clock
         self.lanes: Lanes[Job] = Lanes(
@@ -94,6 +103,7 @@ class Gateway:
             settings=config.session.queue,
         )
         self._outbox_wake = asyncio.Event()
+        self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
         self._outbox_task: asyncio.Task[None] | None = None
         self._accepting = False
         self._owners = {owner.lower() for owner in config.owners}
@@ -124,29 +134,34 @@ class Gateway:
         self._outbox_wake.set()
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
-        """Stop accepting, let runs finish within the grace period (then cancel them), flush, stop adapters."""
+        """Stop accepting, let runs finish within the grace period (then cancel them), flush, stop adapters.
+
+        Adapters stop last: the runs that finish during the grace period still need them to deliver.
+        """
         self._accepting = False
+        await self.lanes.close(grace_seconds)
+        if self._outbox_task is not None:
+            async with self._flush_lock:  # not in the middle of a send
+                self._outbox_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._outbox_task
+        await self._flush_outbox()
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
-        await self.lanes.close(grace_seconds)
-        await self._flush_outbox()
-        if self._outbox_task is not None:
-            self._outbox_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._outbox_task
 
     # --- intake ---------------------------------------------------------------------------------------------------
 
     async def on_message(self, message: InboundMessage) -> None:
         """Called by adapters: journal first (the adapter acknowledges the platform after this returns)."""
-        if not self._accepting:
-            return
         record = await self.store.record_inbound(
             message.channel, message.account, _chat(message), message.message_id, message.model_dump(mode="json")
         )
         if record is None:
             log.info("dropped a second delivery of message %s in %s", message.message_id, _chat(message))
+            return
+        if not self._accepting:  # the adapter acknowledges it anyway, so the journal keeps it for the next start
+            log.info("shutting down: message %s is kept for the next start", message.message_id)
             return
         try:
             await self._accept(record, message)
@@ -165,25 +180,39 @@ class Gateway:
         route = self.router.resolve(message.routing_input())
         await self.store.set_inbound_session(record.id, route.session_key)
         job = Job(record.id, message, route.agent, route.session_key)
-        command = parse_command(message.text)
+        command = self._parse_command(message)
         if command is not None:
             await self._command(job, command)
             return
+        if self.lanes.closed:
+            return  # shutting down: the journal keeps it pending for the next start
         await self.lanes.submit(route.session_key, job)
+
+    def _parse_command(self, message: InboundMessage) -> Command | None:
+        adapter = self.adapters.get((message.channel, message.account))
+        username: str | None = getattr(adapter, "bot_username", None)
+        command = parse_command(message.text, username)
+        if command is not None and username is None and _ADDRESSED.match(message.text.strip()):
+            return None  # addressed to a bot by name, and this adapter cannot tell whether that name is ours
+        return command
 
     # --- chat commands --------------------------------------------------------------------------------------------
 
     async def _command(self, job: Job, command: Command) -> None:
         key = job.session_key
+        queued = self.lanes.pending_items().get(key, [])
         if command.name in ("new", "reset"):
             dropped = await self.lanes.stop(key)
-            await self.store.reset_session(key)
+            await self._drop(queued, f"dropped by /{command.name}")
+            if await self.store.get_session(key) is not None:
+                await self.store.reset_session(key)
             text = "Started a new conversation."
             if dropped:
                 text += f" ({dropped} queued message{'s' if dropped != 1 else ''} dropped.)"
         elif command.name == "stop":
             busy = self.lanes.busy(key)
             dropped = await self.lanes.stop(key)
+            await self._drop(queued, "dropped by /stop")
             text = "Stopped." if busy else "Nothing was running."
             if dropped:
                 text += f" {dropped} queued message{'s' if dropped != 1 else ''} dropped."
@@ -193,6 +222,13 @@ class Gateway:
             text = HELP
         await self._reply(job.inbound_id, job.message, text)
         await self.store.mark_inbound(job.inbound_id, "done")
+
+    async def _drop(self, jobs: list[Job], reason: str) -> None:
+        """Close the journal rows of queued messages that will never run, so that no restart runs them."""
+        for job in jobs:
+            for inbound_id in job.inbound_ids:
+                with contextlib.suppress(KeyError, ValueError):
+                    await self.store.mark_inbound(inbound_id, "done", reason)
 
     async def _status(self, job: Job) -> str:
         session = await self.store.get_session(job.session_key)
@@ -215,112 +251,66 @@ class Gateway:
     async def _handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
         """Answer a batch of messages for one session: run the agent, deliver, record, mark the journal."""
         newest = jobs[-1]
-        for job in jobs:
-            await self.store.mark_inbound(job.inbound_id, "running")
+        inbound_ids = [inbound_id for job in jobs for inbound_id in job.inbound_ids]
+        for inbound_id in inbound_ids:
+            await self.store.mark_inbound(inbound_id, "running")
         try:
             text = await self._answer(key, jobs, control)
             if text:
                 await self._reply(newest.inbound_id, newest.message, text)
-            for job in jobs:
-                await self.store.mark_inbound(job.inbound_id, "done")
+            for inbound_id in inbound_ids:
+                await self.store.mark_inbound(inbound_id, "done")
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
+        except _Interrupted:
+            log.info("turn for %s interrupted by shutdown; the next start runs it again", key)
         except Exception as error:
             log.exception("turn for %s failed", key)
             await self._reply(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
-            for job in jobs:
-                await self.store.mark_inbound(job.inbound_id, "failed", type(error).__name__)
+            for inbound_id in inbound_ids:
+                await self.store.mark_inbound(inbound_id, "failed", type(error).__name__)
 
     async def _answer(self, key: str, jobs: list[Job], control: RunControl[Job]) -> str:
         """Run the agent on the batch; returns the text to send ("" for none)."""
-        newest = jobs[-1]
-        agent = newest.agent
-        session = await self.store.ensure_session(key, agent)
-        transcript = transcript_for(self.state_dir, session.session_id)
-        history = since_last_summary(await read_transcript(transcript))
-        adapter = self.adapters.get((newest.message.channel, newest.message.account))
-        capabilities = adapter.capabilities if adapter is not None else None
-        sender = newest.message
+        sender = jobs[-1].message
+        adapter = self.adapters.get((sender.channel, sender.account))
         run = RunInfo(
-            agent=agent,
+            agent=jobs[-1].agent,
             session_key=key,
             channel=sender.channel,
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
             sender_is_owner=f"{sender.channel}:{sender.sender_id}".lower() in self._owners,
-            workspace=str(self.config.workspace(agent)),
-            **({"capabilities": capabilities} if capabilities is not None else {}),
+            workspace=str(self.config.workspace(jobs[-1].agent)),
+            **({"capabilities": adapter.capabilities} if adapter is not None else {}),
         )
-        try:
-            candidates = [self._candidate(ref) for ref in model_refs(self.config, agent)]
-        except SetupError as error:
-            log.error("agent %s cannot answer: %s", agent, error)
-            return "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
-        Path(run.workspace or ".").mkdir(parents=True, exist_ok=True)
-        is_group = sender.peer.kind != "direct"
 
-        async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
-            turn_run = run.model_copy(update={"model": candidate.ref})
-            policy = policy_for(self.config, self.registry, turn_run, peer=sender.peer)
-            return Turn(
-                provider=provider,
-                model=candidate.model_id,
-                system=await system_prompt(turn_run, policy, is_group=is_group),
-                run=turn_run,
-                tools=policy.kept,
-                hooks=self.hooks,
-                dispatch=candidate.options.tool_dispatch,
-                max_tool_iterations=self.config.defaults.max_tool_iterations,
-                max_tokens=candidate.options.max_tokens or 4096,
-                api_key=api_key,
-                cancel=control.cancel,
-                steer=lambda: [_user_message(steered) for steered in control.take_steered()],
-            )
-
-        async def on_compacted(new_history: list[Message], summary: str) -> None:
-            await append_transcript(transcript, new_history)  # the summary, then the turns it kept
+        def interrupted(outcome: RunOutcome) -> bool:
+            cut = outcome.result is None or outcome.result.stop_reason == "cancelled"
+            return self.lanes.closed and control.cancel.is_set() and cut
 
         typing = asyncio.create_task(self._typing(sender)) if adapter is not None else None
         try:
-            outcome = await self.runner.run(
-                RunSpec(
-                    run_id=f"run_{secrets.token_hex(6)}",
-                    session_key=key,
-                    candidates=candidates,
-                    make_turn=make_turn,
-                    history=history,
-                    user=_user_message(*jobs),
-                    timeout_seconds=self.config.timeout_for(agent),
-                    on_compacted=on_compacted,
-                )
+            outcome = await self.conversations.answer(
+                run,
+                _user_message(*jobs),
+                peer=sender.peer,
+                target=sender.target(),
+                cancel=control.cancel,
+                steer=lambda: [_user_message(steered) for steered in control.take_steered()],
+                record=lambda outcome: not interrupted(outcome),
             )
+        except SetupError as error:
+            log.error("agent %s cannot answer: %s", run.agent, error)
+            return "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
         finally:
             if typing is not None:
                 typing.cancel()
-        result: TurnResult | None = outcome.result
-        if result is not None:
-            await append_transcript(transcript, result.messages)
-            await self.store.touch_session(
-                key,
-                model=outcome.model_ref,
-                usage=(result.usage.input_tokens, result.usage.output_tokens),
-                channel=sender.channel,
-                account=sender.account,
-                target=sender.target().model_dump(mode="json"),
-            )
-            return result.text
-        await append_transcript(transcript, outcome.partial_messages)
+        if interrupted(outcome):
+            raise _Interrupted  # nothing recorded: the next start runs the turn again from the same history
+        if outcome.result is not None:
+            return outcome.result.text
         return outcome.user_message or "Sorry, I could not answer that."
-
-    def _candidate(self, ref: str) -> ModelCandidate:
-        choice = choose_model(self.config, ref)
-        return ModelCandidate(
-            ref=choice.ref,
-            provider_name=choice.provider_name,
-            model_id=choice.model_id,
-            provider=choice.provider,
-            options=choice.options,
-        )
 
     async def _typing(self, message: InboundMessage) -> None:
         adapter = self.adapters.get((message.channel, message.account))
@@ -363,14 +353,15 @@ class Gateway:
 
     async def _flush_outbox(self) -> None:
         """Send every due entry in order; a failure waits with backoff, and later entries of its chat wait too."""
-        blocked: set[str] = set()
-        now = self.clock()
-        for record in await self.store.unsent_outbox():
-            chat = f"{record.channel}:{record.account}:{record.target}"
-            if chat in blocked:
-                continue
-            if record.retry_at > now or not await self._send(record):
-                blocked.add(chat)  # keep the chat's order: nothing after an entry that is waiting to retry
+        async with self._flush_lock:
+            blocked: set[str] = set()
+            now = self.clock()
+            for record in await self.store.unsent_outbox():
+                chat = f"{record.channel}:{record.account}:{record.target}"
+                if chat in blocked:
+                    continue
+                if record.retry_at > now or not await self._send(record):
+                    blocked.add(chat)  # keep the chat's order: nothing after an entry that is waiting to retry
 
     async def _send(self, record: OutboxRecord) -> bool:
         adapter = self.adapters.get((record.channel, record.account))

@@ -1,0 +1,765 @@
+"""The gateway end to end: the real loopback adapter polling a fake bridge over HTTP, the real SQLite store in a
+temporary state directory, and the fake LLM server. Tests wait for events with generous timeouts, not for time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.bridge import FakeBridge
+from fakes.llm import FakeLLM, Reply, ToolCallSpec
+from pydantic import BaseModel
+
+from agent.messages import AssistantMessage, UserMessage
+from agent.runner import Runner, RunOutcome, RunSpec
+from agent.sessions import read_transcript, transcript_for
+from bot.adapters import build_adapters
+from bot.commands import HELP
+from bot.config import Config, parse_config
+from bot.gateway import Gateway
+from bot.store import SqliteStore
+from channels.base import Capabilities, ChannelAdapter, ChatTarget, OnAction, OnMessage, OutboundMessage
+from tools.base import Tool, ToolContext, ToolResult, json_result
+from tools.registry import ToolRegistry
+
+DM_KEY = "agent:main:loopback:direct:{}"
+WAIT = 15.0  # generous: only ever reached when something is broken
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
+    return merged
+
+
+def make_config(llm: FakeLLM, bridge: FakeBridge, tmp_path: Path, **extra: Any) -> Config:
+    config = {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url, "timeout_seconds": 60}},
+        "channels": {"loopback": {"accounts": {"default": {"url": bridge.url, "poll_timeout": 0.5}}}},
+        "session": {"queue": {"mode": "followup", "debounce_ms": 50}},
+    }
+    return parse_config(json.dumps(_merge(config, extra)))
+
+
+async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = WAIT) -> None:
+    """Wait until `condition()` (sync or async) holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        outcome = condition()
+        if not isinstance(outcome, bool):
+            outcome = await outcome
+        if outcome:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def acknowledged(bridge: FakeBridge, update: dict[str, Any]) -> None:
+    """Wait until the adapter has polled past `update`: the gateway's on_message returned for it."""
+    await eventually(lambda: max(bridge.offsets, default=0) > update["update_id"], f"update {update['update_id']}")
+
+
+def journal(state_dir: Path) -> dict[str, tuple[str, str | None]]:
+    """message id -> (status, error), read straight from state.db."""
+    with sqlite3.connect(state_dir / "state.db") as connection:
+        rows = connection.execute("SELECT message_id, status, error FROM inbound ORDER BY id").fetchall()
+    return {message_id: (status, error) for message_id, status, error in rows}
+
+
+async def _no_unsent(gateway: Gateway) -> bool:
+    return await gateway.store.unsent_outbox() == []
+
+
+def texts(bridge: FakeBridge) -> list[str]:
+    return [body["message"]["text"] for body in bridge.sent]
+
+
+def last_user_text(request_body: dict[str, Any]) -> str:
+    """The text of the last user message in an OpenAI chat request."""
+    users = [message for message in request_body["messages"] if message["role"] == "user"]
+    content = users[-1]["content"]
+    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+
+
+def user_texts(request_body: dict[str, Any]) -> list[str]:
+    out = []
+    for message in request_body["messages"]:
+        if message["role"] == "user":
+            content = message["content"]
+            out.append(content if isinstance(content, str) else "".join(part.get("text", "") for part in content))
+    return out
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+class GateTool(Tool):
+    """A tool that waits until the test opens it: a run held mid-way, released at a moment the test chooses."""
+
+    name = "gate"
+    description = "Waits for the gate to open."
+    parameters = _NoArgs
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
+        self.entered.set()
+        await self.opened.wait()
+        return json_result({"status": "open"})
+
+
+class BrokenAdapter:
+    """A ChannelAdapter whose start() fails."""
+
+    channel = "broken"
+    account = "default"
+    capabilities = Capabilities()
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
+        raise RuntimeError("cannot connect")
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        raise RuntimeError("not connected")
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        raise RuntimeError("not connected")
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        raise RuntimeError("not connected")
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        raise RuntimeError("not connected")
+
+    async def typing(self, target: ChatTarget) -> None:
+        raise RuntimeError("not connected")
+
+
+class Harness:
+    """Starts gateways on one state directory and stops whatever is still running at the end of the test."""
+
+    def __init__(self, llm: FakeLLM, bridge: FakeBridge, tmp_path: Path) -> None:
+        self.llm = llm
+        self.bridge = bridge
+        self.tmp_path = tmp_path
+        self.state_dir = tmp_path / "state"
+        self.running: list[tuple[Gateway, SqliteStore]] = []
+
+    def config(self, **extra: Any) -> Config:
+        return make_config(self.llm, self.bridge, self.tmp_path, **extra)
+
+    async def start(
+        self,
+        config: Config | None = None,
+        *,
+        extra_adapters: Sequence[ChannelAdapter] = (),
+        runner: Runner | None = None,
+        registry: ToolRegistry | None = None,
+        before_start: Callable[[SqliteStore], Awaitable[None]] | None = None,
+    ) -> Gateway:
+        config = config or self.config()
+        adapters, skipped = build_adapters(config)
+        assert skipped == []
+        store = await SqliteStore.open(self.state_dir)
+        if before_start is not None:
+            await before_start(store)
+        gateway = Gateway(config, store, self.state_dir, [*extra_adapters, *adapters], runner=runner, registry=registry)
+        self.running.append((gateway, store))
+        await gateway.start()
+        return gateway
+
+    async def stop(self, gateway: Gateway, grace: float = 5.0) -> None:
+        for entry in list(self.running):
+            if entry[0] is gateway:
+                self.running.remove(entry)
+                await gateway.stop(grace)
+                await entry[1].close()
+
+    async def close(self) -> None:
+        for gateway, _ in list(self.running):
+            await self.stop(gateway, grace=0.5)
+
+
+@pytest.fixture
+async def harness(fake_llm: FakeLLM, bridge: FakeBridge, tmp_path: Path) -> AsyncIterator[Harness]:
+    setup = Harness(fake_llm, bridge, tmp_path)
+    try:
+        yield setup
+    finally:
+        await setup.close()
+
+
+# --- 1. one DM, one reply ---------------------------------------------------------------------------------------
+
+
+async def test_a_dm_gets_one_reply_and_is_recorded(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge) -> None:
+    fake_llm.script(Reply.text("Hello, Ann!", usage=(30, 7)))
+    gateway = await harness.start()
+
+    await bridge.say("hi there", sender="ann", message_id="m-hi")
+    await bridge.wait_for_sends(1)
+
+    assert texts(bridge) == ["Hello, Ann!"]
+    assert bridge.sent[0]["target"]["peer"] == {"kind": "direct", "id": "ann"}
+    assert len(fake_llm.requests) == 1
+    assert last_user_text(fake_llm.requests[0].body) == "hi there"
+
+    key = DM_KEY.format("ann")
+    await eventually(lambda: journal(harness.state_dir).get("m-hi", ("", None))[0] == "done", "the journal row")
+    session = await gateway.store.get_session(key)
+    assert session is not None
+    assert session.agent == "main"
+    assert session.model == "fake/m"
+    assert (session.input_tokens, session.output_tokens) == (30, 7)
+    assert session.last_channel == "loopback"
+
+    messages = await read_transcript(transcript_for(harness.state_dir, session.session_id))
+    assert [type(message) for message in messages] == [UserMessage, AssistantMessage]
+    assert isinstance(messages[1], AssistantMessage) and messages[1].text == "Hello, Ann!"
+    assert "hi there" in messages[0].model_dump_json()
+    assert await gateway.store.unfinished_inbound() == []
+    assert await gateway.store.unsent_outbox() == []
+
+
+# --- 2. duplicate deliveries --------------------------------------------------------------------------------------
+
+
+async def test_a_message_delivered_twice_is_answered_once(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("Only once.")
+    gateway = await harness.start()
+
+    await bridge.say("hello", sender="bo", message_id="same-id")
+    second = await bridge.say("hello", sender="bo", message_id="same-id")
+    await acknowledged(bridge, second)
+    await bridge.wait_for_sends(1)
+    await eventually(lambda: journal(harness.state_dir)["same-id"][0] == "done", "the journal row")
+    assert texts(bridge) == ["Only once."]
+    assert len(fake_llm.requests) == 1
+
+    # A restart forgets the adapter's offset: the bridge hands every update over again; the journal drops them.
+    await harness.stop(gateway)
+    polls_before = len(bridge.offsets)
+    fake_llm.script("Must not be used.")
+    await harness.start()
+    await eventually(
+        lambda: any(offset > second["update_id"] for offset in bridge.offsets[polls_before:]),
+        "the restarted adapter to poll past the redelivered updates",
+    )
+    assert 0 in bridge.offsets[polls_before:]  # it really started over from the beginning
+    assert texts(bridge) == ["Only once."]
+    assert len(fake_llm.requests) == 1
+    assert list(journal(harness.state_dir)) == ["same-id"]
+
+
+# --- 3. order within a session ------------------------------------------------------------------------------------
+
+
+async def test_followup_answers_quick_messages_one_by_one_in_order(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("answer one", "answer two", "answer three")
+    await harness.start()
+
+    for text in ("one", "two", "three"):
+        await bridge.say(text, sender="cy")
+    await bridge.wait_for_sends(3)
+
+    assert texts(bridge) == ["answer one", "answer two", "answer three"]
+    assert [last_user_text(request.body) for request in fake_llm.requests] == ["one", "two", "three"]
+    # Each turn saw the turns before it: they ran one after the other, not side by side.
+    assert user_texts(fake_llm.requests[2].body) == ["one", "two", "three"]
+
+
+async def test_collect_folds_a_burst_during_a_busy_run_into_one_turn(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    gate = GateTool()
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("gate")), "first answer", "combined answer")
+    gateway = await harness.start(
+        harness.config(session={"queue": {"mode": "collect", "debounce_ms": 50}}), registry=ToolRegistry([gate])
+    )
+    key = DM_KEY.format("di")
+
+    await bridge.say("first", sender="di")
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    for text in ("second", "third", "fourth"):
+        await bridge.say(text, sender="di")
+    await eventually(lambda: gateway.lanes.depth(key) == 3, "the burst to queue behind the running turn")
+    gate.opened.set()
+    await bridge.wait_for_sends(2)
+
+    assert texts(bridge) == ["first answer", "combined answer"]
+    assert len(fake_llm.requests) == 3  # the first turn's two model calls, then one for the whole burst
+    combined = last_user_text(fake_llm.requests[2].body)
+    assert re.search(r"second.*\n.*third.*\n.*fourth", combined), combined
+    await eventually(lambda: all(status == "done" for status, _ in journal(harness.state_dir).values()), "journal")
+    assert len(journal(harness.state_dir)) == 4
+
+
+async def test_messages_folded_at_the_queue_cap_are_all_answered_and_closed(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    gate = GateTool()
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("gate")), "first answer", "combined answer")
+    gateway = await harness.start(
+        harness.config(session={"queue": {"mode": "collect", "debounce_ms": 50, "cap": 2}}),
+        registry=ToolRegistry([gate]),
+    )
+    key = DM_KEY.format("eve")
+
+    await bridge.say("first", sender="eve", message_id="q0")
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    for number in (1, 2, 3):
+        await bridge.say(f"queued {number}", sender="eve", message_id=f"q{number}")
+    await bridge.wait_for_sends(1)  # the notice that the oldest were combined
+    assert texts(bridge)[0].startswith("Too many messages waiting")
+    assert gateway.lanes.depth(key) == 2
+    gate.opened.set()
+    await bridge.wait_for_sends(3)
+
+    assert texts(bridge)[1:] == ["first answer", "combined answer"]
+    combined = last_user_text(fake_llm.requests[2].body)
+    assert re.search(r"queued 1.*\n.*queued 2.*\n.*queued 3", combined), combined
+    # Every message folded into the summary is finished too: a restart must not answer any of them again.
+    await eventually(lambda: all(status == "done" for status, _ in journal(harness.state_dir).values()), "journal")
+    assert list(journal(harness.state_dir)) == ["q0", "q1", "q2", "q3"]
+
+
+# --- 4. parallel sessions up to max_concurrent --------------------------------------------------------------------
+
+
+async def test_sessions_run_in_parallel_up_to_max_concurrent(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script(*[Reply.stall(2.0, after_text=f"slow answer {n}") for n in range(3)])
+    gateway = await harness.start(harness.config(defaults={"max_concurrent": 2}))
+    peak = 0
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, gateway.lanes.running_count())
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        for sender in ("p1", "p2", "p3"):
+            await bridge.say(f"question from {sender}", sender=sender)
+        await eventually(lambda: len(fake_llm.requests) == 2, "two runs to reach the model")
+        assert gateway.lanes.running_count() == 2
+        await eventually(lambda: gateway.lanes.lane_count() == 3, "the third session to wait for a slot")
+        assert len(fake_llm.requests) == 2  # the third waits while the first two stall
+        assert bridge.sent == []
+
+        await bridge.wait_for_sends(3)
+        assert len(fake_llm.requests) == 3
+        assert peak == 2
+    finally:
+        watcher.cancel()
+    assert sorted(body["target"]["peer"]["id"] for body in bridge.sent) == ["p1", "p2", "p3"]
+
+
+# --- 5. chat commands ---------------------------------------------------------------------------------------------
+
+
+async def test_new_and_reset_start_a_new_transcript_and_keep_the_old_one(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("first reply", "second reply", "third reply")
+    gateway = await harness.start()
+    key = DM_KEY.format("ed")
+
+    await bridge.say("remember the number 7", sender="ed")
+    await bridge.wait_for_sends(1)
+    first = await gateway.store.get_session(key)
+    assert first is not None
+
+    await bridge.say("/new", sender="ed")
+    await bridge.wait_for_sends(2)
+    assert texts(bridge)[1] == "Started a new conversation."
+
+    await bridge.say("what number?", sender="ed")
+    await bridge.wait_for_sends(3)
+    second = await gateway.store.get_session(key)
+    assert second is not None and second.session_id != first.session_id
+    assert user_texts(fake_llm.requests[1].body) == ["what number?"]  # the old conversation is not sent again
+
+    await bridge.say("/reset", sender="ed")
+    await bridge.wait_for_sends(4)
+    assert texts(bridge)[3] == "Started a new conversation."
+    await bridge.say("hello again", sender="ed")
+    await bridge.wait_for_sends(5)
+    third = await gateway.store.get_session(key)
+    assert third is not None and third.session_id not in (first.session_id, second.session_id)
+
+    old = await read_transcript(transcript_for(harness.state_dir, first.session_id))
+    middle = await read_transcript(transcript_for(harness.state_dir, second.session_id))
+    new = await read_transcript(transcript_for(harness.state_dir, third.session_id))
+    assert "remember the number 7" in old[0].model_dump_json() and len(old) == 2
+    assert "what number?" in middle[0].model_dump_json() and len(middle) == 2
+    assert "hello again" in new[0].model_dump_json() and len(new) == 2
+    assert (third.input_tokens, third.output_tokens) == (21, 8)  # counted from zero again
+
+
+async def test_new_as_the_very_first_message_is_answered(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("hi")
+    await harness.start()
+    await bridge.say("/new", sender="fay", message_id="cmd")
+    await bridge.wait_for_sends(1)
+    assert texts(bridge) == ["Started a new conversation."]
+    await eventually(lambda: journal(harness.state_dir)["cmd"][0] == "done", "the command's journal row")
+    await bridge.say("hello", sender="fay")
+    await bridge.wait_for_sends(2)
+    assert texts(bridge)[1] == "hi"
+
+
+async def test_stop_cancels_the_run_and_drops_the_queue(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script(Reply.stall(60), "after the stop")
+    gateway = await harness.start()
+    key = DM_KEY.format("gus")
+
+    await bridge.say("write me a novel", sender="gus", message_id="long")
+    await eventually(lambda: len(fake_llm.requests) == 1, "the run to reach the model")
+    await bridge.say("and a poem", sender="gus", message_id="queued")
+    await eventually(lambda: gateway.lanes.depth(key) == 1, "the second message to queue")
+
+    await bridge.say("/stop", sender="gus", message_id="stop")
+    await bridge.wait_for_sends(1)
+    assert texts(bridge) == ["Stopped. 1 queued message dropped."]
+    await eventually(lambda: not gateway.lanes.busy(key), "the run to end")
+    assert len(fake_llm.requests) == 1  # the queued message never reached the model
+
+    # Nothing of it is left for a restart to run again.
+    await eventually(
+        lambda: all(status in ("done", "failed") for status, _ in journal(harness.state_dir).values()),
+        "every journal row to be finished",
+    )
+    assert await gateway.store.unfinished_inbound() == []
+
+    await bridge.say("/stop", sender="gus")
+    await bridge.wait_for_sends(2)
+    assert texts(bridge)[1] == "Nothing was running."
+    await bridge.say("still there?", sender="gus")
+    await bridge.wait_for_sends(3)
+    assert texts(bridge)[2] == "after the stop"
+
+
+async def test_status_reports_agent_model_session_tokens_and_queue(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    gate = GateTool()
+    fake_llm.script(Reply.text("ok", usage=(100, 20)), Reply.tool_calls(ToolCallSpec("gate")), "done", "later")
+    gateway = await harness.start(registry=ToolRegistry([gate]))
+    key = DM_KEY.format("hal")
+
+    await bridge.say("hello", sender="hal")
+    await bridge.wait_for_sends(1)
+    await bridge.say("/status", sender="hal")
+    await bridge.wait_for_sends(2)
+    status = texts(bridge)[1]
+    assert "Agent: main" in status
+    assert "Model: fake/m" in status
+    assert f"Session: {key}" in status
+    assert "Tokens used: 100 in, 20 out" in status
+    assert "Queue: 0 waiting" in status
+    assert "answering now" not in status
+
+    await bridge.say("hold on", sender="hal")
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    await bridge.say("one more", sender="hal")
+    await eventually(lambda: gateway.lanes.depth(key) == 1, "the next message to queue")
+    await bridge.say("/status", sender="hal")
+    await bridge.wait_for_sends(3)
+    assert "Queue: 1 waiting, answering now" in texts(bridge)[2]
+    gate.opened.set()
+    await bridge.wait_for_sends(5)
+    assert texts(bridge)[3:] == ["done", "later"]
+
+
+async def test_help_lists_the_commands(harness: Harness, bridge: FakeBridge, fake_llm: FakeLLM) -> None:
+    await harness.start()
+    await bridge.say("/help", sender="ida")
+    await bridge.wait_for_sends(1)
+    assert texts(bridge) == [HELP]
+    assert fake_llm.requests == []
+
+
+async def test_a_command_for_another_bot_goes_to_the_agent(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("first", "that was not for me")
+    gateway = await harness.start()
+    key = DM_KEY.format("jo")
+    await bridge.say("hello", sender="jo")
+    await bridge.wait_for_sends(1)
+    before = await gateway.store.get_session(key)
+
+    await bridge.say("/new@otherbot", sender="jo")
+    await bridge.wait_for_sends(2)
+    assert texts(bridge)[1] == "that was not for me"
+    assert last_user_text(fake_llm.requests[1].body) == "/new@otherbot"
+    after = await gateway.store.get_session(key)
+    assert before is not None and after is not None and after.session_id == before.session_id
+
+
+# --- 6. chunking and send retries ---------------------------------------------------------------------------------
+
+
+async def test_a_long_answer_is_chunked_and_a_failed_send_is_retried_in_order(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    words = [f"w{n:05d}" for n in range(2000)]  # 12,000 characters
+    answer = "\n".join(" ".join(words[start : start + 10]) for start in range(0, len(words), 10))
+    fake_llm.script(Reply(answer=answer, chunk_size=1000))
+    bridge.fail_sends = 1
+    gateway = await harness.start()
+
+    await bridge.say("tell me everything", sender="kim", message_id="big")
+    await eventually(lambda: bridge.fail_sends == 0, "the first send to fail")
+    await eventually(
+        lambda: len(bridge.sent) >= 3 and not gateway.lanes.lane_count(), "the chunks to be delivered", timeout=30
+    )
+    await eventually(lambda: _no_unsent(gateway), "the outbox to drain")
+
+    chunks = texts(bridge)
+    assert len(chunks) >= 3
+    assert all(len(chunk) <= 4000 for chunk in chunks)
+    assert re.findall(r"w\d{5}", "\n".join(chunks)) == words  # every word once, in order
+    assert len(fake_llm.requests) == 1
+
+
+# --- 7. graceful shutdown -----------------------------------------------------------------------------------------
+
+
+async def test_stop_lets_a_run_finish_within_the_grace_period(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    gate = GateTool()
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("gate")), "finished in time")
+    gateway = await harness.start(registry=ToolRegistry([gate]))
+
+    await bridge.say("work", sender="lu", message_id="work")
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    stopping = asyncio.create_task(harness.stop(gateway, grace=WAIT))
+    await eventually(lambda: gateway.lanes.closed, "shutdown to begin")
+    # A message that arrives during the grace period is journaled (the adapter acknowledges it), not run now.
+    late = await bridge.say("late question", sender="zed", message_id="late")
+    await acknowledged(bridge, late)
+    gate.opened.set()
+    await asyncio.wait_for(stopping, WAIT * 2)
+
+    assert texts(bridge) == ["finished in time"]
+    assert journal(harness.state_dir)["work"][0] == "done"
+    assert journal(harness.state_dir)["late"][0] == "pending"
+
+    fake_llm.script("late answer")
+    await harness.start()
+    await bridge.wait_for_sends(2)
+    await eventually(lambda: journal(harness.state_dir)["late"][0] == "done", "the late message to be answered")
+    assert bridge.texts_to("zed") == ["late answer"]
+    assert len(fake_llm.requests) == 3
+
+
+async def test_a_run_that_outlasts_the_grace_is_run_again_by_the_next_start(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script(Reply.stall(60, after_text="never finished"))
+    gateway = await harness.start()
+
+    await bridge.say("slow question", sender="mo", message_id="slow")
+    await eventually(lambda: len(fake_llm.requests) == 1, "the run to reach the model")
+    await harness.stop(gateway, grace=0.2)
+
+    assert bridge.sent == []
+    assert journal(harness.state_dir)["slow"][0] in ("pending", "running")
+
+    fake_llm.script("the answer, at last")
+    gateway = await harness.start()
+    await bridge.wait_for_sends(1)
+    await eventually(lambda: journal(harness.state_dir)["slow"][0] == "done", "the re-run to finish")
+    assert texts(bridge) == ["the answer, at last"]
+    assert len(fake_llm.requests) == 2
+    assert last_user_text(fake_llm.requests[1].body) == "slow question"
+    assert user_texts(fake_llm.requests[1].body) == ["slow question"]  # the interrupted try left nothing behind
+    await harness.stop(gateway)
+    assert texts(bridge) == ["the answer, at last"]
+
+
+# --- 8. crash containment -----------------------------------------------------------------------------------------
+
+
+async def test_an_adapter_that_fails_to_start_does_not_stop_the_others(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("still here")
+    broken = BrokenAdapter()
+    gateway = await harness.start(extra_adapters=[broken])
+    await bridge.say("anyone?", sender="nia")
+    await bridge.wait_for_sends(1)
+    assert texts(bridge) == ["still here"]
+    await harness.stop(gateway)
+    assert broken.stopped
+
+
+class _FailingRunner(Runner):
+    """Raises out of the run for one session, as a bug in the turn machinery would."""
+
+    def __init__(self, bad_key: str) -> None:
+        super().__init__()
+        self.bad_key = bad_key
+
+    async def run(self, spec: RunSpec) -> RunOutcome:
+        if spec.session_key == self.bad_key:
+            raise RuntimeError("boom: a bug deep inside the turn")
+        return await super().run(spec)
+
+
+async def test_a_turn_that_raises_gets_an_apology_and_other_sessions_keep_working(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script("fine here", "fine again")
+    await harness.start(runner=_FailingRunner(DM_KEY.format("bad")))
+
+    await bridge.say("break", sender="bad", message_id="b1")
+    await bridge.say("hello", sender="good", message_id="g1")
+    await bridge.wait_for_sends(2)
+    assert bridge.texts_to("good") == ["fine here"]
+    [apology] = bridge.texts_to("bad")
+    assert apology.startswith("Sorry") and "boom" not in apology
+    await eventually(lambda: journal(harness.state_dir)["b1"] == ("failed", "RuntimeError"), "the failed row")
+
+    await bridge.say("again", sender="good")
+    await bridge.wait_for_sends(3)
+    assert bridge.texts_to("good") == ["fine here", "fine again"]
+
+
+async def test_a_model_error_gets_an_apology_and_other_sessions_keep_working(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    fake_llm.script(Reply.error(400, message="bad request: the model rejected this"), "fine")
+    await harness.start()
+    await bridge.say("break it", sender="ola")
+    await bridge.wait_for_sends(1)
+    [apology] = bridge.texts_to("ola")
+    assert apology.startswith("Sorry")
+    await bridge.say("hello", sender="pat")
+    await bridge.wait_for_sends(2)
+    assert bridge.texts_to("pat") == ["fine"]
+
+
+# --- 9. recovery --------------------------------------------------------------------------------------------------
+
+
+async def test_recovery_sends_the_outbox_and_does_not_answer_twice(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    target = {"channel": "loopback", "account": "default", "peer": {"kind": "direct", "id": "quinn"}}
+
+    async def leftovers(store: SqliteStore) -> None:
+        await store.enqueue_outbox(
+            inbound_id=None, channel="loopback", account="default", target=target, payload={"text": "left over 1"}
+        )
+        payload = {
+            "channel": "loopback",
+            "account": "default",
+            "peer": {"kind": "direct", "id": "quinn"},
+            "sender_id": "quinn",
+            "text": "answered before the crash",
+            "message_id": "old",
+        }
+        record = await store.record_inbound("loopback", "default", "direct:quinn", "old", payload)
+        assert record is not None
+        await store.set_inbound_session(record.id, DM_KEY.format("quinn"))
+        await store.mark_inbound(record.id, "running")
+        await store.enqueue_outbox(
+            inbound_id=record.id, channel="loopback", account="default", target=target, payload={"text": "left over 2"}
+        )
+
+    gateway = await harness.start(before_start=leftovers)
+    await bridge.wait_for_sends(2)
+    await eventually(lambda: journal(harness.state_dir)["old"][0] == "done", "the answered row to be closed")
+    assert texts(bridge) == ["left over 1", "left over 2"]
+    await eventually(lambda: _no_unsent(gateway), "the outbox to be marked sent")
+    assert fake_llm.requests == []
+
+    # And nothing more shows up: a later message is the next thing answered.
+    fake_llm.script("new answer")
+    await bridge.say("new question", sender="quinn")
+    await bridge.wait_for_sends(3)
+    assert texts(bridge) == ["left over 1", "left over 2", "new answer"]
+    assert len(fake_llm.requests) == 1
+
+
+# --- 10. bot senders ----------------------------------------------------------------------------------------------
+
+
+async def test_a_message_from_a_bot_gets_no_reply(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge) -> None:
+    fake_llm.script("for the human")
+    await harness.start()
+    from_bot = await bridge.say("I am a bot", sender="robo", message_id="bot-msg", sender_is_bot=True)
+    await acknowledged(bridge, from_bot)
+    await bridge.say("I am a human", sender="rae")
+    await bridge.wait_for_sends(1)
+
+    assert texts(bridge) == ["for the human"]
+    assert bridge.texts_to("robo") == []
+    assert len(fake_llm.requests) == 1
+    assert last_user_text(fake_llm.requests[0].body) == "I am a human"
+    assert journal(harness.state_dir)["bot-msg"][0] == "done"
+
+
+# --- 11. provider failure -----------------------------------------------------------------------------------------
+
+
+async def test_refused_keys_give_one_short_apology_without_the_keys(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    keys = ["sk-live-AAAA1111secret", "sk-live-BBBB2222secret"]
+    fake_llm.script(Reply.error(401), Reply.error(401))
+    config = harness.config(providers={"fake": {"api_keys": keys}})
+    gateway = await harness.start(config)
+
+    await bridge.say("hello?", sender="sam", message_id="k")
+    await bridge.wait_for_sends(1)
+    await eventually(lambda: journal(harness.state_dir)["k"][0] in ("done", "failed"), "the row to finish")
+
+    [apology] = texts(bridge)
+    assert apology.startswith("Sorry") and len(apology) < 200
+    for key in keys:
+        assert key not in apology and key[:12] not in apology
+    assert len(fake_llm.requests) == 2  # each key tried once
+    session = await gateway.store.get_session(DM_KEY.format("sam"))
+    assert session is not None
+    transcript = transcript_for(harness.state_dir, session.session_id)
+    if transcript.exists():
+        assert not any(key in transcript.read_text() for key in keys)
+    assert await gateway.store.unfinished_inbound() == []

@@ -30,7 +30,11 @@ def build_adapters(config: Config) -> tuple[list[ChannelAdapter], list[str]]:
                 names = ", ".join(sorted(set(unset)))
                 skipped.append(f"channels.{channel}.accounts.{account}: skipped, {names} not set in the environment")
                 continue
-            if channel == "loopback":
+            if channel == "console":
+                from channels.console import ConsoleAdapter
+
+                adapters.append(ConsoleAdapter(str(account)))
+            elif channel == "loopback":
                 from channels.loopback import LoopbackAccount, LoopbackAdapter
 
                 try:
@@ -42,6 +46,6 @@ def build_adapters(config: Config) -> tuple[list[ChannelAdapter], list[str]]:
                     f"channels.{channel}.accounts.{account}: skipped, the {channel} adapter is not built yet"
                 )
             else:
-                skipped.append(f"channels.{channel}: unknown channel (known: loopback, {', '.join(PLANNED)})")
+                skipped.append(f"channels.{channel}: unknown channel (known: console, loopback, {', '.join(PLANNED)})")
                 break
     return adapters, skipped

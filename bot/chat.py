@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import json
 import signal
 import sys
@@ -22,6 +21,7 @@ from bot.config import Config
 from bot.conversation import Conversations
 from bot.store import SqliteStore
 from channels.base import CONSOLE
+from channels.console import console_user
 from routing import Peer, RoutingInput
 from tools.base import RunInfo
 from tools.builtins import builtin_registry
@@ -46,7 +46,7 @@ async def open_session(
     config: Config, state_dir: Path, agent: str | None = None, user: str | None = None
 ) -> ChatSession:
     """Route a console DM like any other message; `agent` overrides the binding. The console user is an owner."""
-    user = user or _console_user()
+    user = user or console_user()
     peer = Peer("direct", user)
     source = RoutingInput(channel="console", peer=peer)
     router = config.router()
@@ -75,12 +75,6 @@ async def open_session(
 async def close_session(session: ChatSession) -> None:
     await session.conversations.runner.aclose()
     await session.conversations.store.close()
-
-
-def _console_user() -> str:
-    with contextlib.suppress(Exception):
-        return getpass.getuser() or "local"
-    return "local"
 
 
 async def chat_turn(session: ChatSession, text: str, emit: Emit, cancel: asyncio.Event | None = None) -> TurnResult:

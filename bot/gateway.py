@@ -133,6 +133,12 @@ class Gateway:
             await self._accept(record, InboundMessage.model_validate(record.payload))
         self._outbox_wake.set()
 
+    async def idle(self) -> bool:
+        """Nothing running, nothing queued, nothing left to send."""
+        if self.lanes.lane_count() or await self.store.unfinished_inbound():
+            return False
+        return not await self.store.unsent_outbox()
+
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop accepting, let runs finish within the grace period (then cancel them), flush, stop adapters.
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from bot.adapters import build_adapters
 from bot.assemble import SetupError, choose_model, model_refs
 from bot.config import Config
+from bot.gateway import Gateway
+from channels.base import ChannelAdapter
+from channels.console import ConsoleAdapter
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,6 @@ def model_problems(config: Config) -> list[str]:
 
 async def serve(config: Config, state_dir: Path, *, grace_seconds: float = 10.0) -> int:
     """Run until a stop signal; exit status 0 after a clean stop, 1 when there is nothing to serve."""
-    from bot.gateway import Gateway
     from bot.store import SqliteStore
 
     adapters, skipped = build_adapters(config)
@@ -56,9 +58,23 @@ async def serve(config: Config, state_dir: Path, *, grace_seconds: float = 10.0)
         await gateway.start()
         names = ", ".join(f"{adapter.channel}/{adapter.account}" for adapter in adapters)
         print(f"Serving {names}. Ctrl-C stops.", file=sys.stderr)
+        watcher = asyncio.create_task(_stop_when_input_ends(gateway, adapters, stopping))
         await stopping.wait()
+        watcher.cancel()
         print("Stopping: letting running answers finish…", file=sys.stderr)
         await gateway.stop(grace_seconds)
     finally:
         await store.close()
     return 0
+
+
+async def _stop_when_input_ends(gateway: Gateway, adapters: list[ChannelAdapter], stopping: asyncio.Event) -> None:
+    """When the only channels are consoles and their input has ended, stop once every answer is delivered."""
+    if not adapters or not all(isinstance(adapter, ConsoleAdapter) for adapter in adapters):
+        return
+    for adapter in adapters:
+        assert isinstance(adapter, ConsoleAdapter)
+        await adapter.finished.wait()
+    while not await gateway.idle():
+        await asyncio.sleep(0.05)
+    stopping.set()

@@ -1,0 +1,95 @@
+"""The console channel: one person at a terminal, as a channel account `bot run` can serve like any other."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import itertools
+import logging
+import sys
+import time
+from typing import TextIO
+
+from channels.base import CONSOLE, ChatTarget, InboundMessage, OnAction, OnMessage, OutboundMessage
+from routing import Peer
+
+log = logging.getLogger(__name__)
+
+
+def console_user() -> str:
+    """The name of the person at the terminal (their login), or `local`."""
+    with contextlib.suppress(Exception):
+        return getpass.getuser() or "local"
+    return "local"
+
+
+class ConsoleAdapter:
+    """Reads one message per line from `source`; replies are printed to `out`. End of input stops reading."""
+
+    channel = "console"
+    capabilities = CONSOLE
+
+    def __init__(
+        self, account: str = "default", *, source: TextIO | None = None, out: TextIO | None = None,
+        user: str | None = None,
+    ) -> None:  # fmt: skip
+        self.account = account
+        self.source = source or sys.stdin
+        self.out = out or sys.stdout
+        self.user = user or console_user()
+        self.finished = asyncio.Event()  # set at end of input
+        self._task: asyncio.Task[None] | None = None
+        self._ids = itertools.count(1)
+        self._session = time.time_ns()  # message ids stay unique across runs, so the journal never drops one
+
+    async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
+        self._task = asyncio.create_task(self._read(on_message), name="console")
+
+    async def _read(self, on_message: OnMessage) -> None:
+        try:
+            while line := await asyncio.to_thread(self.source.readline):
+                text = line.rstrip("\n")
+                if not text.strip():
+                    continue
+                message = InboundMessage(
+                    channel=self.channel,
+                    account=self.account,
+                    peer=Peer("direct", self.user),
+                    sender_id=self.user,
+                    sender_name=self.user,
+                    text=text,
+                    message_id=f"{self._session}-{next(self._ids)}",
+                )
+                await on_message(message)
+        finally:
+            self.finished.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()  # a read blocked in its thread ends with the process
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _print(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        number = str(next(self._ids))
+        self._print(message.text)
+        for row in message.buttons:
+            self._print("  " + "  ".join(f"[{button.label}]" for button in row))
+        return number
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        self._print(f"(edited {message_id}) {message.text}")
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        self._print(f"(deleted {message_id})")
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        self._print(f"({emoji} on {message_id})")
+
+    async def typing(self, target: ChatTarget) -> None:
+        return None

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from agent import xml_dispatch
+from agent.cancellation import Stopped, unless_stopped
 from agent.events import AssistantEvent, Emit, LifecycleEvent, ToolEvent, discard, short
 from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, Usage, UserMessage
 from agent.providers.base import (
@@ -67,29 +67,6 @@ class TurnResult:
     iterations: int = 0
 
 
-class _Cancelled(Exception):
-    """The run's cancel event was set while something was in progress."""
-
-
-async def _unless_cancelled(work: Awaitable[_T], cancel: asyncio.Event) -> _T:
-    """Await `work`, but stop it and raise _Cancelled as soon as `cancel` is set."""
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(cancel.wait())
-    try:
-        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the whole run is being cancelled from outside
-        task.cancel()
-        raise
-    finally:
-        waiter.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task  # let the tool or the stream clean up before the run goes on
-    raise _Cancelled
-
-
 async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) -> TurnResult:
     """Run one user turn to its end. Provider failures raise ProviderError (the runner decides what next);
     tool failures, unknown tools, bad arguments and cancellation are part of the conversation instead."""
@@ -102,7 +79,7 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
     try:
         while True:
             if turn.cancel.is_set():
-                raise _Cancelled
+                raise Stopped
             completed = await _stream_once(turn, dispatch, [*history, *added], out)
             result.usage = result.usage + completed.usage
             answer = completed.message
@@ -128,8 +105,8 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
             result.iterations += 1
             finished: dict[int, ToolResult] = {}
             try:
-                await _unless_cancelled(_run_calls(turn, tools, calls, finished), turn.cancel)
-            except _Cancelled:
+                await unless_stopped(_run_calls(turn, tools, calls, finished), turn.cancel)
+            except Stopped:
                 # A call that did finish keeps its real result: "cancelled" would invite the model to redo it.
                 stopped = "cancelled: the run was stopped"
                 outcomes = [(call, finished.get(i) or error_result(call.name, stopped)) for i, call in enumerate(calls)]
@@ -138,7 +115,7 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
             _append_results(added, dispatch, [(call, finished[i]) for i, call in enumerate(calls)], malformed)
             if turn.steer is not None:
                 added.extend(turn.steer())
-    except _Cancelled:
+    except Stopped:
         result.stop_reason = "cancelled"
     except ProviderError as error:
         error.partial_messages = list(added)  # every tool call in it answered: safe to keep in a transcript
@@ -215,7 +192,7 @@ async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message], 
                 return event
         raise ProviderError("network", "the model's stream ended without completing")
 
-    return await _unless_cancelled(consume(), turn.cancel)
+    return await unless_stopped(consume(), turn.cancel)
 
 
 def _calls_in(answer: AssistantMessage, dispatch: Dispatch) -> tuple[list[ToolCall], list[str], str]:

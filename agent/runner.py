@@ -13,6 +13,7 @@ from typing import Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from agent.cancellation import Stopped, unless_stopped
 from agent.compaction import DEFAULT_KEEP_LAST_TURNS, CompactionError, CompactionResult, compact, count_turns
 from agent.events import AssistantEvent, Emit, RunEvent, ToolEvent
 from agent.keys import NO_KEY, KeyPool, fingerprint, key_index
@@ -536,20 +537,10 @@ class Runner:
 
     async def _unless_stopped(self, run: _Run, work: Awaitable[_T]) -> _T:
         """Await `work`, but cancel it and raise _Stopped as soon as the run is stopped."""
-        task = asyncio.ensure_future(work)
-        waiter = asyncio.ensure_future(run.stop.wait())
         try:
-            done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        finally:
-            waiter.cancel()
-        if task in done:
-            return task.result()
-        task.cancel()
-        await asyncio.wait({task})
-        raise _Stopped
+            return await unless_stopped(work, run.stop)
+        except Stopped:
+            raise _Stopped from None
 
     def _redact(self, run: _Run, text: str) -> str:
         return redact(text, run.secrets)

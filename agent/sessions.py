@@ -8,7 +8,6 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import quote
 
 import aiofiles
 import aiofiles.os
@@ -30,11 +29,6 @@ def transcript_for(state_dir: Path, session_id: str) -> Path:
     if not _SESSION_ID.fullmatch(session_id):
         raise ValueError(f"not a session id: {session_id!r}")
     return state_dir / "transcripts" / f"{session_id}.jsonl"
-
-
-def transcript_path(state_dir: Path, session_key: str) -> Path:
-    """Where a session's transcript lives; the key is percent-encoded, so no key can leave the folder."""
-    return state_dir / "transcripts" / f"{quote(session_key, safe='')}.jsonl"
 
 
 async def read_transcript(path: Path) -> list[Message]:

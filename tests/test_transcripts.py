@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from agent.sessions import append_transcript, read_transcript, transcript_for, transcript_path
+from agent.sessions import append_transcript, read_transcript, transcript_for
 from bot.store import new_session_id
 from tools.base import TextBlock
 
@@ -111,10 +111,3 @@ def test_transcript_for_refuses_anything_but_a_session_id(tmp_path: Path, bad: s
 def test_generated_session_ids_are_always_accepted(tmp_path: Path) -> None:
     for _ in range(1000):
         transcript_for(tmp_path, new_session_id())
-
-
-async def test_transcript_path_still_keys_by_session_key(tmp_path: Path) -> None:
-    path = transcript_path(tmp_path, "agent:main:telegram:direct:../../7")
-    assert path.parent == tmp_path / "transcripts"
-    await append_transcript(path, conversation()[:1])
-    assert await read_transcript(path) == conversation()[:1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from routing import Peer, RoutingInput
 
@@ -26,9 +26,31 @@ class Capabilities(BaseModel):
     max_text_length: int = 4000
     markup: Markup = "plain"
     streaming: bool = False
+    edit_interval_seconds: float = 1.0  # the shortest gap between two edits of one message while streaming
 
 
 CONSOLE = Capabilities(max_text_length=1_000_000, markup="markdown", streaming=True)
+
+
+class AccountSettings(BaseModel):
+    """What every channel account shares under `channels.<platform>.accounts.<id>` (platforms add their own keys).
+
+    Word-valued settings accept YAML's bare words (`streaming: off` means off)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_base_url: str | None = None  # the platform server's root: a local Bot API server, a proxy, a test fake
+    dm_policy: Literal["pairing", "allowlist", "open", "disabled"] = "pairing"
+    allow_from: list[str] = Field(default_factory=list)  # sender ids exactly as the platform writes them
+    group_policy: Literal["open", "allowlist", "disabled"] = "open"
+    group_allow_from: list[str] = Field(default_factory=list)  # senders allowed in groups under `allowlist`
+    require_mention: bool = True  # in groups and channels, answer only when mentioned (or replied to)
+    streaming: Literal["off", "partial"] = "partial"
+
+    @field_validator("allow_from", "group_allow_from", mode="before")
+    @classmethod
+    def _ids_as_text(cls, value: object) -> object:
+        return [str(item).strip() for item in value] if isinstance(value, list) else value
 
 
 class Attachment(BaseModel):
@@ -129,6 +151,12 @@ class ChannelAdapter(Protocol):
     channel: str
     account: str
     capabilities: Capabilities
+    bot_username: str | None  # for `/command@name` (None where the platform has no such thing)
+
+    @property
+    def settings(self) -> AccountSettings:
+        """Who may talk to this account, mention gating, streaming."""
+        ...
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
         """Connect and begin delivering; returns once running (delivery continues in the background)."""

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TextIO
 
-from channels.base import CONSOLE, ChatTarget, InboundMessage, OnAction, OnMessage, OutboundMessage
+from channels.base import CONSOLE, AccountSettings, ChatTarget, InboundMessage, OnAction, OnMessage, OutboundMessage
 from routing import Peer
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,8 @@ class ConsoleAdapter:
 
     channel = "console"
     capabilities = CONSOLE
+    settings = AccountSettings(dm_policy="open")  # the person at the terminal runs the bot
+    bot_username: str | None = None
 
     def __init__(
         self, account: str = "default", *, source: TextIO | None = None, out: TextIO | None = None,

@@ -6,12 +6,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from channels.base import ActionEvent, Capabilities, ChatTarget, InboundMessage, OnAction, OnMessage, OutboundMessage
+from channels.base import (
+    AccountSettings,
+    ActionEvent,
+    Capabilities,
+    ChatTarget,
+    InboundMessage,
+    OnAction,
+    OnMessage,
+    OutboundMessage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +29,10 @@ CAPABILITIES = Capabilities(
 )
 
 
-class LoopbackAccount(BaseModel):
-    """`channels.loopback.accounts.<id>`: where the bridge server listens."""
+class LoopbackAccount(AccountSettings):
+    """`channels.loopback.accounts.<id>`: where the bridge server listens (open to everyone unless set otherwise)."""
 
-    model_config = ConfigDict(extra="forbid")
-
+    dm_policy: Literal["pairing", "allowlist", "open", "disabled"] = "open"
     url: str
     poll_timeout: float = Field(default=10, gt=0)
 
@@ -34,6 +42,7 @@ class LoopbackAdapter:
 
     channel = "loopback"
     capabilities = CAPABILITIES
+    bot_username: str | None = None
 
     def __init__(self, account: str, settings: LoopbackAccount, client: httpx.AsyncClient | None = None) -> None:
         self.account = account

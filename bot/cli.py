@@ -217,6 +217,53 @@ def prompt(config_path: str, agent: str | None, channel: str) -> None:
     click.echo(asyncio.run(preview(config, _agent(config, agent), channel.strip().lower())), nl=False)
 
 
+@cli.group()
+def pairing() -> None:
+    """Approve people who asked to talk to the bot (dm_policy: pairing)."""
+
+
+@pairing.command("list")
+@CONFIG_OPTION
+@STATE_OPTION
+@click.argument("channel", required=False)
+def pairing_list(config_path: str, state_dir: str | None, channel: str | None) -> None:
+    """Show pending pairing requests."""
+    import asyncio
+
+    from bot.store import SqliteStore
+
+    async def pending() -> list[str]:
+        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+            rows = await store.pending_pairings(channel.strip().lower() if channel else None)
+        return [f"{r.channel}/{r.account}  {r.code}  {r.sender_name or ''} ({r.sender_id})" for r in rows]
+
+    lines = asyncio.run(pending())
+    click.echo("\n".join(lines) if lines else "No pending pairing requests.")
+
+
+@pairing.command("approve")
+@CONFIG_OPTION
+@STATE_OPTION
+@click.argument("channel")
+@click.argument("code")
+def pairing_approve(config_path: str, state_dir: str | None, channel: str, code: str) -> None:
+    """Let the sender who got CODE on CHANNEL talk to the bot."""
+    import asyncio
+
+    from bot.store import SqliteStore
+
+    async def approve() -> str | None:
+        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+            record = await store.approve_pairing(channel.strip().lower(), code, "cli")
+        return None if record is None else (record.sender_name or record.sender_id)
+
+    who = asyncio.run(approve())
+    if who is None:
+        click.echo(f"No pending request on {channel} has the code {code} (it may have expired).", err=True)
+        sys.exit(1)
+    click.echo(f"Approved {who}.")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="bot")

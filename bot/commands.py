@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("new", "reset", "stop", "status", "help")
+COMMANDS = ("new", "reset", "stop", "status", "help", "pair")
 HELP = (
     "Commands:\n"
     "/new or /reset: start a fresh conversation\n"
     "/stop: stop the current answer and drop queued messages\n"
     "/status: agent, model, session, tokens used, queue\n"
-    "/help: this list"
+    "/help: this list\n"
+    "/pair CODE: (owners) let the person who got this pairing code talk to the bot"
 )
 _COMMAND = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
 

@@ -14,13 +14,15 @@ from pathlib import Path
 from agent.lanes import Lanes, RunControl
 from agent.messages import TextBlock, UserMessage
 from agent.runner import Runner, RunOutcome
+from bot.access import check_access, owner_key
 from bot.assemble import SetupError, model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.config import Config
 from bot.conversation import Conversations
 from bot.store import InboundRecord, OutboxRecord, Store
-from channels.base import ActionEvent, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
+from channels.base import AccountSettings, ActionEvent, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
 from channels.chunking import chunk_text
+from routing import Peer
 from tools.base import RunInfo
 from tools.hooks import Hooks
 from tools.registry import ToolRegistry
@@ -106,7 +108,7 @@ class Gateway:
         self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
         self._outbox_task: asyncio.Task[None] | None = None
         self._accepting = False
-        self._owners = {owner.lower() for owner in config.owners}
+        self._owners = frozenset(owner_key(*owner.split(":", 1)) for owner in config.owners)
 
     # --- start and stop -----------------------------------------------------------------------------------------
 
@@ -180,8 +182,13 @@ class Gateway:
         log.info("button click on %s in %s ignored: no handler yet", event.message_id, event.channel)
 
     async def _accept(self, record: InboundRecord, message: InboundMessage) -> None:
-        if message.sender_is_bot:
-            await self.store.mark_inbound(record.id, "done", "ignored: sent by a bot")
+        adapter = self.adapters.get((message.channel, message.account))
+        settings = adapter.settings if adapter is not None else AccountSettings()
+        verdict = await check_access(message, settings, self.store, self._owners)
+        if not verdict.allowed:  # strangers reach nothing: no typing, no agent, at most a pairing code
+            if verdict.reply:
+                await self._reply(record.id, message, verdict.reply)
+            await self.store.mark_inbound(record.id, "done", verdict.reason)
             return
         route = self.router.resolve(message.routing_input())
         await self.store.set_inbound_session(record.id, route.session_key)
@@ -215,6 +222,8 @@ class Gateway:
             text = "Started a new conversation."
             if dropped:
                 text += f" ({dropped} queued message{'s' if dropped != 1 else ''} dropped.)"
+        elif command.name == "pair":
+            text = await self._pair(job, command.args)
         elif command.name == "stop":
             busy = self.lanes.busy(key)
             dropped = await self.lanes.stop(key)
@@ -235,6 +244,25 @@ class Gateway:
             for inbound_id in job.inbound_ids:
                 with contextlib.suppress(KeyError, ValueError):
                     await self.store.mark_inbound(inbound_id, "done", reason)
+
+    async def _pair(self, job: Job, code: str) -> str:
+        message = job.message
+        if owner_key(message.channel, message.sender_id) not in self._owners:
+            return "Only the bot's owners can approve pairing codes."
+        if not code:
+            return "Usage: /pair CODE"
+        approved = await self.store.approve_pairing(message.channel, code, message.sender_id)
+        if approved is None:
+            return "No pending request has that code (it may have expired)."
+        stranger = InboundMessage(
+            channel=approved.channel,
+            account=approved.account,
+            peer=Peer("direct", approved.sender_id),
+            sender_id=approved.sender_id,
+            message_id=f"pairing-{approved.code}",
+        )
+        await self._reply(None, stranger, "You're approved: I'm listening now.")
+        return f"Approved {approved.sender_name or approved.sender_id}."
 
     async def _status(self, job: Job) -> str:
         session = await self.store.get_session(job.session_key)
@@ -286,7 +314,7 @@ class Gateway:
             channel=sender.channel,
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
-            sender_is_owner=f"{sender.channel}:{sender.sender_id}".lower() in self._owners,
+            sender_is_owner=owner_key(sender.channel, sender.sender_id) in self._owners,
             workspace=str(self.config.workspace(jobs[-1].agent)),
             **({"capabilities": adapter.capabilities} if adapter is not None else {}),
         )

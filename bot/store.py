@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import secrets
 import sqlite3
@@ -101,6 +102,22 @@ class OutboxRecord(_Record):
     updated: float
 
 
+class PairingRecord(_Record):
+    """A stranger's request to talk to the bot, approved by an owner with its one-time code."""
+
+    channel: str
+    account: str
+    code: str
+    sender_id: str
+    sender_name: str | None = None
+    created: float
+    expires: float
+    status: Literal["pending", "approved"]
+
+
+PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: codes are read aloud and typed
+
+
 class Store(Protocol):
     """What the gateway needs from its state; every payload is a JSON-able dict, so any backend can hold it."""
 
@@ -148,6 +165,13 @@ class Store(Protocol):
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]: ...
     async def inbound_has_replies(self, inbound_id: int) -> bool: ...
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
+
+    async def request_pairing(
+        self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
+    ) -> PairingRecord | None: ...
+    async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None: ...
+    async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool: ...
+    async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]: ...
 
     async def close(self) -> None: ...
 
@@ -209,6 +233,27 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX outbox_pending ON outbox (id) WHERE status = 'pending'",
         "CREATE INDEX outbox_finished ON outbox (updated) WHERE status IN ('sent', 'dead')",
         "CREATE INDEX outbox_inbound ON outbox (inbound_id)",
+    ),
+    (
+        """CREATE TABLE pairing (
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            code TEXT NOT NULL,
+            sender_id TEXT NOT NULL,
+            sender_name TEXT,
+            created REAL NOT NULL,
+            expires REAL NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'approved')),
+            PRIMARY KEY (channel, account, code)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE allowed_senders (
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            sender_id TEXT NOT NULL,
+            approved_by TEXT,
+            created REAL NOT NULL,
+            PRIMARY KEY (channel, account, sender_id)
+        ) WITHOUT ROWID""",
     ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -390,6 +435,32 @@ class SqliteStore:
         cutoff = self._cutoff(older_than_seconds)
         sql = "DELETE FROM outbox WHERE status IN ('sent', 'dead') AND updated < ?"
         return await self._call(_delete, sql, cutoff)
+
+    # --- pairing: strangers who may talk to the bot once an owner approves ------------------------------------
+
+    async def request_pairing(
+        self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
+    ) -> PairingRecord | None:
+        """The sender's pending code (a new one if it has none); None when `max_pending` others are waiting."""
+        return await self._call(
+            _request_pairing, channel, account, sender_id, sender_name, self._clock(), ttl, max_pending
+        )
+
+    async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None:
+        """Approve the pending, unexpired request with this code (compared in constant time); None if none."""
+        return await self._call(_approve_pairing, channel, code.strip().upper(), approved_by, self._clock())
+
+    async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool:
+        row = await self._call(
+            _first,
+            "SELECT 1 FROM allowed_senders WHERE channel = ? AND account = ? AND sender_id = ?",
+            (channel, account, sender_id),
+        )
+        return row is not None
+
+    async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]:
+        rows = await self._call(_pending_pairings, channel, self._clock())
+        return [PairingRecord(**dict(row)) for row in rows]
 
     def _cutoff(self, older_than_seconds: float) -> float:
         if older_than_seconds < 0:
@@ -601,3 +672,89 @@ def _finish_outbox(connection: sqlite3.Connection, outbox_id: int, update: str, 
 
 def _outbox_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[OutboxRecord]:
     return [_outbox(row) for row in connection.execute(f"SELECT * FROM outbox {where}", params)]
+
+
+def _pending_pairings(connection: sqlite3.Connection, channel: str | None, now: float) -> list[sqlite3.Row]:
+    sql = "SELECT * FROM pairing WHERE status = 'pending' AND expires > ?"
+    params: tuple[object, ...] = (now,)
+    if channel is not None:
+        sql += " AND channel = ?"
+        params += (channel,)
+    return connection.execute(sql + " ORDER BY created", params).fetchall()
+
+
+def _request_pairing(
+    connection: sqlite3.Connection,
+    channel: str,
+    account: str,
+    sender_id: str,
+    sender_name: str | None,
+    now: float,
+    ttl: float,
+    max_pending: int,
+) -> PairingRecord | None:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        connection.execute("DELETE FROM pairing WHERE status = 'pending' AND expires <= ?", (now,))
+        mine = _first(
+            connection,
+            "SELECT * FROM pairing WHERE channel = ? AND account = ? AND sender_id = ? AND status = 'pending'",
+            (channel, account, sender_id),
+        )
+        if mine is not None:
+            connection.execute("COMMIT")
+            return PairingRecord(**dict(mine))
+        waiting = _scalar(
+            connection,
+            "SELECT COUNT(*) FROM pairing WHERE channel = ? AND account = ? AND status = 'pending'",
+            channel,
+            account,
+        )
+        if waiting >= max_pending:
+            connection.execute("COMMIT")
+            return None
+        code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
+        record = PairingRecord(
+            channel=channel, account=account, code=code, sender_id=sender_id, sender_name=sender_name,
+            created=now, expires=now + ttl, status="pending",
+        )  # fmt: skip
+        connection.execute(
+            "INSERT INTO pairing VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (channel, account, code, sender_id, sender_name, now, now + ttl, "pending"),
+        )
+        connection.execute("COMMIT")
+        return record
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def _approve_pairing(
+    connection: sqlite3.Connection, channel: str, code: str, approved_by: str, now: float
+) -> PairingRecord | None:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        rows = connection.execute(
+            "SELECT * FROM pairing WHERE channel = ? AND status = 'pending' AND expires > ?", (channel, now)
+        ).fetchall()
+        # Compare every pending code in constant time, so timing tells nothing about how close a guess was.
+        match = None
+        for row in rows:
+            if hmac.compare_digest(row["code"].encode(), code.encode()):
+                match = row
+        if match is None:
+            connection.execute("COMMIT")
+            return None
+        connection.execute(
+            "UPDATE pairing SET status = 'approved' WHERE channel = ? AND account = ? AND code = ?",
+            (match["channel"], match["account"], match["code"]),
+        )
+        connection.execute(
+            "INSERT OR REPLACE INTO allowed_senders VALUES (?, ?, ?, ?, ?)",
+            (match["channel"], match["account"], match["sender_id"], approved_by, now),
+        )
+        connection.execute("COMMIT")
+        return PairingRecord(**(dict(match) | {"status": "approved"}))
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise

@@ -763,3 +763,82 @@ async def test_refused_keys_give_one_short_apology_without_the_keys(
     if transcript.exists():
         assert not any(key in transcript.read_text() for key in keys)
     assert await gateway.store.unfinished_inbound() == []
+
+
+# --- who may talk to the bot --------------------------------------------------------------------------------------
+
+PAIRING = {"channels": {"loopback": {"accounts": {"default": {"dm_policy": "pairing"}}}}, "owners": ["loopback:boss"]}
+
+
+async def test_a_stranger_gets_a_pairing_code_and_is_served_once_an_owner_approves(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    await harness.start(harness.config(**PAIRING))
+    await bridge.say("hello?", sender="stranger")
+    [first] = await bridge.wait_for_sends(1)
+    code = re.search(r"pairing code is ([A-Z2-9]{8})", first["message"]["text"])
+    assert code is not None, first
+    await bridge.say("anyone?", sender="stranger")
+    await bridge.wait_for_sends(2)
+    assert code.group(1) in bridge.texts_to("stranger")[1]  # the same code, not a new one
+    assert fake_llm.requests == []  # a stranger reaches no agent
+    fake_llm.script("Welcome!")
+    await bridge.say(f"/pair {code.group(1)}", sender="boss")
+    await bridge.wait_for_sends(4)
+    assert bridge.texts_to("boss") == ["Approved stranger."]
+    assert bridge.texts_to("stranger")[-1] == "You're approved: I'm listening now."
+    await bridge.say("hello again", sender="stranger")
+    await bridge.wait_for_sends(5)
+    assert bridge.texts_to("stranger")[-1] == "Welcome!"
+
+
+async def test_only_owners_can_approve_and_pending_codes_are_capped(harness: Harness, bridge: FakeBridge) -> None:
+    await harness.start(harness.config(**PAIRING))
+    for number in range(4):
+        await bridge.say("hi", sender=f"stranger{number}")
+    await bridge.wait_for_sends(3)
+    await bridge.say("/pair AAAAAAAA", sender="stranger0")
+    await bridge.wait_for_sends(4)
+    await asyncio.sleep(0.5)
+    assert bridge.texts_to("stranger3") == []  # three requests already wait: the fourth gets nothing
+    assert bridge.texts_to("stranger0")[-1].startswith("Hi! I don't know you yet")  # /pair from a stranger: no
+
+
+async def test_an_allowlist_serves_only_the_listed_senders(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    await harness.start(
+        harness.config(
+            channels={"loopback": {"accounts": {"default": {"dm_policy": "allowlist", "allow_from": ["friend"]}}}}
+        )
+    )
+    fake_llm.script("Hi friend.")
+    await bridge.say("hello", sender="someone")
+    await bridge.say("hello", sender="friend")
+    await bridge.wait_for_sends(1)
+    await asyncio.sleep(0.5)
+    assert [body["target"]["peer"]["id"] for body in bridge.sent] == ["friend"]
+    assert len(fake_llm.requests) == 1
+
+
+async def test_in_groups_the_bot_answers_only_when_mentioned_or_replied_to(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    await harness.start()
+    fake_llm.script("Mentioned.", "Replied.")
+    room = ("group", "-100")
+    await bridge.say("just chatting", sender="a", peer=room)
+    await bridge.say("@bot what time is it?", sender="a", peer=room, was_mentioned=True)
+    await bridge.wait_for_sends(1)
+    await bridge.say("and you?", sender="b", peer=room, reply_to_bot=True)
+    await bridge.wait_for_sends(2)
+    assert texts(bridge) == ["Mentioned.", "Replied."]
+    assert len(fake_llm.requests) == 2
+
+
+async def test_a_disabled_group_policy_ignores_groups(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge) -> None:
+    await harness.start(harness.config(channels={"loopback": {"accounts": {"default": {"group_policy": "disabled"}}}}))
+    await bridge.say("@bot hi", sender="a", peer=("group", "-100"), was_mentioned=True)
+    await asyncio.sleep(1.0)
+    assert bridge.sent == []
+    assert fake_llm.requests == []

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.events import discard
 from agent.lanes import Lanes, RunControl
 from agent.messages import TextBlock, UserMessage
 from agent.runner import Runner, RunOutcome
@@ -20,6 +21,7 @@ from bot.commands import HELP, Command, parse_command
 from bot.config import Config
 from bot.conversation import Conversations
 from bot.store import InboundRecord, OutboxRecord, Store
+from bot.streaming import StreamingReply
 from channels.base import AccountSettings, ActionEvent, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
 from channels.chunking import chunk_text
 from routing import Peer
@@ -288,10 +290,14 @@ class Gateway:
         inbound_ids = [inbound_id for job in jobs for inbound_id in job.inbound_ids]
         for inbound_id in inbound_ids:
             await self.store.mark_inbound(inbound_id, "running")
+        adapter = self.adapters.get((newest.message.channel, newest.message.account))
+        stream = None
+        if adapter is not None and adapter.settings.streaming == "partial" and adapter.capabilities.edit:
+            stream = StreamingReply(adapter, newest.message.target(), thread_id=newest.message.thread_id)
         try:
-            text = await self._answer(key, jobs, control)
-            if text:
-                await self._reply(newest.inbound_id, newest.message, text)
+            text = await self._answer(key, jobs, control, stream)
+            chunks = await stream.finish(text) if stream is not None else None
+            await self._reply(newest.inbound_id, newest.message, text, chunks)
             for inbound_id in inbound_ids:
                 await self.store.mark_inbound(inbound_id, "done")
         except asyncio.CancelledError:
@@ -300,11 +306,15 @@ class Gateway:
             log.info("turn for %s interrupted by shutdown; the next start runs it again", key)
         except Exception as error:
             log.exception("turn for %s failed", key)
+            if stream is not None:
+                await stream.abandon()
             await self._reply(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
             for inbound_id in inbound_ids:
                 await self.store.mark_inbound(inbound_id, "failed", type(error).__name__)
 
-    async def _answer(self, key: str, jobs: list[Job], control: RunControl[Job]) -> str:
+    async def _answer(
+        self, key: str, jobs: list[Job], control: RunControl[Job], stream: StreamingReply | None = None
+    ) -> str:
         """Run the agent on the batch; returns the text to send ("" for none)."""
         sender = jobs[-1].message
         adapter = self.adapters.get((sender.channel, sender.account))
@@ -330,6 +340,7 @@ class Gateway:
                 _user_message(*jobs),
                 peer=sender.peer,
                 target=sender.target(),
+                emit=stream.on_event if stream is not None else discard,
                 cancel=control.cancel,
                 steer=lambda: [_user_message(steered) for steered in control.take_steered()],
                 record=lambda outcome: not interrupted(outcome),
@@ -357,12 +368,15 @@ class Gateway:
 
     # --- delivery -------------------------------------------------------------------------------------------------
 
-    async def _reply(self, inbound_id: int | None, message: InboundMessage, text: str) -> None:
-        """Record every chunk in the outbox, then send them in order."""
+    async def _reply(
+        self, inbound_id: int | None, message: InboundMessage, text: str, chunks: list[str] | None = None
+    ) -> None:
+        """Record every chunk in the outbox, then send them in order (`chunks`: already split, e.g. what a
+        streamed message did not hold)."""
         adapter = self.adapters.get((message.channel, message.account))
         limit = adapter.capabilities.max_text_length if adapter is not None else 4000
         target = message.target()
-        for chunk in chunk_text(text, limit):
+        for chunk in chunk_text(text, limit) if chunks is None else chunks:
             payload = OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json")
             await self.store.enqueue_outbox(
                 inbound_id=inbound_id,

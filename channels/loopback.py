@@ -30,9 +30,10 @@ CAPABILITIES = Capabilities(
 
 
 class LoopbackAccount(AccountSettings):
-    """`channels.loopback.accounts.<id>`: where the bridge server listens (open to everyone unless set otherwise)."""
+    """`channels.loopback.accounts.<id>`: where the bridge listens. Open to everyone and not streamed, unless set."""
 
     dm_policy: Literal["pairing", "allowlist", "open", "disabled"] = "open"
+    streaming: Literal["off", "partial"] = "off"  # a bridge usually wants whole answers; `partial` streams edits
     url: str
     poll_timeout: float = Field(default=10, gt=0)
 

@@ -842,3 +842,48 @@ async def test_a_disabled_group_policy_ignores_groups(harness: Harness, fake_llm
     await asyncio.sleep(1.0)
     assert bridge.sent == []
     assert fake_llm.requests == []
+
+
+# --- streaming replies ------------------------------------------------------------------------------------------
+
+STREAMING = {"channels": {"loopback": {"accounts": {"default": {"streaming": "partial"}}}}}
+
+
+async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    await harness.start(harness.config(**STREAMING))
+    answer = "This answer is streamed in many small pieces, and edited in place until it is complete."
+    fake_llm.script(Reply.text(answer))
+    await bridge.say("stream please", sender="s1")
+    await eventually(lambda: any(body["message"]["text"] == answer for _, body in edits_and_sends(bridge)), "final")
+    await asyncio.sleep(1.5)  # no late duplicate
+    sends = [body for method, body in bridge.calls if method == "send"]
+    edits = [body for method, body in bridge.calls if method == "edit"]
+    assert len(sends) == 1  # one message, never a second copy of the answer
+    texts_seen = [body["message"]["text"] for _, body in edits_and_sends(bridge)]
+    assert texts_seen[-1] == answer
+    assert all(answer.startswith(text) for text in texts_seen)
+    assert len(texts_seen) == len(set(texts_seen))  # never an identical edit
+    assert all(body["message_id"] == edits[0]["message_id"] for body in edits)
+
+
+async def test_a_streamed_answer_too_long_for_one_message_continues_in_new_ones(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    await harness.start(harness.config(**STREAMING))
+    answer = "\n\n".join(f"Paragraph {number}: " + "word " * 150 for number in range(12))  # about 9,000 characters
+    fake_llm.script(Reply.text(answer))
+    await bridge.say("a long one", sender="s2")
+    await eventually(lambda: len([1 for m, _ in bridge.calls if m == "send"]) >= 3, "the overflow messages")
+    await asyncio.sleep(1.5)
+    sends = [body["message"]["text"] for method, body in bridge.calls if method == "send"]
+    edits = [body["message"]["text"] for method, body in bridge.calls if method == "edit"]
+    first = edits[-1] if edits else sends[0]
+    delivered = [first, *sends[1:]]
+    assert all(len(text) <= 4000 for text in delivered)
+    assert " ".join(" ".join(delivered).split()) == " ".join(answer.split())
+
+
+def edits_and_sends(bridge: FakeBridge) -> list[tuple[str, dict[str, Any]]]:
+    return [(method, body) for method, body in bridge.calls if method in ("send", "edit")]

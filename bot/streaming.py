@@ -1,0 +1,96 @@
+"""Streaming replies: the answer appears while the model writes it, as one message edited in place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from agent.events import AssistantEvent, RunEvent
+from channels.base import ChannelAdapter, ChatTarget, OutboundMessage
+from channels.chunking import chunk_text
+
+log = logging.getLogger(__name__)
+
+
+class StreamingReply:
+    """Sends a first message as soon as there is text, then edits it at most once per interval (never with
+    the same text); `finish` puts the complete first chunk in place and returns the rest for the outbox."""
+
+    def __init__(self, adapter: ChannelAdapter, target: ChatTarget, *, thread_id: str | None = None) -> None:
+        self.adapter = adapter
+        self.target = target
+        self.thread_id = thread_id
+        self.limit = adapter.capabilities.max_text_length
+        self.interval = adapter.capabilities.edit_interval_seconds
+        self.message_id: str | None = None
+        self._text = ""
+        self._shown = ""
+        self._last = float("-inf")
+        self._changed = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._broken = False
+
+    async def on_event(self, event: RunEvent) -> None:
+        """An Emit for the run: collects text deltas and wakes the editor."""
+        if not isinstance(event, AssistantEvent) or self._broken:
+            return
+        self._text += event.delta
+        self._changed.set()
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._edit_loop(), name="streaming-reply")
+
+    async def _edit_loop(self) -> None:
+        while True:
+            await self._changed.wait()
+            await asyncio.sleep(max(0.0, self._last + self.interval - time.monotonic()))
+            self._changed.clear()
+            await self._show(self._preview())
+
+    def _preview(self) -> str:
+        return self._text.strip()[: self.limit]
+
+    async def _show(self, text: str) -> None:
+        if not text or text == self._shown or self._broken:
+            return
+        message = OutboundMessage(text=text, thread_id=self.thread_id)
+        try:
+            if self.message_id is None:
+                self.message_id = await self.adapter.send(self.target, message)
+                if self.message_id is None:  # a platform without message ids cannot be edited: stop streaming
+                    self._broken = True
+            else:
+                await self.adapter.edit(self.target, self.message_id, message)
+        except Exception as error:  # the final answer still goes out through the outbox
+            log.warning("streaming preview to %s stopped: %s", self.target.channel, error)
+            self._broken = True
+        self._shown = text
+        self._last = time.monotonic()
+
+    async def _stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+
+    async def finish(self, text: str) -> list[str]:
+        """Put the answer's first chunk into the streamed message; the chunks still to send, in order."""
+        await self._stop()
+        chunks = chunk_text(text, self.limit)
+        if self.message_id is None or self._broken or not chunks:
+            return chunks
+        if chunks[0] != self._shown:
+            await self._show(chunks[0])
+            if self._broken:
+                return chunks
+        return chunks[1:]
+
+    async def abandon(self) -> None:
+        """The turn failed: stop editing (what was shown stays)."""
+        await self._stop()
+
+    @property
+    def shown(self) -> bool:
+        return self.message_id is not None

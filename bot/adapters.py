@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,7 +13,31 @@ from channels.base import ChannelAdapter
 
 log = logging.getLogger(__name__)
 
-PLANNED = ("telegram", "discord", "slack")
+
+def _console(account: str, settings: dict[str, Any]) -> ChannelAdapter:
+    from channels.console import ConsoleAdapter
+
+    return ConsoleAdapter(account)
+
+
+def _loopback(account: str, settings: dict[str, Any]) -> ChannelAdapter:
+    from channels.loopback import LoopbackAccount, LoopbackAdapter
+
+    return LoopbackAdapter(account, LoopbackAccount.model_validate(settings))
+
+
+def _slack(account: str, settings: dict[str, Any]) -> ChannelAdapter:
+    from channels.slack import SlackAccount, SlackAdapter
+
+    return SlackAdapter(account, SlackAccount.model_validate(settings))
+
+
+# Each platform's module (and so its SDK) is imported only when an account of it is configured.
+_FACTORIES: dict[str, Callable[[str, dict[str, Any]], ChannelAdapter]] = {
+    "console": _console,
+    "loopback": _loopback,
+    "slack": _slack,
+}
 
 
 def build_adapters(config: Config) -> tuple[list[ChannelAdapter], list[str]]:
@@ -30,22 +55,16 @@ def build_adapters(config: Config) -> tuple[list[ChannelAdapter], list[str]]:
                 names = ", ".join(sorted(set(unset)))
                 skipped.append(f"channels.{channel}.accounts.{account}: skipped, {names} not set in the environment")
                 continue
-            if channel == "console":
-                from channels.console import ConsoleAdapter
-
-                adapters.append(ConsoleAdapter(str(account)))
-            elif channel == "loopback":
-                from channels.loopback import LoopbackAccount, LoopbackAdapter
-
-                try:
-                    adapters.append(LoopbackAdapter(str(account), LoopbackAccount.model_validate(settings)))
-                except ValidationError as error:
-                    skipped.append(f"channels.loopback.accounts.{account}: skipped, invalid settings: {error}")
-            elif channel in PLANNED:
-                skipped.append(
-                    f"channels.{channel}.accounts.{account}: skipped, the {channel} adapter is not built yet"
-                )
-            else:
-                skipped.append(f"channels.{channel}: unknown channel (known: console, loopback, {', '.join(PLANNED)})")
+            factory = _FACTORIES.get(channel)
+            if factory is None:
+                skipped.append(f"channels.{channel}: unknown channel (known: {', '.join(sorted(_FACTORIES))})")
                 break
+            try:
+                adapters.append(factory(str(account), settings if isinstance(settings, dict) else {}))
+            except ValidationError as error:
+                problems = "; ".join(
+                    f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+                    for item in error.errors(include_url=False, include_input=False)
+                )
+                skipped.append(f"channels.{channel}.accounts.{account}: skipped, invalid settings: {problems}")
     return adapters, skipped

@@ -1,0 +1,584 @@
+"""The Slack channel: one workspace bot on slack-bolt's AsyncApp, over Socket Mode (default) or HTTP Events,
+normalizing events into InboundMessage/ActionEvent and sending through the Web API with Block Kit buttons."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, model_validator
+
+from channels.base import (
+    AccountSettings,
+    ActionEvent,
+    Attachment,
+    Button,
+    Capabilities,
+    ChatTarget,
+    InboundMessage,
+    OnAction,
+    OnMessage,
+    OutboundMessage,
+)
+from channels.markup_slack import markdown_to_mrkdwn
+from routing import Peer
+
+if TYPE_CHECKING:  # the SDK is imported only when a Slack account starts
+    from aiohttp import web
+    from slack_bolt.app.async_app import AsyncApp
+    from slack_bolt.context.ack.async_ack import AsyncAck
+    from slack_bolt.request.async_request import AsyncBoltRequest
+    from slack_bolt.response import BoltResponse
+    from slack_sdk.socket_mode.aiohttp import SocketModeClient
+    from slack_sdk.web.async_client import AsyncWebClient
+
+log = logging.getLogger(__name__)
+
+CAPABILITIES = Capabilities(
+    buttons=True,
+    edit=True,
+    delete=True,
+    reactions=True,
+    threads=True,
+    max_text_length=3000,
+    markup="slack-mrkdwn",
+    streaming=True,
+    edit_interval_seconds=1.0,
+)
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_ACTIONS_PER_BLOCK = 25
+MAX_BUTTON_LABEL = 75
+MAX_BUTTON_VALUE = 2000
+ACK_BUDGET_SECONDS = 2.5  # Slack wants an ack within 3 s; a slower hand-over finishes after the ack
+DEFAULT_API_BASE_URL = "https://slack.com"
+# Message subtypes that are something someone said; the rest (edits, deletions, joins ...) are not messages to answer.
+_SAID = {None, "bot_message", "thread_broadcast", "file_share", "me_message"}
+_EMOJI_NAMES = {
+    "👍": "thumbsup",
+    "👎": "thumbsdown",
+    "✅": "white_check_mark",
+    "❌": "x",
+    "👀": "eyes",
+    "❤️": "heart",
+    "❤": "heart",
+    "🎉": "tada",
+    "😂": "joy",
+    "🔥": "fire",
+    "🤔": "thinking_face",
+    "⏳": "hourglass_flowing_sand",
+    "🙏": "pray",
+    "👋": "wave",
+    "⚠️": "warning",
+    "🚀": "rocket",
+    "💯": "100",
+    "😊": "blush",
+    "🙂": "slightly_smiling_face",
+}
+
+
+class SlackAccount(AccountSettings):
+    """`channels.slack.accounts.<id>`: a bot token, and Socket Mode (an app token) or HTTP Events (a signing secret)."""
+
+    bot_token: SecretStr  # xoxb-...
+    mode: Literal["socket", "http"] = "socket"
+    app_token: SecretStr | None = None  # xapp-..., for Socket Mode
+    signing_secret: SecretStr | None = None  # for HTTP mode: every request's signature is checked with it
+    # HTTP mode's listener. Slack only posts to https, so a TLS proxy sits in front: loopback by default.
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=3000, ge=0, le=65535)
+    http_path: str = "/slack/events"
+    ping_interval: float = Field(default=10, gt=0)  # Socket Mode keep-alive
+
+    @model_validator(mode="after")
+    def _credentials_for_mode(self) -> SlackAccount:
+        if self.mode == "socket" and not (self.app_token and self.app_token.get_secret_value()):
+            raise ValueError("Socket Mode needs app_token (an xapp-... app-level token with connections:write)")
+        if self.mode == "http" and not (self.signing_secret and self.signing_secret.get_secret_value()):
+            raise ValueError("HTTP mode needs signing_secret (Basic Information > App Credentials)")
+        if not self.http_path.startswith("/"):
+            raise ValueError("http_path must start with /")
+        return self
+
+
+@dataclass
+class _HandOver:
+    """What became of one request: Bolt's response, and whether the gateway failed to take its message."""
+
+    response: BoltResponse | None = None
+    failed: bool = False
+
+
+_HAND_OVER: contextvars.ContextVar[_HandOver | None] = contextvars.ContextVar("slack_hand_over", default=None)
+
+
+class _Seen:
+    """The last few thousand keys, to drop the second delivery of one message (`message` + `app_mention`)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._size = size
+
+    def add(self, key: str) -> bool:
+        """True if the key is new."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        while len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+        return True
+
+    def discard(self, key: str) -> None:
+        self._keys.pop(key, None)
+
+
+def api_url(base: str | None) -> str:
+    """The Web API root for `api_base_url` (a server root, as for the other channels)."""
+    return (base or DEFAULT_API_BASE_URL).rstrip("/") + "/api/"
+
+
+def _attachment(file: Any) -> Attachment | None:
+    if not isinstance(file, dict):
+        return None
+    mime = file.get("mimetype")
+    kind: Literal["image", "audio", "video", "file"] = "file"
+    if isinstance(mime, str) and mime.split("/")[0] in ("image", "audio", "video"):
+        kind = mime.split("/")[0]  # type: ignore[assignment]
+    size = file.get("size")
+    return Attachment(
+        kind=kind,
+        name=file.get("name") if isinstance(file.get("name"), str) else None,
+        mime_type=mime if isinstance(mime, str) else None,
+        size=size if isinstance(size, int) else None,
+        url=file.get("url_private") if isinstance(file.get("url_private"), str) else None,
+    )
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def _button(button: Button, row: int, column: int) -> dict[str, Any]:
+    label = button.label if len(button.label) <= MAX_BUTTON_LABEL else button.label[: MAX_BUTTON_LABEL - 1] + "…"
+    if len(button.value) > MAX_BUTTON_VALUE:
+        raise ValueError(f"button value is {len(button.value)} characters; Slack allows {MAX_BUTTON_VALUE}")
+    element: dict[str, Any] = {
+        "type": "button",
+        "action_id": f"sb:{row}:{column}",  # unique within the message, as Slack requires
+        "text": {"type": "plain_text", "text": label or " ", "emoji": True},
+        "value": button.value,
+    }
+    # Slack has two styles; "success" reads as the affirmative one, "secondary" is the default look.
+    style = {"primary": "primary", "success": "primary", "danger": "danger"}.get(button.style)
+    if style:
+        element["style"] = style
+    return element
+
+
+def build_blocks(mrkdwn: str, buttons: list[list[Button]]) -> list[dict[str, Any]]:
+    """Section blocks for the text (≤3000 characters each) and one actions block per button row, never more than
+    50 blocks: rows are packed together (25 buttons a block) when there are too many, and what still does not fit
+    is dropped with a warning."""
+    sections = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn[start : start + MAX_SECTION_TEXT]}}
+        for start in range(0, len(mrkdwn), MAX_SECTION_TEXT)
+        if mrkdwn[start : start + MAX_SECTION_TEXT].strip()
+    ]
+    rows = [[_button(button, r, c) for c, button in enumerate(row)] for r, row in enumerate(buttons) if row]
+    actions = [row[start : start + MAX_ACTIONS_PER_BLOCK] for row in rows for start in range(0, len(row), 25)]
+    if len(sections) + len(actions) > MAX_BLOCKS:
+        flat = [element for row in rows for element in row]
+        actions = [flat[start : start + MAX_ACTIONS_PER_BLOCK] for start in range(0, len(flat), MAX_ACTIONS_PER_BLOCK)]
+    room = MAX_BLOCKS - len(actions)
+    if room < 1 or len(sections) > room:
+        log.warning("slack: a message with %d text and %d button blocks cut to %d", len(sections), len(actions), 50)
+        actions = actions[: MAX_BLOCKS - 1]
+        sections = sections[: MAX_BLOCKS - len(actions)]
+    return [*sections, *({"type": "actions", "elements": elements} for elements in actions)]
+
+
+class SlackAdapter:
+    """One Slack app in one workspace. Events are handed to the gateway before they are acknowledged."""
+
+    channel = "slack"
+    capabilities = CAPABILITIES
+
+    def __init__(self, account: str, settings: SlackAccount) -> None:
+        self.account = account
+        self.settings = settings
+        self.bot_username: str | None = None
+        self.bot_user_id: str | None = None
+        self.bot_id: str | None = None
+        self.team_id: str | None = None
+        self.http_port: int | None = None  # HTTP mode: the port actually bound (http_port 0 picks one)
+        self.client: AsyncWebClient | None = None
+        self.app: AsyncApp | None = None
+        self._socket: SocketModeClient | None = None
+        self._http: web.AppRunner | None = None
+        self._on_message: OnMessage | None = None
+        self._on_action: OnAction | None = None
+        self._seen = _Seen()
+        self._dm_channels: dict[str, str] = {}  # user id -> the D... channel of the bot's DM with them
+        self._message_channels: OrderedDict[str, str] = OrderedDict()  # ts of a message we sent -> its channel
+        self._late: set[asyncio.Task[None]] = set()  # hand-overs still running after their ack
+        self._mention: re.Pattern[str] | None = None
+
+    # --- start and stop -----------------------------------------------------------------------------------------
+
+    async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
+        from slack_bolt.app.async_app import AsyncApp
+        from slack_sdk.http_retry.builtin_async_handlers import (
+            AsyncConnectionErrorRetryHandler,
+            AsyncRateLimitErrorRetryHandler,
+        )
+        from slack_sdk.web.async_client import AsyncWebClient
+
+        self._on_message, self._on_action = on_message, on_action
+        self.client = AsyncWebClient(
+            token=self.settings.bot_token.get_secret_value(),
+            base_url=api_url(self.settings.api_base_url),
+            retry_handlers=[AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=3)],
+        )
+        auth = await self.client.auth_test()
+        self.bot_username = auth.get("user")
+        self.bot_user_id = auth.get("user_id")
+        self.bot_id = auth.get("bot_id")
+        self.team_id = auth.get("team_id")
+        self._mention = re.compile(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>") if self.bot_user_id else None
+        http = self.settings.mode == "http"
+        secret = self.settings.signing_secret.get_secret_value() if self.settings.signing_secret else ""
+        self.app = AsyncApp(
+            client=self.client,
+            signing_secret=secret,
+            request_verification_enabled=http,
+            # Listeners run before the ack: the gateway has recorded the message when Slack hears back.
+            process_before_response=True,
+            logger=logging.getLogger(f"{__name__}.bolt"),
+        )
+        self.app.event("message")(self._event)
+        self.app.event("app_mention")(self._event)
+        self.app.event(re.compile(".*"))(self._other_event)
+        self.app.action(re.compile(".*"))(self._action)
+        self.app.error(self._error)
+        if http:
+            await self._start_http()
+        else:
+            await self._start_socket()
+        log.info("slack %s: connected as %s (%s) in team %s", self.account, self.bot_username, self.mode, self.team_id)
+
+    @property
+    def mode(self) -> str:
+        return "Socket Mode" if self.settings.mode == "socket" else "HTTP Events"
+
+    async def _start_socket(self) -> None:
+        from slack_sdk.socket_mode.aiohttp import SocketModeClient
+
+        assert self.client is not None and self.settings.app_token is not None
+        self._socket = SocketModeClient(
+            app_token=self.settings.app_token.get_secret_value(),
+            web_client=self.client,
+            ping_interval=self.settings.ping_interval,
+            logger=logging.getLogger(f"{__name__}.socket"),
+        )
+        self._socket.message_listeners.append(self._envelope)
+        await self._socket.connect()  # type: ignore[no-untyped-call]
+
+    async def _start_http(self) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_post(self.settings.http_path, self._http_request)
+        self._http = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await self._http.setup()
+        await web.TCPSite(self._http, self.settings.http_host, self.settings.http_port).start()
+        self.http_port = int(self._http.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(Exception):
+                await self._socket.close()  # type: ignore[no-untyped-call]
+            self._socket = None
+        if self._http is not None:
+            await self._http.cleanup()
+            self._http = None
+        for task in list(self._late):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 5)
+
+    # --- inbound: transport ---------------------------------------------------------------------------------------
+
+    async def _envelope(self, socket: Any, message: dict[str, Any], raw: str | None) -> None:
+        """One Socket Mode frame: dispatch it through Bolt, then ack it. A frame Bolt cannot read is acked anyway
+        (Slack would only send it again); one whose hand-over failed is not, so that Slack redelivers it."""
+        from slack_bolt.adapter.socket_mode.internals import build_headers
+        from slack_bolt.request.async_request import AsyncBoltRequest
+        from slack_sdk.socket_mode.request import SocketModeRequest
+
+        envelope_id = message.get("envelope_id")
+        if not isinstance(envelope_id, str) or not envelope_id:
+            if message.get("type") not in ("hello", None):
+                log.debug("slack %s: socket frame of type %r without an envelope", self.account, message.get("type"))
+            return
+        payload = message.get("payload")
+        if isinstance(payload, dict) and message.get("type") in ("events_api", "interactive", "slash_commands"):
+            request = SocketModeRequest(type=str(message["type"]), envelope_id=envelope_id, payload=payload)
+            bolt = AsyncBoltRequest(mode="socket_mode", body=payload, headers=build_headers(request))
+            if not await self._dispatch(bolt, f"envelope {envelope_id}"):
+                log.warning("slack %s: envelope %s not acked; Slack will redeliver it", self.account, envelope_id)
+                return
+        else:
+            kind = message.get("type")
+            log.warning("slack %s: skipped malformed envelope %s (type %r)", self.account, envelope_id, kind)
+        await socket.send_message(json.dumps({"envelope_id": envelope_id}))
+
+    async def _http_request(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+        from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+
+        bolt = await to_bolt_request(request)
+        outcome = _HandOver()
+        if not await self._dispatch(bolt, "an HTTP request", outcome):
+            return web.Response(status=500)  # Slack retries; the journal drops what was recorded after all
+        if outcome.response is None or outcome.response.status >= 500:
+            return web.Response(status=200)  # unreadable: acknowledged so that Slack does not send it again
+        return await to_aiohttp_response(outcome.response)
+
+    async def _dispatch(self, bolt: AsyncBoltRequest, what: str, outcome: _HandOver | None = None) -> bool:
+        """Run one request through Bolt. False only when the gateway could not take what it carried (so it must not
+        be acknowledged); a request Bolt or this adapter cannot read is logged and counts as handled."""
+        assert self.app is not None
+        outcome = outcome or _HandOver()
+        token = _HAND_OVER.set(outcome)
+        try:
+            outcome.response = await self.app.async_dispatch(bolt)
+        except Exception as error:
+            log.warning("slack %s: skipped unreadable %s: %r", self.account, what, error)
+            return True
+        finally:
+            _HAND_OVER.reset(token)
+        if outcome.failed:
+            return False
+        if outcome.response.status >= 500:
+            log.warning("slack %s: skipped %s that could not be handled", self.account, what)
+        return True
+
+    async def _error(self, error: Exception, body: dict[str, Any]) -> None:
+        log.warning("slack %s: an event could not be handled: %r", self.account, error)
+
+    async def _within_ack_budget(self, delivery: Awaitable[None], what: str) -> None:
+        """Await the hand-over, but no longer than Slack waits for an ack: past that it finishes in the background."""
+        task: asyncio.Task[None] = asyncio.ensure_future(delivery)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), ACK_BUDGET_SECONDS)
+        except TimeoutError:
+            log.warning("slack %s: handing over %s is slow; acknowledging it first", self.account, what)
+            self._late.add(task)
+            task.add_done_callback(self._late_done)
+
+    def _late_done(self, task: asyncio.Task[None]) -> None:
+        self._late.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("slack %s: a late hand-over failed: %r", self.account, task.exception())
+
+    # --- inbound: events ------------------------------------------------------------------------------------------
+
+    async def _other_event(self, body: dict[str, Any]) -> None:
+        event = body.get("event")
+        log.debug("slack %s: ignored event %r", self.account, event.get("type") if isinstance(event, dict) else None)
+
+    async def _event(self, body: dict[str, Any]) -> None:
+        try:
+            message = self._inbound(body)
+        except (ValidationError, TypeError, ValueError, KeyError, AttributeError) as error:
+            log.warning("slack %s: skipped a malformed event: %r", self.account, error)
+            return
+        if message is None:
+            return
+        key = f"{message.peer.kind}:{message.peer.id}:{message.message_id}"
+        if not self._seen.add(key):
+            log.debug("slack %s: second delivery of %s dropped", self.account, message.message_id)
+            return
+        assert self._on_message is not None
+        try:
+            await self._within_ack_budget(self._on_message(message), f"message {message.message_id}")
+        except BaseException:
+            self._seen.discard(key)  # not recorded: the redelivery must get through
+            outcome = _HAND_OVER.get()
+            if outcome is not None:
+                outcome.failed = True
+            raise
+
+    def _inbound(self, body: dict[str, Any]) -> InboundMessage | None:
+        """The message in an events_api body, or None for events that are not someone saying something."""
+        event = body["event"]
+        subtype = event.get("subtype")
+        if subtype not in _SAID:
+            log.debug("slack %s: ignored message subtype %s", self.account, subtype)
+            return None
+        bot_id = event.get("bot_id")
+        user = event.get("user") or bot_id
+        if (self.bot_user_id and user == self.bot_user_id) or (bot_id and bot_id == self.bot_id):
+            return None  # our own message
+        channel, ts = event["channel"], event["ts"]
+        if not (isinstance(user, str) and user and isinstance(channel, str) and channel and isinstance(ts, str)):
+            raise ValueError("an event without user, channel or ts")
+        channel_type = event.get("channel_type") or ("im" if channel.startswith("D") else None)
+        if channel_type == "im":
+            peer = Peer("direct", user)
+            self._dm_channels[user] = channel
+        elif channel_type == "mpim":
+            peer = Peer("group", channel)
+        else:
+            peer = Peer("channel", channel)
+        text = event.get("text") or ""
+        if not isinstance(text, str):
+            raise ValueError("text is not a string")
+        mentioned = event.get("type") == "app_mention" or bool(self._mention and self._mention.search(text))
+        if self._mention is not None:
+            # A leading mention is how people address the bot; `@bot /new` must still read as a command.
+            text = self._mention.sub(f"@{self.bot_username}" if self.bot_username else "", text)
+            if self.bot_username:
+                text = re.sub(rf"^\s*@{re.escape(self.bot_username)}\b[\s:,]*", "", text)
+        thread_ts = event.get("thread_ts")
+        thread_ts = thread_ts if isinstance(thread_ts, str) and thread_ts else None
+        profile = event.get("user_profile") if isinstance(event.get("user_profile"), dict) else {}
+        name = profile.get("display_name") or profile.get("real_name") or event.get("username")
+        attachments = [item for item in map(_attachment, event.get("files") or []) if item is not None]
+        return InboundMessage(
+            channel=self.channel,
+            account=self.account,
+            peer=peer,
+            team=body.get("team_id") or event.get("team") or self.team_id,
+            sender_id=user,
+            sender_name=name if isinstance(name, str) and name else None,
+            sender_is_bot=bool(bot_id) or subtype == "bot_message",
+            text=_unescape(text.strip()),
+            message_id=ts,
+            reply_to=thread_ts if thread_ts and thread_ts != ts else None,
+            reply_to_bot=bool(self.bot_user_id) and event.get("parent_user_id") == self.bot_user_id,
+            thread_id=thread_ts,
+            was_mentioned=mentioned,
+            attachments=attachments,
+        )
+
+    async def _action(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        try:
+            events = self._actions(body)
+        except (ValidationError, TypeError, ValueError, KeyError, AttributeError) as error:
+            log.warning("slack %s: skipped a malformed button click: %r", self.account, error)
+            return
+        assert self._on_action is not None
+        for event in events:
+            try:
+                await self._within_ack_budget(self._on_action(event), f"a click on {event.message_id}")
+            except Exception:
+                log.exception("slack %s: a click on %s could not be handled", self.account, event.message_id)
+
+    def _actions(self, body: dict[str, Any]) -> list[ActionEvent]:
+        if body.get("type") != "block_actions":
+            return []
+        user = body["user"]["id"]
+        container = body.get("container") or {}
+        message = body.get("message") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        ts = container.get("message_ts") or message.get("ts")
+        if not (isinstance(channel, str) and isinstance(ts, str) and isinstance(user, str)):
+            raise ValueError("a click without channel, message or user")
+        peer = Peer("direct", user) if channel.startswith("D") else Peer("channel", channel)
+        if peer.kind == "direct":
+            self._dm_channels[user] = channel
+        thread = container.get("thread_ts") or message.get("thread_ts")
+        name = body["user"].get("username") or body["user"].get("name")
+        return [
+            ActionEvent(
+                channel=self.channel,
+                account=self.account,
+                peer=peer,
+                sender_id=user,
+                sender_name=name,
+                message_id=ts,
+                value=action["value"],
+                thread_id=thread if isinstance(thread, str) and thread else None,
+            )
+            for action in body.get("actions") or []
+            if isinstance(action, dict) and action.get("type") == "button" and isinstance(action.get("value"), str)
+        ]
+
+    # --- outbound -------------------------------------------------------------------------------------------------
+
+    def _api(self) -> AsyncWebClient:
+        if self.client is None:
+            raise RuntimeError(f"slack account {self.account} is not started")
+        return self.client
+
+    async def _channel(self, target: ChatTarget, ts: str | None = None) -> str:
+        """The Slack channel id for a target; for a DM, the D... channel (posting to a user id opens it)."""
+        peer_id = target.peer.id
+        if not peer_id:
+            raise ValueError("a Slack target needs a peer id")
+        if target.peer.kind != "direct":
+            return peer_id
+        if ts is not None and ts in self._message_channels:
+            return self._message_channels[ts]
+        if peer_id in self._dm_channels:
+            return self._dm_channels[peer_id]
+        if ts is None:
+            return peer_id
+        opened = await self._api().conversations_open(users=peer_id)
+        channel = str(opened["channel"]["id"])
+        self._dm_channels[peer_id] = channel
+        return channel
+
+    def _remember(self, ts: str, channel: str) -> None:
+        self._message_channels[ts] = channel
+        while len(self._message_channels) > 4096:
+            self._message_channels.popitem(last=False)
+
+    @staticmethod
+    def _render(message: OutboundMessage) -> tuple[str, list[dict[str, Any]]]:
+        text = markdown_to_mrkdwn(message.text)
+        return text, build_blocks(text, message.buttons) if message.buttons else []
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        text, blocks = self._render(message)
+        extra: dict[str, Any] = {"blocks": blocks} if blocks else {}
+        thread = message.thread_id or target.thread_id
+        if thread:
+            extra["thread_ts"] = thread
+        response = await self._api().chat_postMessage(channel=await self._channel(target), text=text, **extra)
+        ts, channel = str(response["ts"]), str(response["channel"])
+        self._remember(ts, channel)
+        if target.peer.kind == "direct" and target.peer.id:
+            self._dm_channels.setdefault(target.peer.id, channel)
+        return ts
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        text, blocks = self._render(message)
+        # An empty list takes away the buttons an earlier version had; leaving blocks out would keep them.
+        channel = await self._channel(target, message_id)
+        await self._api().chat_update(channel=channel, ts=message_id, text=text, blocks=blocks)
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        await self._api().chat_delete(channel=await self._channel(target, message_id), ts=message_id)
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        name = _EMOJI_NAMES.get(emoji.strip(), emoji.strip().strip(":"))
+        channel = await self._channel(target, message_id)
+        await self._api().reactions_add(channel=channel, timestamp=message_id, name=name)
+
+    async def typing(self, target: ChatTarget) -> None:
+        # Slack shows no typing indicator for bots (the RTM one is gone); nothing to send.
+        log.debug("slack %s: typing in %s:%s (no-op on Slack)", self.account, target.peer.kind, target.peer.id)
+
+
+__all__ = ["CAPABILITIES", "SlackAccount", "SlackAdapter", "api_url", "build_blocks"]

@@ -146,6 +146,8 @@ def config() -> None:
 def config_check(config_path: str) -> None:
     """Exit 0 if the bindings file is valid; otherwise print every error and exit 1."""
     loaded = _load(config_path)
+    for warning in loaded.warnings:
+        click.echo(f"warning: {warning.render(config_path)}", err=True)
     click.echo(f"{config_path}: valid ({len(loaded.agents)} agents, {len(loaded.bindings)} bindings)")
 
 

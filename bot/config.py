@@ -198,6 +198,8 @@ class Config(_Section):
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.
     _unset_credentials: dict[tuple[str, str], list[str]] = PrivateAttr(default_factory=dict)
+    # Secrets written into the file instead of `${VAR}`: `bot config check` warns about each.
+    _warnings: list[ConfigIssue] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -232,6 +234,11 @@ class Config(_Section):
         own = self.agent(agent_id).workspace
         path = Path(own) if own else Path(self.defaults.workspace_root) / agent_id
         return (self._base_dir / path.expanduser()).resolve()
+
+    @property
+    def warnings(self) -> list[ConfigIssue]:
+        """What is allowed but unwise, such as a secret written into the file."""
+        return list(self._warnings)
 
     def timeout_for(self, agent_id: str) -> float:
         """Seconds a run of this agent may take before it is cancelled."""
@@ -365,6 +372,26 @@ def _unknown_providers(config: Config) -> list[tuple[Loc, str]]:
     return problems
 
 
+SECRET_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "api_key", "api_keys", "webhook_secret"})
+
+
+def _secret_paths(data: Any, path: Loc = ()) -> list[Loc]:
+    """Where the file holds a non-empty credential (under channels and providers)."""
+    found: list[Loc] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = (*path, key)
+            if key in SECRET_KEYS and path[:1] in (("channels",), ("providers",)):
+                values = value if isinstance(value, list) else [value]
+                found += [(*here, i) if isinstance(value, list) else here for i, v in enumerate(values) if v]
+            else:
+                found += _secret_paths(value, here)
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            found += _secret_paths(item, (*path, index))
+    return found
+
+
 def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:
     """Validate config text; raises ConfigError listing every problem with its line and key path."""
     tree = parse_yaml(text)
@@ -402,6 +429,11 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
     if issues or config is None:
         raise ConfigError(file, issues)
     config._unset_credentials = unset_credentials
+    config._warnings = [
+        ConfigIssue(tree.line_of(path), format_path(path), "a secret written into the file; use ${VAR} instead")
+        for path in _secret_paths(tree.data)
+        if path not in env.from_env
+    ]
     return config
 
 

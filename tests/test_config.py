@@ -437,3 +437,30 @@ def test_a_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert str(caught.value).startswith(f"{path}: not UTF-8 text")
+
+
+def test_a_secret_written_into_the_file_is_a_warning_not_an_error() -> None:
+    config = parse(
+        """
+        providers:
+          openrouter: {kind: openai, base_url: "https://example.invalid/v1", api_key: sk-literal-123}
+          other: {kind: openai, base_url: "https://example.invalid/v1", api_keys: ["${K1}", sk-two]}
+        channels:
+          slack:
+            accounts:
+              main: {bot_token: "${SLACK_BOT_TOKEN}", app_token: xapp-literal}
+        """,
+        K1="k1",
+        SLACK_BOT_TOKEN="xoxb-from-env",
+    )
+    assert [warning.render("bindings.yaml") for warning in config.warnings] == [
+        "bindings.yaml:3: providers.openrouter.api_key: a secret written into the file; use ${VAR} instead",
+        "bindings.yaml:4: providers.other.api_keys[1]: a secret written into the file; use ${VAR} instead",
+        "bindings.yaml:8: channels.slack.accounts.main.app_token: a secret written into the file; use ${VAR} instead",
+    ]
+
+
+def test_a_channel_credential_whose_variable_is_unset_skips_the_account_instead_of_failing() -> None:
+    config = parse("channels:\n  telegram:\n    accounts:\n      main: {token: '${SWITCHBOARD_NO_SUCH_TOKEN}'}\n")
+    assert config.unset_credentials("telegram", "main") == ["SWITCHBOARD_NO_SUCH_TOKEN"]
+    assert config.unset_credentials("telegram", "other") == []

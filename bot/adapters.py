@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bot.commands import COMMAND_MENU
 from bot.config import Config
 from channels.base import ChannelAdapter
 
@@ -32,11 +33,18 @@ def _slack(account: str, settings: dict[str, Any]) -> ChannelAdapter:
     return SlackAdapter(account, SlackAccount.model_validate(settings))
 
 
+def _telegram(account: str, settings: dict[str, Any]) -> ChannelAdapter:
+    from channels.telegram import TelegramAccount, TelegramAdapter
+
+    return TelegramAdapter(account, TelegramAccount.model_validate(settings), commands=COMMAND_MENU)
+
+
 # Each platform's module (and so its SDK) is imported only when an account of it is configured.
 _FACTORIES: dict[str, Callable[[str, dict[str, Any]], ChannelAdapter]] = {
     "console": _console,
     "loopback": _loopback,
     "slack": _slack,
+    "telegram": _telegram,
 }
 
 

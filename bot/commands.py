@@ -14,6 +14,13 @@ HELP = (
     "/help: this list\n"
     "/pair CODE: (owners) let the person who got this pairing code talk to the bot"
 )
+# The commands as a platform's command menu shows them (Telegram's setMyCommands).
+COMMAND_MENU = (
+    ("new", "Start a fresh conversation"),
+    ("stop", "Stop the current answer"),
+    ("status", "Agent, model, session and tokens"),
+    ("help", "List the commands"),
+)
 _COMMAND = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
 
 

@@ -15,8 +15,9 @@ log = logging.getLogger(__name__)
 
 
 class StreamingReply:
-    """Sends a first message as soon as there is text, then edits it at most once per interval (never with
-    the same text); `finish` puts the complete first chunk in place and returns the rest for the outbox."""
+    """Shows the answer once it has taken longer than one interval, then edits it at most once per interval
+    (never with the same text); `finish` puts the complete first chunk in place and returns the rest for the
+    outbox. A quick answer is never streamed: it goes out whole."""
 
     def __init__(self, adapter: ChannelAdapter, target: ChatTarget, *, thread_id: str | None = None) -> None:
         self.adapter = adapter
@@ -39,6 +40,8 @@ class StreamingReply:
         self._text += event.delta
         self._changed.set()
         if self._worker is None:
+            # The first preview waits one interval: a quick answer goes out whole, as one message.
+            self._last = time.monotonic()
             self._worker = asyncio.create_task(self._edit_loop(), name="streaming-reply")
 
     async def _edit_loop(self) -> None:

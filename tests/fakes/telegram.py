@@ -14,6 +14,7 @@ and `fail_next(method, times, retry_after)` answers 429 with `parameters.retry_a
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import html
 import itertools
@@ -152,6 +153,10 @@ class FakeTelegram:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
+        # Like Telegram, answer 429 to sends beyond `max_per_second` (None: no limit); `rate_limited` counts them.
+        self.max_per_second: float | None = None
+        self.rate_limited = 0
+        self._recent_sends: collections.deque[float] = collections.deque()
 
     # --- addresses and inspection ---------------------------------------------------------------------------------
 
@@ -379,6 +384,14 @@ class FakeTelegram:
         if self._failures.get(method):
             retry_after = self._failures[method].pop(0)
             return self._error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
+        if self.max_per_second is not None and method in ("sendMessage", "editMessageText"):
+            now = time.monotonic()
+            while self._recent_sends and now - self._recent_sends[0] >= 1.0:
+                self._recent_sends.popleft()
+            if len(self._recent_sends) >= self.max_per_second:
+                self.rate_limited += 1
+                return self._error(429, "Too Many Requests: retry after 1", retry_after=1)
+            self._recent_sends.append(now)
         handler = getattr(self, f"_m_{method.lower()}", None)
         if handler is None:
             return self._error(404, "Not Found")

@@ -27,6 +27,12 @@ def _loopback(account: str, settings: dict[str, Any]) -> ChannelAdapter:
     return LoopbackAdapter(account, LoopbackAccount.model_validate(settings))
 
 
+def _discord(account: str, settings: dict[str, Any]) -> ChannelAdapter:
+    from channels.discord import DiscordAccount, DiscordAdapter
+
+    return DiscordAdapter(account, DiscordAccount.model_validate(settings))
+
+
 def _slack(account: str, settings: dict[str, Any]) -> ChannelAdapter:
     from channels.slack import SlackAccount, SlackAdapter
 
@@ -42,6 +48,7 @@ def _telegram(account: str, settings: dict[str, Any]) -> ChannelAdapter:
 # Each platform's module (and so its SDK) is imported only when an account of it is configured.
 _FACTORIES: dict[str, Callable[[str, dict[str, Any]], ChannelAdapter]] = {
     "console": _console,
+    "discord": _discord,
     "loopback": _loopback,
     "slack": _slack,
     "telegram": _telegram,

@@ -1,0 +1,133 @@
+"""Telegram end to end: a real `bot run` process, its real Telegram adapter (python-telegram-bot), the fake Bot
+API (tests/fakes/telegram.py) and an instantly answering fake LLM (tests/fakes/llm.py), all on 127.0.0.1.
+
+Run with `.venv/bin/python bench/telegram.py`. Two batches, 200 DMs from 20 users and 1,000 from 100 users,
+each sent as fast as the fake can queue them; once with the adapter's rate limiter off (the framework's own
+speed) and once on, with the fake answering 429 to anything beyond Telegram's 30 sends per second. The queue
+mode is `followup` so that every DM gets its own reply; everything else is the default. Latency runs from the
+moment an update is available to the moment its reply reaches the fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fakes.llm import FakeLLM  # noqa: E402
+from fakes.telegram import FakeTelegram  # noqa: E402
+
+FIRST_USER = 70_000
+
+
+def rss_kib(pid: int, field: str) -> int:
+    """VmRSS (now) or VmHWM (peak) of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+async def batch(messages: int, users: int, limiter: bool) -> str:
+    async with FakeTelegram() as telegram, FakeLLM() as llm:
+        telegram.max_per_second = 30 if limiter else None
+        llm.script(*(["ok"] * (messages + 50)))
+        folder = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
+        config = {
+            "defaults": {"model": "fake/instant", "workspace_root": str(folder / "ws")},
+            "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
+            "channels": {
+                "telegram": {
+                    "accounts": {
+                        "main": {
+                            "token": telegram.token,
+                            "api_base_url": telegram.url,
+                            "dm_policy": "open",
+                            "rate_limit": limiter,
+                        }
+                    }
+                }
+            },
+            "session": {"queue": {"mode": "followup"}},
+            "tools": {"deny": ["*"]},
+        }
+        (folder / "bindings.yaml").write_text(json.dumps(config))
+        env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+        started = time.monotonic()
+        bot = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "run", "--config", str(folder / "bindings.yaml"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            await telegram.wait_for(lambda: bool(telegram.calls("getUpdates")), timeout=30)
+            first_poll = next(call.at for call in telegram.requests if call.method == "getUpdates") - started
+            await asyncio.sleep(1.0)
+            idle = rss_kib(bot.pid, "VmRSS")
+            sent_at: dict[int, list[float]] = defaultdict(list)
+            began = time.monotonic()
+            for number in range(messages):
+                user = FIRST_USER + number % users
+                await telegram.private_message(f"message {number}", user_id=user, name=f"user{user}")
+                sent_at[user].append(time.monotonic())
+
+            def replies() -> int:
+                return sum(len(telegram.sent[user]) for user in sent_at)
+
+            with contextlib.suppress(TimeoutError):  # what never arrives is counted as lost below
+                await telegram.wait_for(lambda: replies() >= messages, timeout=600)
+            await asyncio.sleep(2.0)  # late duplicates, if any, show up here
+            peak = rss_kib(bot.pid, "VmHWM")
+        finally:
+            bot.terminate()
+            await asyncio.wait_for(bot.wait(), 30)
+        reply_times: dict[int, list[float]] = defaultdict(list)
+        for call in telegram.requests:
+            if call.method == "sendMessage" and call.params.get("chat_id") in sent_at:
+                reply_times[call.params["chat_id"]].append(call.at)
+        latencies = [
+            reply - asked
+            for user, asked_times in sent_at.items()
+            for asked, reply in zip(asked_times, reply_times[user], strict=False)
+        ]
+        got = sum(len(times) for times in reply_times.values())
+        lost = sum(max(0, len(sent_at[user]) - len(reply_times[user])) for user in sent_at)
+        duplicates = sum(max(0, len(reply_times[user]) - len(sent_at[user])) for user in sent_at)
+        last = max((times[-1] for times in reply_times.values() if times), default=began)
+        rate = got / (last - began) if last > began else 0.0
+        latencies.sort()
+
+        def percentile(share: float) -> float:
+            return latencies[min(len(latencies) - 1, int(len(latencies) * share))] if latencies else float("nan")
+
+        p50 = statistics.median(latencies) if latencies else float("nan")
+        return (
+            f"{'on' if limiter else 'off':>7} {messages:>5,}/{users:<4} {rate:>9.1f} {p50:>8.2f}"
+            f" {percentile(0.95):>8.2f} {percentile(0.99):>8.2f} {first_poll:>8.2f} {idle / 1024:>8.1f}"
+            f" {peak / 1024:>8.1f} {lost:>5} {duplicates:>5} {telegram.rate_limited:>5}"
+        )
+
+
+async def main() -> None:
+    print(f"Python {sys.version.split()[0]}; latency in seconds, RSS in MiB")
+    print(
+        f"{'limiter':>7} {'DMs/users':<10} {'msg/s':>9} {'p50':>8} {'p95':>8} {'p99':>8} {'start':>8}"
+        f" {'idle':>8} {'peak':>8} {'lost':>5} {'dupes':>5} {'429s':>5}"
+    )
+    for limiter in (False, True):
+        for messages, users in ((200, 20), (1_000, 100)):
+            print(await batch(messages, users, limiter), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

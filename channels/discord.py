@@ -1,0 +1,465 @@
+"""The Discord channel: one bot account on the real discord.py Client (gateway WebSocket in, REST out), normalized
+into InboundMessage / ActionEvent; buttons are persistent components whose custom_id is the button's value."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import aiohttp
+import discord
+import discord.ui
+import yarl
+from discord.gateway import DiscordWebSocket
+from discord.http import HTTPClient, Route
+from discord.webhook.async_ import AsyncWebhookAdapter, async_context
+from pydantic import Field
+
+from channels.base import (
+    AccountSettings,
+    ActionEvent,
+    Attachment,
+    Capabilities,
+    ChatTarget,
+    InboundMessage,
+    OnAction,
+    OnMessage,
+    OutboundMessage,
+)
+from routing import Peer
+
+log = logging.getLogger(__name__)
+
+API_PATH = "/api/v10"
+MAX_CUSTOM_ID = 100  # Discord's limit on a component's custom_id, and so on a button's value
+CAPABILITIES = Capabilities(
+    buttons=True,
+    edit=True,
+    delete=True,
+    reactions=True,
+    threads=True,
+    max_text_length=2000,
+    markup="discord-markdown",
+    streaming=True,
+    edit_interval_seconds=1.0,
+)
+_STYLES = {
+    "primary": discord.ButtonStyle.primary,
+    "secondary": discord.ButtonStyle.secondary,
+    "success": discord.ButtonStyle.success,
+    "danger": discord.ButtonStyle.danger,
+}
+# The model must not ping @everyone or whole roles because some text said so; users and replies are fine.
+_ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
+
+
+class DiscordAccount(AccountSettings):
+    """`channels.discord.accounts.<id>`: the bot token, and where the servers are (the real Discord unless set).
+
+    `api_base_url` is the server root (`/api/v10` is appended); `gateway_url` the full WebSocket URL."""
+
+    token: str
+    gateway_url: str | None = None
+    ready_timeout: float = Field(default=30.0, gt=0)  # how long start() waits for READY
+    # After READY, discord.py waits this long for each guild's GUILD_CREATE before it calls itself ready.
+    guild_ready_timeout: float = Field(default=2.0, gt=0)
+
+
+class DiscordStartError(RuntimeError):
+    """The account could not connect: bad token, unreachable server, or no READY in time."""
+
+
+# --- pointing the SDK at configured servers, per client --------------------------------------------------------
+#
+# discord.py reads its REST root from the class attribute `Route.BASE` and its gateway from
+# `DiscordWebSocket.DEFAULT_GATEWAY`. Setting those would move every client in the process, so instead each
+# adapter's HTTPClient rewrites the URLs it is about to use, and interaction callbacks (which go through the
+# webhook adapter, not the HTTPClient) use a rewriting webhook adapter installed in the client's task context.
+
+
+def _rewrite(url: str, api_base: str | None) -> str:
+    if api_base is not None and url.startswith(Route.BASE):
+        return api_base + url[len(Route.BASE) :]
+    return url
+
+
+def _local_route(route: Route, api_base: str | None) -> Route:
+    url = _rewrite(route.url, api_base)
+    if url == route.url:
+        return route
+    local = copy.copy(route)  # the bucket key (method + path) stays as it was; only where it goes changes
+    local.url = url
+    return local
+
+
+class _RoutedHTTPClient(HTTPClient):
+    def __init__(self, loop: asyncio.AbstractEventLoop, api_base: str | None, gateway: str | None) -> None:
+        super().__init__(loop)
+        self._api_base = api_base
+        self._gateway = yarl.URL(gateway) if gateway else None
+
+    async def request(self, route: Route, **kwargs: Any) -> Any:
+        return await super().request(_local_route(route, self._api_base), **kwargs)
+
+    async def ws_connect(self, url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
+        target = yarl.URL(url)
+        if self._gateway is not None and target.host == DiscordWebSocket.DEFAULT_GATEWAY.host:
+            # The default gateway (first connect, or after an invalidated session): ours instead, same query.
+            target = self._gateway.with_query(target.query)
+        return await super().ws_connect(str(target), compress=compress)
+
+
+class _RoutedWebhookAdapter(AsyncWebhookAdapter):
+    def __init__(self, api_base: str | None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._api_base = api_base
+
+    async def request(self, route: Route, session: aiohttp.ClientSession, **kwargs: Any) -> Any:
+        return await super().request(_local_route(route, self._api_base), session, **kwargs)
+
+
+# --- the client ------------------------------------------------------------------------------------------------
+
+
+class _ActionButton(discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], template=r"(?P<value>[\s\S]+)"):
+    """A button whose custom_id is its value. Registered as a dynamic item, it receives clicks on any message,
+    also on messages sent before a restart: no per-message view has to be remembered."""
+
+    def __init__(self, value: str, label: str = "", style: discord.ButtonStyle = discord.ButtonStyle.secondary) -> None:
+        super().__init__(discord.ui.Button(label=label or value, style=style, custom_id=value))
+        self.value = value
+
+    @classmethod
+    async def from_custom_id(
+        cls,
+        interaction: discord.Interaction[discord.Client],
+        item: discord.ui.Item[Any],
+        match: re.Match[str],
+        /,
+    ) -> _ActionButton:
+        return cls(match["value"])
+
+    async def callback(self, interaction: discord.Interaction[discord.Client]) -> None:
+        client = interaction.client
+        if isinstance(client, _Client):
+            await client.adapter._on_click(interaction, self.value)
+
+
+class _Client(discord.Client):
+    """discord.Client with this adapter's servers, guarded event parsers, and the adapter's handlers."""
+
+    def __init__(
+        self, adapter: DiscordAdapter, api_base: str | None, gateway: str | None, guild_ready_timeout: float
+    ) -> None:
+        intents = discord.Intents.none()
+        intents.guilds = True
+        intents.guild_messages = True
+        intents.dm_messages = True
+        intents.message_content = True
+        super().__init__(intents=intents, allowed_mentions=_ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout)
+        self.adapter = adapter
+        routed = _RoutedHTTPClient(self.loop, api_base, gateway)
+        self.http = routed
+        self._connection.http = routed
+        parsers = self._connection.parsers
+        for event, parser in list(parsers.items()):
+            parsers[event] = _guarded(adapter.account, event, parser)
+
+    async def setup_hook(self) -> None:
+        self.add_dynamic_items(_ActionButton)
+
+    async def on_ready(self) -> None:
+        self.adapter._on_ready()
+
+    async def on_resumed(self) -> None:
+        log.info("discord %s: gateway session resumed", self.adapter.account)
+
+    async def on_disconnect(self) -> None:
+        log.info("discord %s: gateway disconnected (discord.py reconnects unless stopping)", self.adapter.account)
+
+    async def on_message(self, message: discord.Message) -> None:
+        self.adapter._queue_message(message)
+
+
+def _guarded(account: str, event: str, parser: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A gateway event that discord.py cannot parse would end its receive loop: log it and skip it instead."""
+
+    def parse(data: Any) -> None:
+        try:
+            parser(data)
+        except Exception as error:
+            log.warning(
+                "discord %s: skipped a malformed %s event (%s: %s)", account, event, type(error).__name__, error
+            )
+
+    return parse
+
+
+def _attachment(item: discord.Attachment) -> Attachment:
+    mime = item.content_type or ""
+    kind: Literal["image", "audio", "video", "file"] = "file"
+    for prefix in ("image", "audio", "video"):
+        if mime.startswith(prefix + "/"):
+            kind = prefix
+    return Attachment(kind=kind, name=item.filename, mime_type=item.content_type, size=item.size, url=item.url)
+
+
+def _view(message: OutboundMessage) -> discord.ui.View | None:
+    if not message.buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for row, buttons in enumerate(message.buttons):
+        for button in buttons:
+            if not 0 < len(button.value) <= MAX_CUSTOM_ID:
+                raise ValueError(f"a Discord button value must be 1 to {MAX_CUSTOM_ID} characters: {button.value!r}")
+            item = _ActionButton(button.value, button.label, _STYLES[button.style])
+            item.row = row
+            view.add_item(item)
+    return view
+
+
+# --- the adapter -----------------------------------------------------------------------------------------------
+
+
+class DiscordAdapter:
+    """One Discord bot account: DMs, guild text channels and threads in; send, edit, delete, react, typing out."""
+
+    channel = "discord"
+    capabilities = CAPABILITIES
+
+    def __init__(self, account: str, settings: DiscordAccount) -> None:
+        self.account = account
+        self.settings = settings
+        self.bot_username: str | None = None
+        self.bot_user_id: str | None = None
+        api_base = settings.api_base_url.rstrip("/") + API_PATH if settings.api_base_url else None
+        self._api_base = api_base
+        self._client: _Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._inbox: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._on_message: OnMessage | None = None
+        self._on_action: OnAction | None = None
+        self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
+        self._on_message, self._on_action = on_message, on_action
+        self._ready.clear()
+        self._client = _Client(self, self._api_base, self.settings.gateway_url, self.settings.guild_ready_timeout)
+        self._worker = asyncio.create_task(self._deliver(), name=f"discord:{self.account}:deliver")
+        self._task = asyncio.create_task(self._run(self._client), name=f"discord:{self.account}")
+        ready = asyncio.create_task(self._ready.wait())
+        try:
+            await asyncio.wait({ready, self._task}, timeout=self.settings.ready_timeout, return_when="FIRST_COMPLETED")
+        finally:
+            ready.cancel()
+        if self._ready.is_set():
+            return
+        failure: BaseException | None = None
+        if self._task.done() and not self._task.cancelled():
+            failure = self._task.exception()
+        await self.stop()
+        if failure is not None:
+            # discord.py ends with an odd AttributeError when the very first gateway connection fails; name both.
+            where = f"{self._api_base or 'Discord'} / {self.settings.gateway_url or 'the default gateway'}"
+            raise DiscordStartError(
+                f"discord account {self.account}: could not connect to {where}: {type(failure).__name__}: {failure}"
+            ) from failure
+        raise DiscordStartError(
+            f"discord account {self.account}: no READY from the gateway within {self.settings.ready_timeout:g}s"
+        )
+
+    async def _run(self, client: _Client) -> None:
+        # Interaction callbacks go through discord.py's webhook adapter, found in a context variable; set here,
+        # it is inherited by every task the client creates, and by no other client.
+        async_context.set(_RoutedWebhookAdapter(self._api_base))
+        async with client:
+            await client.start(self.settings.token, reconnect=True)
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+        for task in (self._task, self._worker):
+            if task is None:
+                continue
+            if task is self._worker:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 10)
+        self._task = self._worker = None
+
+    def _on_ready(self) -> None:
+        client = self._client
+        if client is not None and client.user is not None:
+            self.bot_username = client.user.name
+            self.bot_user_id = str(client.user.id)
+            log.info(
+                "discord %s: ready as %s (%s) in %d guilds",
+                self.account,
+                client.user,
+                client.user.id,
+                len(client.guilds),
+            )
+        self._ready.set()
+
+    # --- inbound -----------------------------------------------------------------------------------------------
+
+    def _queue_message(self, message: discord.Message) -> None:
+        # discord.py runs each event handler in its own task; one queue and one worker keep arrival order.
+        self._inbox.put_nowait(lambda: self._handle_message(message))
+
+    async def _deliver(self) -> None:
+        while True:
+            job = await self._inbox.get()
+            try:
+                await job()
+            except Exception:
+                log.exception("discord %s: an event could not be delivered; skipped", self.account)
+
+    async def _handle_message(self, message: discord.Message) -> None:
+        if self._on_message is None or self._client is None:
+            return
+        me = self._client.user
+        if me is not None and message.author.id == me.id:
+            return  # our own sends come back over the gateway
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return  # joins, pins, thread-created notices and the like
+        inbound = self._normalize(message, me)
+        if inbound is not None:
+            await self._on_message(inbound)
+
+    def _normalize(self, message: discord.Message, me: discord.ClientUser | None) -> InboundMessage | None:
+        author = message.author
+        channel = message.channel
+        parent: Peer | None = None
+        thread_id: str | None = None
+        if message.guild is None:
+            peer = Peer("direct", str(author.id))
+            self._dm_channels[str(author.id)] = channel.id
+        else:
+            peer = Peer("channel", str(channel.id))
+            if isinstance(channel, discord.Thread):
+                thread_id = str(channel.id)
+                if channel.parent_id is not None:
+                    parent = Peer("channel", str(channel.parent_id))
+        roles: tuple[str, ...] = ()
+        if isinstance(author, discord.Member):
+            roles = tuple(str(role.id) for role in author.roles if not role.is_default())
+        reference = message.reference
+        reply_to = str(reference.message_id) if reference is not None and reference.message_id else None
+        resolved = reference.resolved if reference is not None else None
+        reply_to_bot = me is not None and isinstance(resolved, discord.Message) and resolved.author.id == me.id
+        mentioned = me is not None and any(user.id == me.id for user in message.mentions)
+        text = message.content
+        if me is not None:  # `<@bot> hello` reads as `hello` (and `<@bot> /new` as a command)
+            text = re.sub(rf"<@!?{me.id}>", "", text).strip()
+        return InboundMessage(
+            channel=self.channel,
+            account=self.account,
+            peer=peer,
+            parent_peer=parent,
+            guild=str(message.guild.id) if message.guild is not None else None,
+            member_roles=roles,
+            sender_id=str(author.id),
+            sender_name=author.display_name,
+            sender_is_bot=author.bot,
+            text=text,
+            message_id=str(message.id),
+            reply_to=reply_to,
+            reply_to_bot=reply_to_bot,
+            thread_id=thread_id,
+            was_mentioned=mentioned or reply_to_bot,
+            attachments=[_attachment(item) for item in message.attachments],
+        )
+
+    async def _on_click(self, interaction: discord.Interaction[discord.Client], value: str) -> None:
+        # Acknowledge first (Discord allows 3 seconds): a deferred update, so the message stays as it is.
+        try:
+            await interaction.response.defer()
+        except discord.HTTPException as error:
+            log.warning("discord %s: could not acknowledge a button click: %s", self.account, error)
+        if interaction.message is None or interaction.channel_id is None:
+            return
+        user = interaction.user
+        channel = interaction.channel
+        thread_id = str(channel.id) if isinstance(channel, discord.Thread) else None
+        if interaction.guild_id is None:
+            peer = Peer("direct", str(user.id))
+            self._dm_channels[str(user.id)] = interaction.channel_id
+        else:
+            peer = Peer("channel", str(interaction.channel_id))
+        event = ActionEvent(
+            channel=self.channel,
+            account=self.account,
+            peer=peer,
+            sender_id=str(user.id),
+            sender_name=user.display_name,
+            message_id=str(interaction.message.id),
+            value=value,
+            thread_id=thread_id,
+        )
+        on_action = self._on_action
+        if on_action is not None:
+            self._inbox.put_nowait(lambda: on_action(event))
+
+    # --- outbound ----------------------------------------------------------------------------------------------
+
+    def _require_client(self) -> _Client:
+        if self._client is None or not self._ready.is_set():
+            raise RuntimeError(f"discord account {self.account} is not connected")
+        return self._client
+
+    async def _channel(self, target: ChatTarget) -> discord.PartialMessageable:
+        client = self._require_client()
+        if target.thread_id:
+            return client.get_partial_messageable(int(target.thread_id))
+        peer_id = target.peer.id
+        if peer_id is None:
+            raise ValueError(f"discord: a target needs a peer id: {target}")
+        if target.peer.kind == "direct":
+            channel_id = self._dm_channels.get(peer_id)
+            if channel_id is None:  # not seen since start: ask Discord for the DM channel (it returns the same one)
+                data = await client.http.start_private_message(int(peer_id))
+                channel_id = self._dm_channels[peer_id] = int(data["id"])
+            return client.get_partial_messageable(channel_id, type=discord.ChannelType.private)
+        return client.get_partial_messageable(int(peer_id))
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        channel = await self._channel(
+            target.model_copy(update={"thread_id": message.thread_id}) if message.thread_id else target
+        )
+        options: dict[str, Any] = {}
+        if message.reply_to:
+            options["reference"] = discord.MessageReference(
+                message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
+            )
+        view = _view(message)
+        if view is not None:
+            options["view"] = view
+        sent = await channel.send(message.text, **options)
+        return str(sent.id)
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        channel = await self._channel(target)
+        await channel.get_partial_message(int(message_id)).edit(content=message.text, view=_view(message))
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        channel = await self._channel(target)
+        await channel.get_partial_message(int(message_id)).delete()
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        channel = await self._channel(target)
+        await channel.get_partial_message(int(message_id)).add_reaction(emoji)
+
+    async def typing(self, target: ChatTarget) -> None:
+        channel = await self._channel(target)
+        await channel.typing()

@@ -1,0 +1,467 @@
+"""The Discord adapter on the real discord.py Client against FakeDiscord (REST + gateway WebSocket on 127.0.0.1),
+then end to end through a real Gateway with the fake LLM and a SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import discord
+import pytest
+from fakes.discord import (
+    CHANNEL_ID,
+    GUILD_ID,
+    OTHER_ROLE_ID,
+    ROLE_ID,
+    THREAD_ID,
+    FakeDiscord,
+)
+from fakes.llm import FakeLLM
+
+from bot.config import parse_config
+from bot.gateway import Gateway
+from bot.store import SqliteStore
+from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
+from channels.chunking import chunk_text
+from channels.discord import DiscordAccount, DiscordAdapter, DiscordStartError
+from routing import Peer
+
+WAIT = 15.0  # generous: only reached when something is broken
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Inbox:
+    """What the adapter delivered."""
+
+    def __init__(self) -> None:
+        self.messages: list[InboundMessage] = []
+        self.actions: list[ActionEvent] = []
+
+    async def on_message(self, message: InboundMessage) -> None:
+        self.messages.append(message)
+
+    async def on_action(self, event: ActionEvent) -> None:
+        self.actions.append(event)
+
+    async def message(self, count: int = 1) -> InboundMessage:
+        await eventually(lambda: len(self.messages) >= count, f"{count} inbound messages")
+        return self.messages[count - 1]
+
+
+def account(server: FakeDiscord, **extra: Any) -> DiscordAccount:
+    settings = {"token": server.token, **server.urls, "ready_timeout": 10, "guild_ready_timeout": 0.05}
+    return DiscordAccount.model_validate({**settings, **extra})
+
+
+@pytest.fixture
+async def started(fake_discord: FakeDiscord) -> AsyncIterator[tuple[DiscordAdapter, Inbox]]:
+    adapter = DiscordAdapter("default", account(fake_discord))
+    inbox = Inbox()
+    await adapter.start(inbox.on_message, inbox.on_action)
+    try:
+        yield adapter, inbox
+    finally:
+        await adapter.stop()
+
+
+def channel_target(channel_id: str = CHANNEL_ID) -> ChatTarget:
+    return ChatTarget(channel="discord", peer=Peer("channel", channel_id))
+
+
+# --- connecting -------------------------------------------------------------------------------------------------
+
+
+async def test_start_logs_in_identifies_with_the_intents_and_knows_its_name(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    assert adapter.bot_username == "switchbot"
+    assert adapter.bot_user_id == fake_discord.bot.id
+    assert [r.path for r in fake_discord.requests[:2]] == ["/users/@me", "/oauth2/applications/@me"]
+    intents = fake_discord.identifies[0]["intents"]
+    for bit in (1 << 0, 1 << 9, 1 << 12, 1 << 15):  # guilds, guild messages, DMs, message content
+        assert intents & bit, bin(intents)
+    assert fake_discord.identifies[0]["token"] == fake_discord.token
+    assert adapter.capabilities.max_text_length == 2000
+    assert adapter.capabilities.markup == "discord-markdown"
+
+
+async def test_a_bad_token_fails_start_with_a_clear_error(fake_discord: FakeDiscord) -> None:
+    adapter = DiscordAdapter("default", account(fake_discord, token="wrong"))
+    inbox = Inbox()
+    with pytest.raises(DiscordStartError, match="could not connect"):
+        await adapter.start(inbox.on_message, inbox.on_action)
+
+
+async def test_no_ready_within_the_timeout_fails_start(fake_discord: FakeDiscord) -> None:
+    fake_discord.send_ready = False
+    adapter = DiscordAdapter("default", account(fake_discord, ready_timeout=1.0))
+    inbox = Inbox()
+    with pytest.raises(DiscordStartError, match="no READY from the gateway within 1s"):
+        await adapter.start(inbox.on_message, inbox.on_action)
+    assert fake_discord.identifies  # it got as far as identifying
+
+
+async def test_an_unreachable_gateway_fails_start(fake_discord: FakeDiscord) -> None:
+    nowhere = fake_discord.gateway_url.replace("/gateway", "/nowhere")  # the WebSocket handshake gets a 404
+    adapter = DiscordAdapter("default", account(fake_discord, gateway_url=nowhere, ready_timeout=5.0))
+    inbox = Inbox()
+    with pytest.raises(DiscordStartError, match="could not connect"):
+        await adapter.start(inbox.on_message, inbox.on_action)
+
+
+async def test_two_adapters_in_one_process_each_talk_to_their_own_server(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    first, first_inbox = started
+    async with FakeDiscord() as other_server:
+        second = DiscordAdapter("second", account(other_server))
+        second_inbox = Inbox()
+        await second.start(second_inbox.on_message, second_inbox.on_action)
+        try:
+            await first.send(channel_target(), OutboundMessage(text="to the first"))
+            await second.send(channel_target(), OutboundMessage(text="to the second"))
+            await other_server.dm("hello second")
+            assert (await second_inbox.message()).account == "second"
+        finally:
+            await second.stop()
+        assert other_server.texts() == ["to the second"]
+    assert fake_discord.texts() == ["to the first"]
+    assert first_inbox.messages == []
+
+
+# --- inbound ----------------------------------------------------------------------------------------------------
+
+
+async def test_a_dm_is_a_direct_peer_and_the_bots_own_messages_are_skipped(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    await adapter.send(channel_target(), OutboundMessage(text="the bot speaking"))  # echoed back over the gateway
+    sent = await fake_discord.dm("hello bot")
+    message = await inbox.message()
+    assert message.channel == "discord"
+    assert message.peer == Peer("direct", fake_discord.alice.id)
+    assert message.guild is None
+    assert message.parent_peer is None
+    assert message.sender_id == fake_discord.alice.id
+    assert message.sender_name == "Alice"
+    assert message.text == "hello bot"
+    assert message.message_id == sent["id"]
+    assert not message.sender_is_bot
+    await asyncio.sleep(0.2)
+    assert len(inbox.messages) == 1  # the echo of its own message never came through
+
+
+async def test_guild_messages_with_and_without_a_mention_and_a_reply_to_the_bot(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    await fake_discord.guild_message("just chatting")
+    plain = await inbox.message(1)
+    assert plain.peer == Peer("channel", CHANNEL_ID)
+    assert plain.guild == GUILD_ID
+    assert not plain.was_mentioned and not plain.reply_to_bot
+
+    await fake_discord.guild_message("what's up?", mention=True)
+    mentioned = await inbox.message(2)
+    assert mentioned.was_mentioned
+    assert mentioned.text == "what's up?"  # the mention itself is not part of what was said
+
+    bot_message = await adapter.send(channel_target(), OutboundMessage(text="I said this"))
+    assert bot_message is not None
+    await fake_discord.guild_message("about that", reply_to=bot_message)
+    reply = await inbox.message(3)
+    assert reply.reply_to == bot_message
+    assert reply.reply_to_bot
+    assert reply.was_mentioned
+
+    other = await fake_discord.guild_message("not to the bot")
+    await fake_discord.guild_message("replying to alice", reply_to=other["id"], user=fake_discord.bob)
+    human_reply = await inbox.message(5)
+    assert human_reply.reply_to == other["id"]
+    assert not human_reply.reply_to_bot and not human_reply.was_mentioned
+
+
+async def test_member_roles_and_bot_senders(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    _, inbox = started
+    await fake_discord.guild_message("with roles", roles=(ROLE_ID, OTHER_ROLE_ID))
+    assert set((await inbox.message(1)).member_roles) == {ROLE_ID, OTHER_ROLE_ID}
+    await fake_discord.guild_message("from a bot", user=fake_discord.other_bot)
+    from_bot = await inbox.message(2)
+    assert from_bot.sender_is_bot
+    assert from_bot.member_roles == ()
+
+
+async def test_a_thread_message_has_the_thread_as_peer_and_its_channel_as_parent(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    await fake_discord.thread_message("in the thread", mention=True)
+    message = await inbox.message()
+    assert message.peer == Peer("channel", THREAD_ID)
+    assert message.parent_peer == Peer("channel", CHANNEL_ID)
+    assert message.thread_id == THREAD_ID
+    assert message.guild == GUILD_ID
+    await adapter.send(message.target(), OutboundMessage(text="answer in thread", thread_id=message.thread_id))
+    assert fake_discord.texts(THREAD_ID) == ["answer in thread"]
+
+
+async def test_a_malformed_event_is_logged_and_skipped(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, inbox = started
+    await fake_discord.dispatch("MESSAGE_CREATE", {"id": "1", "channel_id": "not-a-number"})
+    await fake_discord.dispatch("INTERACTION_CREATE", {"type": 3})
+    await fake_discord.dispatch("MESSAGE_CREATE", "not even an object")
+    await fake_discord.dm("still here")
+    assert (await inbox.message()).text == "still here"
+    assert len(inbox.messages) == 1
+    assert "skipped a malformed MESSAGE_CREATE" in caplog.text
+
+
+# --- outbound ---------------------------------------------------------------------------------------------------
+
+
+async def test_send_edit_delete_react_and_typing(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    target = channel_target()
+    message_id = await adapter.send(target, OutboundMessage(text="first draft"))
+    assert message_id is not None and message_id in fake_discord.messages
+    await adapter.edit(target, message_id, OutboundMessage(text="final text"))
+    assert fake_discord.messages[message_id]["content"] == "final text"
+    await adapter.react(target, message_id, "👍")
+    assert fake_discord.reactions == [(CHANNEL_ID, message_id, "👍")]
+    await adapter.typing(target)
+    assert fake_discord.calls("POST", f"/channels/{CHANNEL_ID}/typing")
+    reply_id = await adapter.send(target, OutboundMessage(text="a reply", reply_to=message_id))
+    assert reply_id is not None
+    assert str(fake_discord.posts()[-1].body["message_reference"]["message_id"]) == message_id
+    await adapter.delete(target, reply_id)
+    assert fake_discord.deleted == [reply_id]
+    for request in fake_discord.posts():
+        assert request.body["allowed_mentions"]["parse"] == ["users"]  # never @everyone or a whole role
+
+
+async def test_a_dm_to_a_user_not_seen_yet_opens_the_dm_channel(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    bob = fake_discord.bob
+    await adapter.send(ChatTarget(channel="discord", peer=Peer("direct", bob.id)), OutboundMessage(text="hi bob"))
+    assert fake_discord.calls("POST", "/users/@me/channels")[0].body == {"recipient_id": int(bob.id)}
+    assert fake_discord.texts(fake_discord.dm_channel_id(bob)) == ["hi bob"]
+
+
+async def test_text_over_2000_characters_is_refused_by_the_server(
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    with pytest.raises(discord.HTTPException) as caught:
+        await adapter.send(channel_target(), OutboundMessage(text="x" * 2001))
+    assert caught.value.code == 50035
+
+
+async def test_a_429_is_waited_out_and_the_message_delivered_once(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    fake_discord.rate_limit(2, retry_after=0.1, method="POST", path_contains="/messages")
+    message_id = await adapter.send(channel_target(), OutboundMessage(text="patience"))
+    statuses = [request.status for request in fake_discord.calls("POST", "/messages")]
+    assert statuses == [429, 429, 200]
+    assert [m["id"] for m in fake_discord.messages.values()] == [message_id]
+
+
+# --- buttons ----------------------------------------------------------------------------------------------------
+
+
+async def test_buttons_are_sent_and_a_click_becomes_an_acknowledged_action(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    buttons = [[Button(label="Allow", value="approve:42", style="success"), Button(label="Deny", value="deny:42")]]
+    message_id = await adapter.send(channel_target(), OutboundMessage(text="Run `ls`?", buttons=buttons))
+    assert message_id is not None
+    row = fake_discord.posts()[-1].body["components"][0]
+    assert row["type"] == 1
+    assert [(b["type"], b["label"], b["custom_id"], b["style"]) for b in row["components"]] == [
+        (2, "Allow", "approve:42", 3),
+        (2, "Deny", "deny:42", 2),
+    ]
+
+    click = await fake_discord.click(message_id, "approve:42", user=fake_discord.bob)
+    await eventually(lambda: len(inbox.actions) == 1, "the click")
+    event = inbox.actions[0]
+    assert event.value == "approve:42"
+    assert event.message_id == message_id
+    assert event.sender_id == fake_discord.bob.id
+    assert event.peer == Peer("channel", CHANNEL_ID)
+    assert fake_discord.interaction_callbacks == [(click["id"], {"type": 6})]  # deferred update
+
+    await adapter.edit(channel_target(), message_id, OutboundMessage(text="Approved."))
+    assert fake_discord.messages[message_id]["components"] == []  # an edit without buttons removes them
+
+
+async def test_a_click_on_a_message_sent_before_a_restart_still_arrives(
+    fake_discord: FakeDiscord,
+) -> None:
+    before = DiscordAdapter("default", account(fake_discord))
+    await before.start(Inbox().on_message, Inbox().on_action)
+    target = ChatTarget(channel="discord", peer=Peer("direct", fake_discord.alice.id))
+    message_id = await before.send(target, OutboundMessage(text="ok?", buttons=[[Button(label="OK", value="ok:1")]]))
+    assert message_id is not None
+    await before.stop()
+
+    after = DiscordAdapter("default", account(fake_discord))
+    inbox = Inbox()
+    await after.start(inbox.on_message, inbox.on_action)
+    try:
+        await fake_discord.click(message_id, "ok:1")
+        await eventually(lambda: len(inbox.actions) == 1, "the click after the restart")
+        assert inbox.actions[0].value == "ok:1"
+        assert inbox.actions[0].peer == Peer("direct", fake_discord.alice.id)
+        assert len(fake_discord.interaction_callbacks) == 1
+    finally:
+        await after.stop()
+
+
+async def test_a_dropped_connection_is_resumed(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    _, inbox = started
+    await fake_discord.drop_connection()
+    await eventually(lambda: len(fake_discord.resumes) == 1, "a RESUME")
+    assert fake_discord.resumes[0]["session_id"] == "session-1"
+    await fake_discord.dm("after the resume")
+    assert (await inbox.message()).text == "after the resume"
+
+
+# --- end to end through the gateway -----------------------------------------------------------------------------
+
+
+class Served:
+    """A real Gateway serving one Discord adapter (built directly; dm_policy open)."""
+
+    def __init__(self, gateway: Gateway, store: SqliteStore, adapter: DiscordAdapter) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.adapter = adapter
+
+
+@pytest.fixture
+async def serve(
+    fake_llm: FakeLLM,
+    fake_discord: FakeDiscord,
+    tmp_path: Path,
+) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
+    running: list[Served] = []
+
+    async def start(streaming: str = "off", **extra: Any) -> Served:
+        config = {
+            "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+            "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url, "timeout_seconds": 60}},
+            "session": {"queue": {"mode": "followup", "debounce_ms": 10}},
+            **extra,
+        }
+        adapter = DiscordAdapter("default", account(fake_discord, dm_policy="open", streaming=streaming))
+        store = await SqliteStore.open(tmp_path / "state")
+        gateway = Gateway(parse_config(json.dumps(config)), store, tmp_path / "state", [adapter])
+        await gateway.start()
+        served = Served(gateway, store, adapter)
+        running.append(served)
+        return served
+
+    try:
+        yield start
+    finally:
+        for served in running:
+            await served.gateway.stop(1.0)
+            await served.store.close()
+
+
+async def test_end_to_end_a_dm_gets_a_streamed_reply(
+    serve: Callable[..., Awaitable[Served]],
+    fake_discord: FakeDiscord,
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.script("Hello from Switchboard!")
+    await serve(streaming="partial")
+    await fake_discord.dm("hi there")
+    dm_channel = fake_discord.dm_channel_id(fake_discord.alice)
+    await fake_discord.wait_for_posts(1, dm_channel)
+    await eventually(
+        lambda: [m["content"] for m in fake_discord.messages.values()] == ["Hello from Switchboard!"],
+        "the streamed message to show the whole answer",
+    )
+    assert fake_discord.calls("POST", f"/channels/{dm_channel}/typing")
+    assert len(fake_llm.requests) == 1
+
+
+async def test_end_to_end_a_long_answer_arrives_in_2000_character_chunks_in_order(
+    serve: Callable[..., Awaitable[Served]],
+    fake_discord: FakeDiscord,
+    fake_llm: FakeLLM,
+) -> None:
+    paragraphs = [f"Paragraph {n}: " + ("lorem ipsum dolor sit amet " * 40).strip() for n in range(5)]
+    answer = "\n\n".join(paragraphs)[:4500]
+    assert len(answer) == 4500
+    fake_llm.script(answer)
+    await serve()
+    await fake_discord.dm("tell me a lot")
+    dm_channel = fake_discord.dm_channel_id(fake_discord.alice)
+    expected = chunk_text(answer, 2000)
+    assert len(expected) >= 3
+    await fake_discord.wait_for_posts(len(expected), dm_channel)
+    texts = fake_discord.texts(dm_channel)
+    assert texts == expected
+    assert all(len(text) <= 2000 for text in texts)
+    assert all(request.status == 200 for request in fake_discord.posts())
+
+
+async def test_end_to_end_a_guild_and_role_binding_routes_to_its_agent(
+    serve: Callable[..., Awaitable[Served]],
+    fake_discord: FakeDiscord,
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.script("support here", "main here")
+    await serve(
+        agents=[{"id": "main", "default": True}, {"id": "support", "model": "fake/support-model"}],
+        bindings=[{"agent": "support", "match": {"channel": "discord", "guild": GUILD_ID, "roles": [ROLE_ID]}}],
+    )
+    await fake_discord.guild_message("not mentioned: ignored", roles=(ROLE_ID,))
+    await fake_discord.guild_message("help please", mention=True, roles=(ROLE_ID,))
+    await fake_discord.wait_for_posts(1, CHANNEL_ID)
+    await fake_discord.guild_message("and me?", mention=True, roles=(OTHER_ROLE_ID,), user=fake_discord.bob)
+    await fake_discord.wait_for_posts(2, CHANNEL_ID)
+
+    assert fake_discord.texts(CHANNEL_ID) == ["support here", "main here"]
+    assert [request.body["model"] for request in fake_llm.requests] == ["support-model", "m"]

@@ -201,7 +201,10 @@ class Runner:
         keep_finished: int = 256,
     ) -> None:
         self.key_pool = key_pool or KeyPool(clock=clock)
+        # One HTTP client for every run: building one costs milliseconds of CPU (its TLS context), and a
+        # shared one keeps connections to the provider open between turns.
         self.client = client
+        self._own_client = client is None
         self.provider_factory = provider_factory
         self.wall_clock = wall_clock
         self.server_retry_delay = server_retry_delay
@@ -262,6 +265,9 @@ class Runner:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+        if self._own_client and self.client is not None:
+            await self.client.aclose()
+            self.client = None
 
     # --- one run --------------------------------------------------------------------------------------------------
 
@@ -321,6 +327,8 @@ class Runner:
     async def _attempt(self, run: _Run, candidate: ModelCandidate) -> RunOutcome | _Failure:
         """Every try one candidate gets: its keys in turn, one compaction, one retry after a server error."""
         name, keys = candidate.provider_name, candidate.provider.keys()
+        if self.client is None:
+            self.client = httpx.AsyncClient()
         provider = self.provider_factory(name, candidate.provider, self.client)
         failed: set[str] = set()
         compacted = must_compact = retried = False

@@ -159,6 +159,7 @@ class Gateway:
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
+        await self.conversations.runner.aclose()
 
     # --- intake ---------------------------------------------------------------------------------------------------
 
@@ -393,23 +394,27 @@ class Gateway:
             self._outbox_wake.clear()
             await self._flush_outbox()
             due = await self.store.unsent_outbox()
-            if due:
-                wait = max(0.05, min(record.retry_at for record in due) - self.clock())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._outbox_wake.wait(), wait)
+            if due:  # what arrived meanwhile goes at once; what failed waits for its retry time
+                wait = min(record.retry_at for record in due) - self.clock()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._outbox_wake.wait(), wait)
                 self._outbox_wake.set()
 
     async def _flush_outbox(self) -> None:
-        """Send every due entry in order; a failure waits with backoff, and later entries of its chat wait too."""
+        """Send every due entry: chats in parallel, each chat in order; a failure waits with backoff, and the
+        chat's later entries wait behind it."""
         async with self._flush_lock:
-            blocked: set[str] = set()
             now = self.clock()
+            chats: dict[str, list[OutboxRecord]] = {}
             for record in await self.store.unsent_outbox():
-                chat = f"{record.channel}:{record.account}:{record.target}"
-                if chat in blocked:
-                    continue
-                if record.retry_at > now or not await self._send(record):
-                    blocked.add(chat)  # keep the chat's order: nothing after an entry that is waiting to retry
+                chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+            await asyncio.gather(*(self._send_in_order(records, now) for records in chats.values()))
+
+    async def _send_in_order(self, records: list[OutboxRecord], now: float) -> None:
+        for record in records:
+            if record.retry_at > now or not await self._send(record):
+                return  # keep the chat's order: nothing after an entry that is waiting to retry
 
     async def _send(self, record: OutboxRecord) -> bool:
         adapter = self.adapters.get((record.channel, record.account))

@@ -39,13 +39,13 @@ def rss_kib(pid: int, field: str) -> int:
     return 0
 
 
-async def batch(messages: int, users: int, limiter: bool) -> str:
+async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -> str:
     async with FakeTelegram() as telegram, FakeLLM() as llm:
         telegram.max_per_second = 30 if limiter else None
         llm.script(*(["ok"] * (messages + 50)))
         folder = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
         config = {
-            "defaults": {"model": "fake/instant", "workspace_root": str(folder / "ws")},
+            "defaults": {"model": "fake/instant", "workspace_root": str(folder / "ws"), "max_concurrent": concurrent},
             "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
             "channels": {
                 "telegram": {

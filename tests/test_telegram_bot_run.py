@@ -23,12 +23,13 @@ OWNER = 4242
 
 @pytest.fixture
 async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> AsyncIterator[Path]:
-    tg_group = fake_telegram.group_id
+    gid = str(fake_telegram.group_id)
     config = {
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
         "agents": [{"id": "main", "default": True}, {"id": "team"}],
         "bindings": [
-            {"agent": "team", "match": {"channel": "telegram", "peer": {"kind": "group", "id": str(tg_group)}}}
+            # the account is named: a binding without one matches only the account called `default`
+            {"agent": "team", "match": {"channel": "telegram", "account": "main", "peer": {"kind": "group", "id": gid}}}
         ],
         "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
         "owners": [f"telegram:{OWNER}"],

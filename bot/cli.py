@@ -82,6 +82,8 @@ def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     if not verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
     config = _load(config_path)
+    for warning in config.warnings:
+        click.echo(f"warning: {warning.render(config_path)}", err=True)
     sys.exit(asyncio.run(serve(config, _state_dir(config_path, state_dir))))
 
 

@@ -392,6 +392,24 @@ def _secret_paths(data: Any, path: Loc = ()) -> list[Loc]:
     return found
 
 
+def _unreachable_bindings(config: Config) -> list[tuple[Loc, str]]:
+    """Bindings without `account` on a channel that has accounts, none of them named `default`: they never match."""
+    found: list[tuple[Loc, str]] = []
+    for index, binding in enumerate(config.bindings):
+        section = config.channels.get(binding.match.channel)
+        accounts = section.get("accounts") if isinstance(section, dict) else None
+        if binding.match.account is None and isinstance(accounts, dict) and accounts and "default" not in accounts:
+            names = ", ".join(str(name) for name in accounts)
+            found.append(
+                (
+                    ("bindings", index, "match"),
+                    f"no account given, so it matches only the account `default`, which channels."
+                    f"{binding.match.channel} does not have (accounts: {names}); add account: <id> or account: '*'",
+                )
+            )
+    return found
+
+
 def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:
     """Validate config text; raises ConfigError listing every problem with its line and key path."""
     tree = parse_yaml(text)
@@ -433,7 +451,7 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
         ConfigIssue(tree.line_of(path), format_path(path), "a secret written into the file; use ${VAR} instead")
         for path in _secret_paths(tree.data)
         if path not in env.from_env
-    ]
+    ] + [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _unreachable_bindings(config)]
     return config
 
 

@@ -464,3 +464,24 @@ def test_a_channel_credential_whose_variable_is_unset_skips_the_account_instead_
     config = parse("channels:\n  telegram:\n    accounts:\n      main: {token: '${SWITCHBOARD_NO_SUCH_TOKEN}'}\n")
     assert config.unset_credentials("telegram", "main") == ["SWITCHBOARD_NO_SUCH_TOKEN"]
     assert config.unset_credentials("telegram", "other") == []
+
+
+def test_a_binding_that_can_never_match_its_channels_accounts_is_a_warning() -> None:
+    config = parse(
+        """
+        channels:
+          telegram:
+            accounts:
+              main: {token: "${TOKEN}"}
+        bindings:
+          - agent: main
+            match: {channel: telegram, peer: {kind: group, id: -100}}
+          - agent: main
+            match: {channel: telegram, account: main, peer: {kind: group, id: -200}}
+        """,
+        TOKEN="t",
+    )
+    assert [warning.render("bindings.yaml") for warning in config.warnings] == [
+        "bindings.yaml:8: bindings[0].match: no account given, so it matches only the account `default`, which "
+        "channels.telegram does not have (accounts: main); add account: <id> or account: '*'"
+    ]

@@ -35,6 +35,8 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 MAX_SEND_ATTEMPTS = 8
 TYPING_EVERY_SECONDS = 4.0
+PAIR_MAX_MISSES = 5
+PAIR_MISS_WINDOW_SECONDS = 600.0
 _ADDRESSED = re.compile(r"^/[A-Za-z_]+@")  # `/cmd@somebot`
 
 
@@ -110,6 +112,7 @@ class Gateway:
         self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
         self._outbox_task: asyncio.Task[None] | None = None
         self._accepting = False
+        self._pair_misses: dict[str, list[float]] = {}
         self._owners = frozenset(owner_key(*owner.split(":", 1)) for owner in config.owners)
 
     # --- start and stop -----------------------------------------------------------------------------------------
@@ -254,8 +257,14 @@ class Gateway:
             return "Only the bot's owners can approve pairing codes."
         if not code:
             return "Usage: /pair CODE"
+        who = owner_key(message.channel, message.sender_id)
+        now = time.monotonic()
+        misses = [at for at in self._pair_misses.get(who, []) if now - at < PAIR_MISS_WINDOW_SECONDS]
+        if len(misses) >= PAIR_MAX_MISSES:  # guessing codes is slow: a few wrong tries, then a pause
+            return "Too many wrong codes; try again in a few minutes."
         approved = await self.store.approve_pairing(message.channel, code, message.sender_id)
         if approved is None:
+            self._pair_misses[who] = [*misses, now]
             return "No pending request has that code (it may have expired)."
         stranger = InboundMessage(
             channel=approved.channel,

@@ -887,3 +887,13 @@ async def test_a_streamed_answer_too_long_for_one_message_continues_in_new_ones(
 
 def edits_and_sends(bridge: FakeBridge) -> list[tuple[str, dict[str, Any]]]:
     return [(method, body) for method, body in bridge.calls if method in ("send", "edit")]
+
+
+async def test_wrong_pairing_codes_are_rate_limited(harness: Harness, bridge: FakeBridge) -> None:
+    await harness.start(harness.config(**PAIRING))
+    for _ in range(6):
+        await bridge.say("/pair WRONGCOD", sender="boss")
+    await bridge.wait_for_sends(6)
+    replies = bridge.texts_to("boss")
+    assert replies[:5] == ["No pending request has that code (it may have expired)."] * 5
+    assert replies[5] == "Too many wrong codes; try again in a few minutes."

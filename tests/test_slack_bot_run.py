@@ -1,0 +1,170 @@
+"""Slack through a real `bot run` process: the real adapter on slack-bolt in Socket Mode, the fake Slack (Web API and
+socket), the fake LLM. What a person on Slack sees: answers in DMs, silence in channels unless mentioned, a mention
+that Slack delivers twice answered once, threads as their own sessions answered in the thread, pairing for
+strangers, bots ignored, 429s waited out, no duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM
+from fakes.slack import BOT_USER_ID, TEAM_ID, USER_ID, FakeSlack, dm_channel
+
+OWNER = "U0OWNER01"  # upper case, as Slack writes user ids
+STRANGER = "U0STRANGE1"
+CHANNEL = "C0GENERAL"
+WAIT = 30.0  # generous: only ever reached when something is broken
+
+
+@pytest.fixture
+async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> AsyncIterator[Path]:
+    config = {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "agents": [{"id": "main", "default": True}, {"id": "team"}],
+        "bindings": [
+            # the account is named: a binding without one matches only the account called `default`
+            {"agent": "team", "match": {"channel": "slack", "account": "main", "team": TEAM_ID}}
+        ],
+        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
+        "owners": [f"slack:{OWNER}"],
+        "channels": {"slack": {"accounts": {"main": {
+            "bot_token": fake_slack.bot_token, "app_token": fake_slack.app_token, "api_base_url": fake_slack.url,
+            "streaming": "off",
+        }}}},
+        "session": {"queue": {"mode": "followup"}},
+    }  # fmt: skip
+    path = tmp_path / "bindings.yaml"
+    path.write_text(json.dumps(config))
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(path),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        await fake_slack.wait_connected(timeout=WAIT)
+        yield path
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def said(slack: FakeSlack, channel: str) -> list[dict[str, Any]]:
+    """The bot's messages in one channel (a DM's D... channel included), in order."""
+    return [message for (where, _), message in slack.messages.items() if where == channel]
+
+
+async def wait_said(slack: FakeSlack, channel: str, count: int) -> list[dict[str, Any]]:
+    await eventually(lambda: len(said(slack, channel)) >= count, f"{count} messages in {channel}")
+    return said(slack, channel)
+
+
+def asked(llm: FakeLLM) -> list[str]:
+    """The last user text of every model request."""
+    texts = []
+    for request in llm.requests:
+        content: Any = request.body["messages"][-1]["content"]
+        texts.append(content if isinstance(content, str) else content[-1]["text"])
+    return texts
+
+
+def sessions(state_dir: Path) -> dict[str, str]:
+    with sqlite3.connect(state_dir / "state.db") as connection:
+        return dict(connection.execute("SELECT session_key, agent FROM sessions").fetchall())
+
+
+async def test_owner_dm_channel_mentions_once_and_threads(bot: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> None:
+    slack = fake_slack
+    fake_llm.script("Hello owner.", "Team here.", "Thread answer.")
+    await slack.dm("hi", user=OWNER)
+    [hello] = await wait_said(slack, dm_channel(OWNER), 1)
+    assert hello["text"] == "Hello owner." and "thread_ts" not in hello
+
+    [quiet] = await slack.channel_message("just chatting", channel=CHANNEL)  # no mention: ignored
+    await slack.wait_for_ack(quiet, timeout=WAIT)  # acked once the gateway has judged it
+    mention = await slack.channel_message("what's up?", channel=CHANNEL, mention=True)
+    assert len(mention) == 2  # the message event and the app_mention event, same ts
+    for envelope in mention:
+        await slack.wait_for_ack(envelope, timeout=WAIT)
+    [team] = await wait_said(slack, CHANNEL, 1)
+    assert team["text"] == "Team here." and "thread_ts" not in team
+
+    # A reply in the thread under the bot's answer: addressed to the bot without a mention, its own session.
+    root = str(team["ts"])
+    [in_thread] = await slack.thread_reply("and in here?", thread_ts=root, channel=CHANNEL, parent_user_id=BOT_USER_ID)
+    await slack.wait_for_ack(in_thread, timeout=WAIT)
+    answers = await wait_said(slack, CHANNEL, 2)
+    assert answers[1]["text"] == "Thread answer." and answers[1]["thread_ts"] == root
+    [thread_post] = [body for body in slack.posted if body.get("thread_ts")]
+    assert thread_post["thread_ts"] == root and thread_post["channel"] == CHANNEL
+
+    await asyncio.sleep(1.0)  # room for a duplicate to show up, if there were one
+    assert [len(said(slack, where)) for where in (dm_channel(OWNER), CHANNEL)] == [1, 2]
+    # the unmentioned message and the second delivery of the mention never reached the model
+    assert asked(fake_llm) == ["hi", f"{USER_ID}: what's up?", f"{USER_ID}: and in here?"]
+    systems = [request.body["messages"][0]["content"] for request in fake_llm.requests]
+    assert [system.split(",")[0] for system in systems] == ["You are team"] * 3  # the team binding routes it all
+    thread_messages = fake_llm.requests[2].body["messages"]
+    assert len(thread_messages) == 2  # the system prompt and the reply: none of the channel's history
+    assert not any("Team here." in json.dumps(message) for message in thread_messages)
+    keys = sessions(bot.parent / "state")
+    [thread_key] = [key for key in keys if key.endswith(f":thread:{root}")]
+    assert keys[thread_key] == "team" and len(keys) == 3
+
+
+async def test_strangers_pair_bots_are_ignored_and_429s_are_waited_out(
+    bot: Path, fake_llm: FakeLLM, fake_slack: FakeSlack
+) -> None:
+    slack = fake_slack
+    await slack.dm("hello?", user=STRANGER)
+    [code_message] = await wait_said(slack, dm_channel(STRANGER), 1)
+    code = re.search(r"pairing code is ([A-Z2-9]{8})", code_message["text"])
+    assert code is not None and fake_llm.requests == []
+
+    fake_llm.script("Yes, you may.")
+    await slack.dm(f"/pair {code.group(1)}", user=OWNER)
+    [approved] = await wait_said(slack, dm_channel(OWNER), 1)
+    assert approved["text"] == f"Approved {STRANGER}."
+    welcome = (await wait_said(slack, dm_channel(STRANGER), 2))[1]
+    assert welcome["text"] == "You're approved: I'm listening now."
+
+    # Another bot, in a DM and mentioning us in a channel: never answered.
+    robot = {"user": "U0ROBOT01", "bot_id": "B0ROBOT01"}
+    ignored = [await slack.dm("beep", **robot), *await slack.channel_message("boop", mention=True, **robot)]
+    for envelope in ignored:
+        await slack.wait_for_ack(envelope, timeout=WAIT)
+
+    slack.rate_limited, slack.retry_after = 1, 1  # the next Web API call, the answer's chat.postMessage, gets a 429
+    await slack.dm("may I?", user=STRANGER)
+    answers = await wait_said(slack, dm_channel(STRANGER), 3)
+    assert answers[2]["text"] == "Yes, you may."
+    limited = [call for call in slack.calls if call.status == 429]
+    assert [call.method for call in limited] == ["chat.postMessage"]
+    assert limited[0].body["text"] == "Yes, you may."
+
+    await asyncio.sleep(1.0)  # room for a duplicate to show up, if there were one
+    assert [body["text"] for body in slack.posted].count("Yes, you may.") == 1
+    assert len(said(slack, dm_channel(STRANGER))) == 3
+    assert said(slack, dm_channel("U0ROBOT01")) == [] and said(slack, "C0GENERAL") == []
+    assert asked(fake_llm) == ["may I?"]

@@ -48,7 +48,7 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> Async
     env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "run", "--config", str(path),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
         await fake_slack.wait_connected(timeout=WAIT)

@@ -35,6 +35,7 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 MAX_SEND_ATTEMPTS = 8
 TYPING_EVERY_SECONDS = 4.0
+TYPING_DELAY_SECONDS = 0.5
 PAIR_MAX_MISSES = 5
 PAIR_MISS_WINDOW_SECONDS = 600.0
 _ADDRESSED = re.compile(r"^/[A-Za-z_]+@")  # `/cmd@somebot`
@@ -371,6 +372,8 @@ class Gateway:
         adapter = self.adapters.get((message.channel, message.account))
         if adapter is None:
             return
+        # An answer that comes at once needs no indicator: one API call saved per message.
+        await asyncio.sleep(TYPING_DELAY_SECONDS)
         while True:
             with contextlib.suppress(Exception):
                 await adapter.typing(message.target())

@@ -19,7 +19,7 @@ from fakes.discord import (
     THREAD_ID,
     FakeDiscord,
 )
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 
 from bot.config import parse_config
 from bot.gateway import Gateway
@@ -413,7 +413,7 @@ async def test_end_to_end_a_dm_gets_a_streamed_reply(
     fake_discord: FakeDiscord,
     fake_llm: FakeLLM,
 ) -> None:
-    fake_llm.script("Hello from Switchboard!")
+    fake_llm.script(Reply.stall(2.5, after_text="Hello from Switchboard!"))  # shown before the model finishes
     await serve(streaming="partial")
     await fake_discord.dm("hi there")
     dm_channel = fake_discord.dm_channel_id(fake_discord.alice)

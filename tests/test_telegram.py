@@ -422,7 +422,7 @@ async def gateway(
 async def test_end_to_end_a_dm_gets_a_reply(
     tg: FakeTelegram, fake_llm: FakeLLM, gateway: Callable[[], Awaitable[Running]]
 ) -> None:
-    fake_llm.script(Reply.text("Hello, **Ann**!"))
+    fake_llm.script(Reply.stall(1.5, after_text="Hello, **Ann**!"))  # a model that takes its time
     await gateway()
     await tg.private_message("hi bot")
     assert await tg.wait_texts(tg.user_id, lambda texts: texts == ["Hello, Ann!"]) == ["Hello, Ann!"]

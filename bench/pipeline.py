@@ -30,6 +30,7 @@ from bot.gateway import Gateway  # noqa: E402
 from bot.store import SqliteStore  # noqa: E402
 from channels.base import (  # noqa: E402
     CONSOLE,
+    AccountSettings,
     ChatTarget,
     InboundMessage,
     OnAction,
@@ -61,6 +62,8 @@ class MemoryChannel:
     channel = "bench"
     account = "default"
     capabilities = CONSOLE
+    settings = AccountSettings(dm_policy="open", streaming="off")
+    bot_username: str | None = None
 
     def __init__(self) -> None:
         self.on_message: OnMessage | None = None

@@ -1,0 +1,33 @@
+"""The benchmarks still run: each is driven once with tiny sizes (their figures are not checked here)."""
+
+from __future__ import annotations
+
+import random
+import runpy
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load(name: str) -> dict[str, Any]:
+    return runpy.run_path(str(BENCH / name), run_name="bench")
+
+
+async def test_the_pipeline_benchmark_runs(tmp_path: Path) -> None:
+    row = await load("pipeline.py")["measure"](2, 6, tmp_path)
+    assert row.split()[:2] == ["2", "6"]
+
+
+async def test_the_telegram_benchmark_runs() -> None:
+    row = await load("telegram.py")["batch"](6, 2, False)
+    columns = row.split()
+    assert columns[0] == "off"
+    assert columns[-3:] == ["0", "0", "0"]  # nothing lost, nothing duplicated, no 429
+
+
+def test_the_routing_benchmark_builds_its_bindings_and_inputs() -> None:
+    bench = load("routing.py")
+    bindings = bench["make_bindings"](100, random.Random(1))
+    inputs = bench["make_inputs"](100, random.Random(1), size=50)
+    assert len(bindings) == 101 and len(inputs) == 50

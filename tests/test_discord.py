@@ -20,6 +20,7 @@ from fakes.discord import (
     FakeDiscord,
 )
 from fakes.llm import FakeLLM, Reply
+from helpers import eventually
 
 from bot.config import parse_config
 from bot.gateway import Gateway
@@ -30,15 +31,6 @@ from channels.discord import DiscordAccount, DiscordAdapter, DiscordStartError
 from routing import Peer
 
 WAIT = 15.0  # generous: only reached when something is broken
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Inbox:

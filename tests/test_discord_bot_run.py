@@ -11,27 +11,19 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.discord import CHANNEL_ID, GUILD_ID, OTHER_CHANNEL_ID, ROLE_ID, THREAD_ID, FakeDiscord
 from fakes.llm import FakeLLM
+from helpers import eventually
 
 from channels.chunking import chunk_text
 
 WAIT = 30.0  # generous: only reached when something is broken
 STARTED = "channel discord account main started"
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
+from helpers import eventually
 from pydantic import BaseModel
 
 from agent.messages import AssistantMessage, UserMessage
@@ -52,21 +53,6 @@ def make_config(llm: FakeLLM, bridge: FakeBridge, tmp_path: Path, **extra: Any) 
         "session": {"queue": {"mode": "followup", "debounce_ms": 50}},
     }
     return parse_config(json.dumps(_merge(config, extra)))
-
-
-async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = WAIT) -> None:
-    """Wait until `condition()` (sync or async) holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        outcome = condition()
-        if not isinstance(outcome, bool):
-            outcome = await outcome
-        if outcome:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def acknowledged(bridge: FakeBridge, update: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 import pytest
+from helpers import eventually
 from pydantic import ValidationError
 
 from agent.lanes import Lanes, QueueMode, QueueSettings, RunControl
@@ -41,15 +42,6 @@ def lanes_for(
 ) -> Lanes[str]:
     settings = QueueSettings(mode=mode, debounce_ms=debounce_ms, cap=cap)
     return Lanes(handler, fold=join, notify=notify or Notices(), max_concurrent=max_concurrent, settings=settings)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait until `condition` holds (fails after GUARD seconds, never on speed)."""
-    deadline = asyncio.get_running_loop().time() + GUARD
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class Held:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply
+from helpers import eventually
 
 
 def write_config(path: Path, llm: FakeLLM, bridge: FakeBridge) -> Path:
@@ -35,15 +36,6 @@ async def start_bot(config: Path) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
-async def until(condition: object, timeout: float = 30) -> None:
-    assert callable(condition)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.05)
-
-
 def replies_per_chat(bridge: FakeBridge) -> Counter[str]:
     return Counter(body["target"]["peer"]["id"] for body in bridge.sent)
 
@@ -55,7 +47,7 @@ async def test_a_sigkill_mid_run_loses_nothing_and_answers_once(tmp_path: Path, 
         bot = await start_bot(config)
         try:
             await bridge.say("question from alice", sender="alice")
-            await until(lambda: len(fake_llm.requests) == 1)  # alice's turn is mid-run
+            await eventually(lambda: len(fake_llm.requests) == 1, "alice's turn to reach the model")  # mid-run
             bot.send_signal(signal.SIGKILL)
             await bot.wait()
         finally:
@@ -67,7 +59,7 @@ async def test_a_sigkill_mid_run_loses_nothing_and_answers_once(tmp_path: Path, 
         fake_llm.script("An answer.", "Another answer.")
         bot = await start_bot(config)
         try:
-            await until(lambda: sum(replies_per_chat(bridge).values()) >= 2)
+            await eventually(lambda: sum(replies_per_chat(bridge).values()) >= 2, "both replies")
             await asyncio.sleep(2.5)  # time for a duplicate to show up, if there were going to be one
             assert replies_per_chat(bridge) == {"alice": 1, "bob": 1}
             assert len(fake_llm.requests) == 3  # alice's turn once before the kill and once after; bob's once

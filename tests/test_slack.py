@@ -24,6 +24,7 @@ from fakes.slack import (
     post_action,
     post_event,
 )
+from helpers import eventually
 from slack_sdk.errors import SlackApiError
 
 from bot.config import Config, parse_config
@@ -36,20 +37,6 @@ from channels.slack import CAPABILITIES, SlackAccount, SlackAdapter, build_block
 from routing import Peer
 
 WAIT = 15.0  # generous: only ever reached when something is broken
-
-
-async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = WAIT) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        outcome = condition()
-        if not isinstance(outcome, bool):
-            outcome = await outcome
-        if outcome:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Inbox:

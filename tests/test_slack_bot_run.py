@@ -12,13 +12,14 @@ import re
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.llm import FakeLLM
 from fakes.slack import BOT_USER_ID, TEAM_ID, USER_ID, FakeSlack, dm_channel
+from helpers import eventually
 
 OWNER = "U0OWNER01"  # upper case, as Slack writes user ids
 STRANGER = "U0STRANGE1"
@@ -59,15 +60,6 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> Async
         if process.returncode is None:
             process.kill()
             await process.wait()
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def said(slack: FakeSlack, channel: str) -> list[dict[str, Any]]:

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from fakes.llm import FakeLLM
 
 WAIT = 30.0  # generous: only ever reached when something is broken
 
@@ -21,3 +30,36 @@ async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str,
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def bot_run(config: dict[str, Any], folder: Path, started: str) -> AsyncIterator[Path]:
+    """A real `bot run` process on `config`, ready once its log shows `started`; stopped with SIGTERM at the
+    end, which must exit 0. Its log goes to a file (a pipe nobody reads could fill up and stall the bot)."""
+    path = folder / "bindings.yaml"
+    path.write_text(json.dumps(config))
+    log_path = folder / "bot.log"
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "run", "--config", str(path),
+            stdout=asyncio.subprocess.DEVNULL, stderr=log, env=env,
+        )  # fmt: skip
+    try:
+        await eventually(lambda: started in log_path.read_text(errors="replace"), f"the log line {started!r}")
+        yield path
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0, log_path.read_text(errors="replace")
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def asked(llm: FakeLLM) -> list[str]:
+    """The last user text of every request the fake model got."""
+    texts = []
+    for request in llm.requests:
+        content: Any = request.body["messages"][-1]["content"]
+        texts.append(content if isinstance(content, str) else content[-1]["text"])
+    return texts

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fakes.discord import CHANNEL_ID, GUILD_ID, OTHER_CHANNEL_ID, ROLE_ID, THREAD_ID, FakeDiscord
 from fakes.llm import FakeLLM
-from helpers import eventually
+from helpers import asked, bot_run
 
 from channels.chunking import chunk_text
 
@@ -45,33 +41,8 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> A
         }}}},
         "session": {"queue": {"mode": "followup"}},
     }  # fmt: skip
-    path = tmp_path / "bindings.yaml"
-    path.write_text(json.dumps(config))
-    log_path = tmp_path / "bot.log"  # a file, not a pipe: nobody reads it while the bot runs, so it must not fill up
-    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
-    with log_path.open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "run", "--config", str(path),
-            stdout=asyncio.subprocess.DEVNULL, stderr=log, env=env,
-        )  # fmt: skip
-    try:
-        await eventually(lambda: STARTED in log_path.read_text(errors="replace"), "the Discord account to start")
+    async with bot_run(config, tmp_path, "channel discord account main started") as path:
         yield path
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0, log_path.read_text(errors="replace")
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-def asked(llm: FakeLLM) -> list[str]:
-    """The last user text of every model request."""
-    texts = []
-    for request in llm.requests:
-        content: Any = request.body["messages"][-1]["content"]
-        texts.append(content if isinstance(content, str) else content[-1]["text"])
-    return texts
 
 
 def systems(llm: FakeLLM) -> list[str]:

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import sqlite3
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,7 @@ from typing import Any
 import pytest
 from fakes.llm import FakeLLM
 from fakes.slack import BOT_USER_ID, TEAM_ID, USER_ID, FakeSlack, dm_channel
-from helpers import eventually
+from helpers import asked, bot_run, eventually
 
 OWNER = "U0OWNER01"  # upper case, as Slack writes user ids
 STRANGER = "U0STRANGE1"
@@ -44,22 +41,8 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> Async
         }}}},
         "session": {"queue": {"mode": "followup"}},
     }  # fmt: skip
-    path = tmp_path / "bindings.yaml"
-    path.write_text(json.dumps(config))
-    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", "--config", str(path),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    try:
-        await fake_slack.wait_connected(timeout=WAIT)
+    async with bot_run(config, tmp_path, "channel slack account main started") as path:
         yield path
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 def said(slack: FakeSlack, channel: str) -> list[dict[str, Any]]:
@@ -70,15 +53,6 @@ def said(slack: FakeSlack, channel: str) -> list[dict[str, Any]]:
 async def wait_said(slack: FakeSlack, channel: str, count: int) -> list[dict[str, Any]]:
     await eventually(lambda: len(said(slack, channel)) >= count, f"{count} messages in {channel}")
     return said(slack, channel)
-
-
-def asked(llm: FakeLLM) -> list[str]:
-    """The last user text of every model request."""
-    texts = []
-    for request in llm.requests:
-        content: Any = request.body["messages"][-1]["content"]
-        texts.append(content if isinstance(content, str) else content[-1]["text"])
-    return texts
 
 
 def sessions(state_dir: Path) -> dict[str, str]:

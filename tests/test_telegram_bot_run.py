@@ -5,18 +5,14 @@ by their group, long answers in chunks, pairing for strangers, bots ignored, 429
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
+from helpers import asked, bot_run
 
 OWNER = 4242
 
@@ -38,31 +34,8 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) ->
         }}}},
         "session": {"queue": {"mode": "followup"}},
     }  # fmt: skip
-    path = tmp_path / "bindings.yaml"
-    path.write_text(json.dumps(config))
-    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", "--config", str(path),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    try:
-        await fake_telegram.wait_for(lambda: bool(fake_telegram.calls("getUpdates")), timeout=30)
+    async with bot_run(config, tmp_path, "channel telegram account main started") as path:
         yield path
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-def asked(llm: FakeLLM) -> list[str]:
-    """The last user text of every model request."""
-    texts = []
-    for request in llm.requests:
-        content: Any = request.body["messages"][-1]["content"]
-        texts.append(content if isinstance(content, str) else content[-1]["text"])
-    return texts
 
 
 async def test_owner_dm_group_mentions_topics_and_chunks(

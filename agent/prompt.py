@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-import aiofiles
 
 from tools.base import RunInfo
 
@@ -24,16 +23,18 @@ class ToolLine:
 
 
 async def read_bootstrap(workspace: Path | None) -> list[tuple[str, str]]:
-    """The workspace's bootstrap files that exist, each cut to BOOTSTRAP_CAP characters."""
-    if workspace is None:
-        return []
+    """The workspace's bootstrap files that exist, each cut to BOOTSTRAP_CAP characters (read off the loop)."""
+    return [] if workspace is None else await asyncio.to_thread(_read_bootstrap, workspace)
+
+
+def _read_bootstrap(workspace: Path) -> list[tuple[str, str]]:
     found = []
     for name in BOOTSTRAP_FILES:
-        path = workspace / name
-        if not path.is_file():
+        try:
+            with open(workspace / name, encoding="utf-8", errors="replace") as handle:
+                text = handle.read(BOOTSTRAP_CAP + 1)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
-        async with aiofiles.open(path, encoding="utf-8", errors="replace") as handle:
-            text = await handle.read(BOOTSTRAP_CAP + 1)
         if len(text) > BOOTSTRAP_CAP:
             text = text[:BOOTSTRAP_CAP] + f"\n[… {name} cut at {BOOTSTRAP_CAP:,} characters]"
         found.append((name, text.strip()))

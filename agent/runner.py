@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -212,6 +213,7 @@ class Runner:
         self.keep_last_turns = keep_last_turns
         self.keep_finished = keep_finished
         self._runs: dict[str, _Run] = {}
+        self._done_ids: deque[str] = deque()  # ids of finished runs still kept, oldest first
 
     # --- the public surface ---------------------------------------------------------------------------------------
 
@@ -219,12 +221,12 @@ class Runner:
         """Start a run in the background; returns its id (ValueError if a run with that id is still known)."""
         if spec.run_id in self._runs:
             raise ValueError(f"run {spec.run_id!r} already exists")
-        self._forget_old()
         secrets: set[str] = set()
         for candidate in spec.candidates:
             secrets.update(candidate.provider.keys())
         run = _Run(spec=spec, started_at=self.wall_clock(), history=list(spec.history), secrets=secrets)
         run.task = asyncio.create_task(self._supervise(run), name=f"run {spec.run_id}")
+        run.task.add_done_callback(lambda _: self._forget_old(spec.run_id))
         self._runs[spec.run_id] = run
         return spec.run_id
 
@@ -553,10 +555,11 @@ class Runner:
     def _redact(self, run: _Run, text: str) -> str:
         return redact(text, run.secrets)
 
-    def _forget_old(self) -> None:
-        finished = [run_id for run_id, run in self._runs.items() if run.task is not None and run.task.done()]
-        for run_id in finished[: max(0, len(finished) - self.keep_finished + 1)]:
-            del self._runs[run_id]
+    def _forget_old(self, finished: str) -> None:
+        """Keep the status of the last `keep_finished` finished runs for `wait` and `status`."""
+        self._done_ids.append(finished)
+        while len(self._done_ids) > self.keep_finished:
+            self._runs.pop(self._done_ids.popleft(), None)
 
 
 def _category(kind: ErrorKind) -> _Category:

@@ -9,8 +9,6 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import aiofiles
-import aiofiles.os
 from pydantic import TypeAdapter, ValidationError
 
 from agent.messages import Message
@@ -34,37 +32,35 @@ def transcript_for(state_dir: Path, session_id: str) -> Path:
 async def read_transcript(path: Path) -> list[Message]:
     """Every message in the transcript, skipping (with a warning) lines that do not parse.
 
-    Reads the whole file each time (nothing is cached); parsing runs off the event loop.
+    Reads the whole file each time (nothing is cached); reading and parsing run off the event loop, in one hop.
     """
-    try:
-        async with aiofiles.open(path, "rb") as handle:
-            data = await handle.read()
-    except FileNotFoundError:
-        return []
-    if not data:
-        return []
-    return await asyncio.to_thread(_parse, path, data)
+    return await asyncio.to_thread(_read, path)
 
 
 async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
     """Append messages, one JSON object per line, in a single write; cost does not grow with the file."""
-    if not messages:
-        return
-    data = b"".join(_MESSAGE.dump_json(message) + b"\n" for message in messages)
+    if messages:
+        data = b"".join(_MESSAGE.dump_json(message) + b"\n" for message in messages)
+        await asyncio.to_thread(_append, path, data)
+
+
+def _read(path: Path) -> list[Message]:
     try:
-        handle = await aiofiles.open(path, "a+b")
+        data = path.read_bytes()
     except FileNotFoundError:
-        await aiofiles.os.makedirs(path.parent, exist_ok=True)
-        handle = await aiofiles.open(path, "a+b")
-    try:
-        size = await handle.seek(0, os.SEEK_END)
+        return []
+    return _parse(path, data) if data else []
+
+
+def _append(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
         if size:
-            await handle.seek(size - 1)
-            if await handle.read(1) != b"\n":
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
                 data = b"\n" + data  # never glue a new message onto a torn line: both would be lost
-        await handle.write(data)  # append mode: lands at the end wherever the read left the position
-    finally:
-        await handle.close()
+        handle.write(data)  # append mode: lands at the end wherever the read left the position
 
 
 def _parse(path: Path, data: bytes) -> list[Message]:

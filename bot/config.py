@@ -200,6 +200,7 @@ class Config(_Section):
     _unset_credentials: dict[tuple[str, str], list[str]] = PrivateAttr(default_factory=dict)
     # Secrets written into the file instead of `${VAR}`: `bot config check` warns about each.
     _warnings: list[ConfigIssue] = PrivateAttr(default_factory=list)
+    _workspaces: dict[str, Path] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -231,9 +232,11 @@ class Config(_Section):
 
     def workspace(self, agent_id: str) -> Path:
         """The agent's workspace: its own, else `<defaults.workspace_root>/<id>`, from the config's folder."""
-        own = self.agent(agent_id).workspace
-        path = Path(own) if own else Path(self.defaults.workspace_root) / agent_id
-        return (self._base_dir / path.expanduser()).resolve()
+        if agent_id not in self._workspaces:  # resolving costs syscalls, and every turn asks
+            own = self.agent(agent_id).workspace
+            path = Path(own) if own else Path(self.defaults.workspace_root) / agent_id
+            self._workspaces[agent_id] = (self._base_dir / path.expanduser()).resolve()
+        return self._workspaces[agent_id]
 
     @property
     def warnings(self) -> list[ConfigIssue]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
+import queue
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -266,9 +268,9 @@ class SqliteStore:
     time, in the order they were made. A call whose caller is cancelled may still complete.
     """
 
-    def __init__(self, path: Path, executor: ThreadPoolExecutor, connection: sqlite3.Connection, clock: Clock):
+    def __init__(self, path: Path, worker: _Worker, connection: sqlite3.Connection, clock: Clock):
         self.path = path
-        self._executor = executor
+        self._worker = worker
         self._connection: sqlite3.Connection | None = connection
         self._clock = clock
 
@@ -276,13 +278,13 @@ class SqliteStore:
     async def open(cls, state_dir: Path, *, clock: Clock = time.time) -> SqliteStore:
         """Open (creating or migrating) `state_dir/state.db`."""
         path = state_dir / DB_FILE
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-store")
+        worker = _Worker()
         try:
-            connection = await asyncio.get_running_loop().run_in_executor(executor, _connect, path)
+            connection = await worker.call(partial(_connect, path))
         except BaseException:
-            executor.shutdown(wait=False)
+            worker.stop()
             raise
-        return cls(path, executor, connection, clock)
+        return cls(path, worker, connection, clock)
 
     async def close(self) -> None:
         """Finish the calls already made, then close the database. Closing twice is fine."""
@@ -290,9 +292,9 @@ class SqliteStore:
             return
         connection, self._connection = self._connection, None
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, _close, connection)
+            await self._worker.call(partial(_close, connection))
         finally:
-            self._executor.shutdown(wait=False)
+            self._worker.stop()
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -307,8 +309,7 @@ class SqliteStore:
     ) -> _T:
         if self._connection is None:
             raise StoreError("the store is closed")
-        job = partial(function, self._connection, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+        return await self._worker.call(partial(function, self._connection, *args, **kwargs))
 
     # --- session index ---------------------------------------------------------------------------------------
 
@@ -473,6 +474,56 @@ if TYPE_CHECKING:
 
 
 # --- on the worker thread: everything below runs there, and only there -----------------------------------------
+
+
+class _Worker:
+    """The one thread that owns the connection: runs calls in the order they were made and, when several are
+    waiting, runs them all and wakes the event loop once for the lot (a wake-up per call costs more than most
+    statements)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._serve, name="switchboard-store", daemon=True)
+        self._thread.start()
+
+    def call(self, job: Callable[[], _T]) -> asyncio.Future[_T]:
+        future: asyncio.Future[_T] = self._loop.create_future()
+        self._jobs.put((job, future))
+        return future
+
+    def stop(self) -> None:
+        """No more calls: the thread ends after the ones already made."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            batch = [self._jobs.get()]
+            with contextlib.suppress(queue.Empty):
+                while batch[-1] is not None:
+                    batch.append(self._jobs.get_nowait())
+            outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+            for item in batch:
+                if item is not None:
+                    job, future = item
+                    try:
+                        outcomes.append((future, job(), None))
+                    except BaseException as error:  # handed to the caller, whatever it is
+                        outcomes.append((future, None, error))
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
+                self._loop.call_soon_threadsafe(_settle, outcomes)
+            if batch[-1] is None:
+                return
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in outcomes:
+        if future.cancelled():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -85,6 +85,7 @@ class StreamingReply:
         if self.message_id is None or self._broken or not chunks:
             return chunks
         if chunks[0] != self._shown:
+            await asyncio.sleep(max(0.0, self._last + self.interval - time.monotonic()))  # the final edit counts too
             await self._show(chunks[0])
             if self._broken:
                 return chunks

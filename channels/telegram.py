@@ -29,7 +29,6 @@ from telegram import (
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Conflict, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import BaseRateLimiter, ExtBot
-from telegram.request import HTTPXRequest
 
 from channels.base import (
     AccountSettings,
@@ -44,6 +43,7 @@ from channels.base import (
 )
 from channels.chunking import chunk_text
 from channels.markup_telegram import markdown_to_html
+from channels.telegram_request import AiohttpRequest
 from routing import Peer
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,15 @@ class _RedactToken(logging.Filter):
 _REDACTED_LOGGERS = ("httpx", "telegram", "telegram.ext", "telegram.request")
 
 
+def _chat_key(raw: dict[str, Any], update_id: int) -> object:
+    """The chat an update belongs to, read from the raw JSON; an update without one stands alone."""
+    query = raw.get("callback_query")
+    for body in (*raw.values(), query.get("message") if isinstance(query, dict) else None):
+        if isinstance(body, dict) and isinstance(body.get("chat"), dict):
+            return body["chat"].get("id")
+    return ("update", update_id)
+
+
 def chat_and_thread(target: ChatTarget) -> tuple[int | str, int | None]:
     """The Bot API chat id and topic id for a target (`group:-100…:topic:7` names the topic in the peer)."""
     peer_id = target.peer.id or ""
@@ -245,8 +254,8 @@ class TelegramAdapter:
             settings.token,
             base_url=f"{root}/bot",
             base_file_url=f"{root}/file/bot",
-            request=HTTPXRequest(connection_pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10),
-            get_updates_request=HTTPXRequest(connection_pool_size=2, connect_timeout=10),
+            request=AiohttpRequest(pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10),
+            get_updates_request=AiohttpRequest(pool_size=2, connect_timeout=10),
             rate_limiter=rate_limiter or (TelegramRateLimiter() if settings.rate_limit else None),
         )
         self._offset = 0
@@ -322,27 +331,41 @@ class TelegramAdapter:
             if not isinstance(updates, list):
                 log.warning("telegram %s: getUpdates answered %s, not a list", self.account, type(updates).__name__)
                 continue
+            fresh: list[tuple[int, dict[str, Any]]] = []
             for raw in updates:
                 update_id = raw.get("update_id") if isinstance(raw, dict) else None
                 if not isinstance(update_id, int):
                     log.warning("telegram %s: skipped an update without a numeric update_id", self.account)
-                    continue
-                if update_id < self._offset:
-                    continue  # already handled (a server that repeats itself)
-                try:
-                    await self.handle_update(raw)
-                except Exception:
-                    # The gateway could not record it: leave it unconfirmed so that Telegram delivers it again,
-                    # but never let one update block the rest for good.
-                    failures = self._failures.get(update_id, 0) + 1
-                    self._failures = {update_id: failures}
-                    if failures < MAX_DELIVERY_ATTEMPTS:
-                        log.exception("telegram %s: update %d not recorded; retrying", self.account, update_id)
-                        await asyncio.sleep(backoff * failures)
-                        break
-                    log.exception("telegram %s: update %d failed %d times; skipped", self.account, update_id, failures)
-                # Acknowledged only now: the gateway has recorded it (or it was unusable).
-                self._offset = max(self._offset, update_id + 1)
+                elif update_id >= self._offset:  # lower ones were handled already (a server repeating itself)
+                    fresh.append((update_id, raw))
+            if not fresh:
+                continue
+            # Chats are recorded side by side, each chat's updates in order: a batch of 100 DMs is not 100
+            # journal writes one after the other. A failed update stops its chat, and confirmation stops at
+            # the first failed update: Telegram sends the rest again, and the journal drops the ones it has.
+            chats: dict[object, list[tuple[int, dict[str, Any]]]] = {}
+            for update_id, raw in fresh:
+                chats.setdefault(_chat_key(raw, update_id), []).append((update_id, raw))
+            failed = [failure for failure in await asyncio.gather(*map(self._record, chats.values())) if failure]
+            self._offset = max(self._offset, min(failed) if failed else max(uid for uid, _ in fresh) + 1)
+            self._failures = {uid: count for uid, count in self._failures.items() if uid >= self._offset}
+            if failed:
+                await asyncio.sleep(backoff * self._failures.get(min(failed), 1))
+
+    async def _record(self, updates: list[tuple[int, dict[str, Any]]]) -> int | None:
+        """Hand one chat's updates to the gateway in order; the id of the one that failed, if one did."""
+        for update_id, raw in updates:
+            try:
+                await self.handle_update(raw)
+            except Exception:
+                failures = self._failures.get(update_id, 0) + 1
+                self._failures[update_id] = failures
+                if failures < MAX_DELIVERY_ATTEMPTS:
+                    log.exception("telegram %s: update %d not recorded; retrying", self.account, update_id)
+                    return update_id
+                # never let one update block the rest for good
+                log.exception("telegram %s: update %d failed %d times; skipped", self.account, update_id, failures)
+        return None
 
     async def handle_update(self, raw: dict[str, Any]) -> None:
         """Hand one raw update to the gateway; a bad one is logged and skipped, never fatal."""

@@ -90,6 +90,15 @@ async def test_text_streams_in_order_and_joins_to_the_answer(llm: FakeLLM, http:
 
 
 @KINDS
+async def test_one_connection_serves_call_after_call(llm: FakeLLM, http: httpx.AsyncClient, kind: str) -> None:
+    llm.script(Reply.text("one"), Reply.text("two"), Reply.text("three"))
+    provider = make(llm, http, kind)
+    for _ in range(3):
+        await collect(provider)
+    assert len({request.peer for request in llm.requests}) == 1  # the stream is read to its end, not cut
+
+
+@KINDS
 async def test_a_tool_call_split_across_chunks(llm: FakeLLM, http: httpx.AsyncClient, kind: str) -> None:
     arguments = {"path": "notes/today.md", "limit": 40, "nested": {"flag": True, "list": [1, "two"]}}
     llm.script(Reply.tool_calls(ToolCallSpec("read", arguments, id="call_read")))

@@ -255,6 +255,57 @@ async def test_an_update_the_gateway_could_not_record_is_delivered_again(tg: Fak
         await adapter.stop()
 
 
+async def test_chats_in_one_batch_are_recorded_side_by_side_each_in_order(tg: FakeTelegram) -> None:
+    for number in range(3):
+        await tg.private_message(f"ann {number}", user_id=1001)
+        await tg.private_message(f"bo {number}", user_id=1002)
+    bo_seen = asyncio.Event()
+    seen: list[str] = []
+
+    async def record(message: InboundMessage) -> None:
+        seen.append(message.text)
+        if message.sender_id == "1001":
+            await bo_seen.wait()  # one after the other, Ann's first message would wait for Bo forever
+        else:
+            bo_seen.set()
+
+    adapter = TelegramAdapter("default", settings(tg))
+    await adapter.start(record, Inbox().on_action)
+    try:
+        await tg.wait_for(lambda: len(seen) == 6, WAIT)
+        assert [text for text in seen if text.startswith("ann")] == ["ann 0", "ann 1", "ann 2"]
+        assert [text for text in seen if text.startswith("bo")] == ["bo 0", "bo 1", "bo 2"]
+    finally:
+        await adapter.stop()
+
+
+async def test_a_failure_in_one_chat_holds_back_that_chat_only_and_is_delivered_again(tg: FakeTelegram) -> None:
+    ann_first = await tg.private_message("ann 0", user_id=1001)
+    await tg.private_message("bo 0", user_id=1002)
+    await tg.private_message("ann 1", user_id=1001)
+    inbox = Inbox()
+    failures = 1
+
+    async def flaky(message: InboundMessage) -> None:
+        nonlocal failures
+        if message.text == "ann 0" and failures:
+            failures -= 1
+            raise RuntimeError("database is locked")
+        await inbox.on_message(message)
+
+    adapter = TelegramAdapter("default", settings(tg))
+    await adapter.start(flaky, inbox.on_action)
+    try:
+        await inbox.wait(lambda: {"ann 0", "ann 1", "bo 0"} <= {message.text for message in inbox.messages})
+        ann = [message.text for message in inbox.messages if message.sender_id == "1001"]
+        assert ann == ["ann 0", "ann 1"]  # "ann 1" waited for the retry of "ann 0"
+        await tg.acknowledged(ann_first)
+        # Bo's message was confirmed with the retry, so it may come twice: the gateway's journal drops the copy.
+        assert {message.text for message in inbox.messages if message.sender_id == "1002"} == {"bo 0"}
+    finally:
+        await adapter.stop()
+
+
 # --- sending ------------------------------------------------------------------------------------------------------
 
 

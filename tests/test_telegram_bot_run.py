@@ -5,22 +5,23 @@ by their group, long answers in chunks, pairing for strangers, bots ignored, 429
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import asked, bot_run
 
 OWNER = 4242
 
 
-@pytest.fixture
-async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> AsyncIterator[Path]:
+def config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, streaming: str) -> dict[str, Any]:
     gid = str(fake_telegram.group_id)
-    config = {
+    return {
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
         "agents": [{"id": "main", "default": True}, {"id": "team"}],
         "bindings": [
@@ -30,11 +31,16 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) ->
         "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
         "owners": [f"telegram:{OWNER}"],
         "channels": {"telegram": {"accounts": {"main": {
-            "token": fake_telegram.token, "api_base_url": fake_telegram.url, "poll_timeout": 1, "streaming": "off",
+            "token": fake_telegram.token, "api_base_url": fake_telegram.url, "poll_timeout": 1, "streaming": streaming,
         }}}},
         "session": {"queue": {"mode": "followup"}},
     }  # fmt: skip
-    async with bot_run(config, tmp_path, "channel telegram account main started") as path:
+
+
+@pytest.fixture
+async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> AsyncIterator[Path]:
+    settings = config(tmp_path, fake_llm, fake_telegram, streaming="off")
+    async with bot_run(settings, tmp_path, "channel telegram account main started") as path:
         yield path
 
 
@@ -88,3 +94,24 @@ async def test_strangers_pair_bots_are_ignored_429s_wait_and_nothing_is_answered
     assert len(tg.sent[555]) == 3  # one answer for the message delivered twice
     assert tg.sent.get(777, []) == []
     assert asked(fake_llm) == ["may I?"]
+
+
+async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    answer = " ".join(f"word{number}" for number in range(60))
+    fake_llm.script(Reply.slow(answer, 3.5))
+    settings = config(tmp_path, fake_llm, fake_telegram, streaming="partial")
+    async with bot_run(settings, tmp_path, "channel telegram account main started"):
+        await tg.private_message("tell me slowly", user_id=OWNER, name="Owner")
+        [first] = await tg.wait_sent(OWNER, 1)
+        assert answer.startswith(first) and first != answer  # shown while the model was still writing
+        await tg.wait_for(lambda: any(call["text"] == answer for call in tg.calls("editMessageText")), 15)
+        await asyncio.sleep(1.5)  # a second final message, if one were sent, would show up here
+        edits = [call["text"] for call in tg.calls("editMessageText") if call["chat_id"] == OWNER]
+        assert edits[-1] == answer and len(edits) == len(set(edits))  # never the same text twice
+        assert len(tg.sent[OWNER]) == 1  # one message, edited: no duplicate final text
+        assert [message.visible for (chat, _), message in tg.messages.items() if chat == OWNER] == [answer]
+        times = [call.at for call in tg.requests if call.method == "editMessageText"]
+        assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(times))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from agent.providers.base import ErrorKind, ProviderError
 MESSAGE_LIMIT = 300  # characters of the provider's own error message kept in ours
 RAW_ARGUMENTS_LIMIT = 200  # characters of unparsable tool arguments shown back to the model
 STREAM_ENDED = "stream ended before the answer was complete"
+DRAIN_SECONDS = 0.5  # how long the rest of a response after its end marker may take to arrive
 
 _OVERFLOW_MARKERS = (
     "context_length_exceeded",
@@ -243,8 +246,13 @@ class SSEClient:
                     # A 200 with a JSON body where a stream belongs: some proxies report errors this way.
                     text = (await response.aread()).decode("utf-8", "replace")
                     raise self._json_instead_of_stream(text)
-                async for event in parse_sse(response.aiter_lines()):
-                    yield event
+                lines = response.aiter_lines()
+                try:
+                    async for event in parse_sse(lines):
+                        yield event
+                except GeneratorExit:  # the caller has what it wanted (the end marker, usually)
+                    await _drain(lines)  # a response read to its end keeps its connection for the next call
+                    raise
         except httpx.TimeoutException as error:
             silence = f"nothing received for {self._timeout_seconds:g}s ({type(error).__name__})"
             raise self.error("timeout", silence) from error
@@ -271,3 +279,11 @@ class SSEClient:
         if isinstance(payload, dict) and "error" in payload:
             return self.stream_error(payload)
         return self.error("bad_request", "expected an event stream but got a JSON body (is stream supported?)")
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what is left of a response, for at most DRAIN_SECONDS; whatever goes wrong, the caller closes it."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in lines:
+                pass

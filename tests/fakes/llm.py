@@ -88,11 +88,18 @@ class Reply:
     overflow: bool = False
     stall_seconds: float = 0.0
     chunk_size: int = 3
+    frame_delay: float = 0.0  # seconds between the frames of the stream's body
 
     @classmethod
     def text(cls, text: str, *, stop: NeutralStop = "end_turn", usage: tuple[int, int] = (21, 8)) -> Reply:
         """Text streamed in small chunks."""
         return cls(answer=text, stop=stop, usage=usage)
+
+    @classmethod
+    def slow(cls, text: str, seconds: float, *, pieces: int = 10) -> Reply:
+        """Text in `pieces` chunks spread over `seconds`, as a model writing at human speed."""
+        size = max(1, -(-len(text) // pieces))
+        return cls(answer=text, chunk_size=size, frame_delay=seconds / pieces)
 
     @classmethod
     def tool_calls(cls, *calls: ToolCallSpec, text: str = "", usage: tuple[int, int] = (21, 8)) -> Reply:
@@ -147,12 +154,14 @@ class Reply:
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """What a client sent: method, path, headers (lowercased names) and the JSON body."""
+    """What a client sent: method, path, headers (lowercased names), the JSON body, and the client's
+    address (the same one on two requests means the connection was kept)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+    peer: tuple[str, int] | None = None
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -314,7 +323,8 @@ class FakeLLM:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         headers = {name.lower(): value for name, value in request.headers.items()}
-        self.requests.append(RecordedRequest(request.method, request.path, headers, body))
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        self.requests.append(RecordedRequest(request.method, request.path, headers, body, peer))
         protocol: Protocol
         if request.method == "POST" and request.path.endswith("/chat/completions"):
             protocol = "openai"
@@ -345,6 +355,8 @@ class FakeLLM:
         await response.prepare(request)
         for frame in frames:
             await response.write(frame)
+            if reply.frame_delay:
+                await asyncio.sleep(reply.frame_delay)
         if reply.ending == "cut":
             assert request.transport is not None
             request.transport.abort()  # no end of the chunked body: the client sees a broken connection

@@ -1,0 +1,103 @@
+"""python-telegram-bot's HTTP transport on aiohttp: the same Bot API calls at a fraction of httpx's CPU per call."""
+
+from __future__ import annotations
+
+import re
+
+import aiohttp
+from telegram._utils.defaultvalue import DefaultValue
+from telegram._utils.types import ODVInput
+from telegram.error import NetworkError, TimedOut
+from telegram.request import BaseRequest, RequestData
+
+_TOKEN_IN_URL = re.compile(r"/bot[^/]+/")
+
+
+class AiohttpRequest(BaseRequest):
+    """A BaseRequest over one aiohttp session with at most `pool_size` connections.
+
+    Measured with 20 calls in flight, httpx spends about 1.8 ms of CPU per call and aiohttp about 0.16 ms
+    (bench/telegram.py shows what that is worth per message). Errors never carry the token-bearing URL.
+    """
+
+    def __init__(
+        self,
+        *,
+        pool_size: int = 16,
+        read_timeout: float | None = 5.0,
+        write_timeout: float | None = 5.0,
+        connect_timeout: float | None = 5.0,
+        pool_timeout: float | None = 1.0,
+    ) -> None:
+        self._pool_size = pool_size
+        self._read_timeout = read_timeout
+        self._write_timeout = write_timeout
+        self._connect_timeout = connect_timeout
+        self._pool_timeout = pool_timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def read_timeout(self) -> float | None:
+        return self._read_timeout
+
+    async def initialize(self) -> None:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._pool_size)
+            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self.USER_AGENT})
+
+    async def shutdown(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        if self._session is None or self._session.closed:
+            raise RuntimeError("This AiohttpRequest is not initialized!")
+        read = self._read_timeout if isinstance(read_timeout, DefaultValue) else read_timeout
+        write = self._write_timeout if isinstance(write_timeout, DefaultValue) else write_timeout
+        connect = self._connect_timeout if isinstance(connect_timeout, DefaultValue) else connect_timeout
+        pool = self._pool_timeout if isinstance(pool_timeout, DefaultValue) else pool_timeout
+        timeout = aiohttp.ClientTimeout(
+            # aiohttp has no write timeout of its own: the time to send counts against the read timeout
+            sock_read=None if read is None else read + (write or 0),
+            sock_connect=connect,
+            connect=None if connect is None or pool is None else connect + pool,
+        )
+        try:
+            async with self._session.request(
+                method, url, data=_body(request_data), timeout=timeout, allow_redirects=False
+            ) as response:
+                return response.status, await response.read()
+        except TimeoutError as error:
+            raise TimedOut(_without_token(f"{type(error).__name__}: {error}", url)) from error
+        except aiohttp.ClientError as error:
+            raise NetworkError(_without_token(f"aiohttp.{type(error).__name__}: {error}", url)) from error
+
+
+def _body(request_data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
+    """Parameters as a form; with files, a multipart form (what the Bot API accepts either way)."""
+    if request_data is None:
+        return None
+    if not request_data.contains_files:
+        return request_data.json_parameters
+    form = aiohttp.FormData(request_data.json_parameters)
+    for name, upload in request_data.multipart_data.items():
+        if isinstance(upload, tuple):
+            filename, content, *rest = upload
+            form.add_field(name, content, filename=filename, content_type=rest[0] if rest else None)
+        else:
+            form.add_field(name, upload)
+    return form
+
+
+def _without_token(text: str, url: str) -> str:
+    return text.replace(url, _TOKEN_IN_URL.sub("/bot<token>/", url))

@@ -1,0 +1,100 @@
+"""The Bot API transport on aiohttp, through python-telegram-bot's own Bot against a local server: forms, files,
+timeouts and network errors, and the token never in an error."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from telegram import Bot
+from telegram.error import NetworkError, TimedOut
+
+from channels.telegram_request import AiohttpRequest
+
+TOKEN = "123456:SECRET-token-value"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.delay = 0.0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.delay)
+        form = await request.post()
+        fields = {
+            name: (value.file.read() if isinstance(value, web.FileField) else value) for name, value in form.items()
+        }
+        self.requests.append((request.path, request.content_type, fields))
+        method = request.path.rsplit("/", 1)[-1]
+        message = {"message_id": 7, "date": 0, "chat": {"id": 1, "type": "private"}}
+        results: dict[str, Any] = {
+            "getMe": {"id": 1, "is_bot": True, "first_name": "B", "username": "b_bot"},
+            "sendMessage": message | {"text": fields.get("text", "")},
+            "sendDocument": message | {"document": {"file_id": "f", "file_unique_id": "u"}},
+        }
+        return web.json_response({"ok": True, "result": results.get(method, True)})
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[Recorder, str]]:
+    recorder = Recorder()
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", recorder.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield recorder, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+def bot(root: str, **timeouts: float) -> Bot:
+    return Bot(TOKEN, base_url=f"{root}/bot", request=AiohttpRequest(**timeouts), get_updates_request=AiohttpRequest())
+
+
+async def test_a_call_sends_a_form_and_reads_the_answer(server: tuple[Recorder, str]) -> None:
+    recorder, root = server
+    async with bot(root) as client:
+        sent = await client.send_message(1, "hello", reply_markup=None)
+    assert sent.message_id == 7 and sent.text == "hello"
+    path, content_type, fields = recorder.requests[-1]
+    assert path == f"/bot{TOKEN}/sendMessage" and content_type == "application/x-www-form-urlencoded"
+    assert fields["chat_id"] == "1" and fields["text"] == "hello"
+
+
+async def test_a_file_goes_as_multipart(server: tuple[Recorder, str]) -> None:
+    recorder, root = server
+    async with bot(root) as client:
+        await client.send_document(1, b"report body", filename="report.txt", caption="the report")
+    path, content_type, fields = recorder.requests[-1]
+    assert path.endswith("/sendDocument") and content_type == "multipart/form-data"
+    assert fields["caption"] == "the report"
+    assert any(value == b"report body" for value in fields.values())
+
+
+async def test_a_slow_answer_is_timed_out(server: tuple[Recorder, str]) -> None:
+    recorder, root = server
+    async with bot(root, read_timeout=0.3, write_timeout=0.0) as client:
+        recorder.delay = 2.0
+        with pytest.raises(TimedOut):
+            await client.send_message(1, "anyone?")
+
+
+async def test_a_refused_connection_is_a_network_error_without_the_token() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    request = AiohttpRequest()
+    await request.initialize()
+    try:
+        with pytest.raises(NetworkError) as caught:
+            await request.post(f"http://127.0.0.1:{port}/bot{TOKEN}/getMe")
+    finally:
+        await request.shutdown()
+    assert "SECRET" not in str(caught.value) and TOKEN not in repr(caught.value)
+    assert str(caught.value).strip()

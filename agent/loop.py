@@ -130,7 +130,11 @@ def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Mo
     system prompt for XML dispatch."""
     dialect = turn.provider.dialect(turn.model)
     specs = [
-        ToolSpec(name=tool.name, description=tool.description, parameters=normalize_schema(tool.json_schema(), dialect))
+        ToolSpec(
+            name=tool.name,
+            description=tool.description,
+            parameters=normalize_schema(tool.json_schema(turn.run), dialect),
+        )
         for tool in turn.tools
     ]
     system = turn.system

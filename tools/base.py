@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from channels.base import Capabilities
+from channels.base import Capabilities, ChatTarget
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,8 @@ class RunInfo(BaseModel):
     capabilities: Capabilities = Field(default_factory=Capabilities)
     workspace: str | None = None
     model: str | None = None  # `provider/model-id` of the model answering
+    target: ChatTarget | None = None  # the chat the run answers in (None outside a chat, e.g. `bot prompt`)
+    reply_to: str | None = None  # the platform id of the message being answered
 
 
 UpdateCallback = Callable[[str], Awaitable[None]]
@@ -120,8 +122,9 @@ class Tool:
     async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
         raise NotImplementedError
 
-    def json_schema(self) -> dict[str, Any]:
-        """The parameters as JSON Schema, before provider normalization (a tool may build it per run)."""
+    def json_schema(self, run: RunInfo | None = None) -> dict[str, Any]:
+        """The parameters as JSON Schema, before provider normalization. A tool whose abilities depend on the
+        run (the message tool and its channel) builds it from `run`; `parameters` still validates the call."""
         return self.parameters.model_json_schema()
 
 

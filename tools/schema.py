@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tools.base import Tool
+from tools.base import RunInfo, Tool
 
 if TYPE_CHECKING:  # `tools` must not import `agent` at runtime
     from agent.providers.base import SchemaDialect
@@ -223,6 +223,6 @@ def normalize_schema(schema: dict[str, Any], dialect: SchemaDialect) -> dict[str
     return root
 
 
-def tool_schema(tool: Tool, dialect: SchemaDialect) -> dict[str, Any]:
-    """A tool's parameters as `dialect`'s JSON Schema."""
-    return normalize_schema(tool.json_schema(), dialect)
+def tool_schema(tool: Tool, dialect: SchemaDialect, run: RunInfo | None = None) -> dict[str, Any]:
+    """A tool's parameters as `dialect`'s JSON Schema (for `run`, where the tool shapes it per run)."""
+    return normalize_schema(tool.json_schema(run), dialect)

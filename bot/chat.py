@@ -16,10 +16,11 @@ from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEve
 from agent.loop import TurnResult
 from agent.messages import UserMessage
 from agent.runner import Runner
+from bot.approvals import Approvals
 from bot.assemble import SetupError
 from bot.config import Config
 from bot.conversation import Conversations
-from bot.store import SqliteStore
+from bot.store import ApprovalDecision, ApprovalRecord, SqliteStore
 from channels.base import CONSOLE
 from channels.console import console_user
 from routing import Peer, RoutingInput
@@ -68,8 +69,21 @@ async def open_session(
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     store = await SqliteStore.open(state_dir)
-    conversations = Conversations(config, store, state_dir, Runner(), builtin_registry())
+    approvals = Approvals(config, store, terminal=ask_on_terminal if sys.stdin.isatty() else None)
+    conversations = Conversations(config, store, state_dir, Runner(), builtin_registry(authorize=approvals.authorize))
     return ChatSession(conversations, agent, session_key, run, peer)
+
+
+async def ask_on_terminal(record: ApprovalRecord) -> ApprovalDecision | None:
+    """The console's approval prompt: the command, then once / always / deny (anything else denies)."""
+    sys.stderr.write(f"\nApproval required ({record.agent}, in {record.cwd}):\n  {record.command}\n")
+    choices = "[o]nce, [a]lways, [d]eny" if record.offer_always else "[o]nce, [d]eny"
+    answer = (await asyncio.to_thread(input, f"Allow? {choices}: ")).strip().lower()
+    if answer in ("o", "once", "y", "yes"):
+        return "allow-once"
+    if answer in ("a", "always") and record.offer_always:
+        return "allow-always"
+    return "deny"
 
 
 async def close_session(session: ChatSession) -> None:

@@ -185,7 +185,7 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
     from bot.assemble import SetupError, model_refs, policy_for
     from routing import Peer
     from tools.base import RunInfo
-    from tools.builtins import builtin_registry
+    from tools.builtins import NoChats, builtin_registry
     from tools.policy import render_policy
 
     config = _load(config_path)
@@ -201,7 +201,7 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
     run = RunInfo(
         agent=agent_id, session_key="-", channel=channel.strip().lower(), sender_is_owner=not not_owner, model=model
     )
-    result = policy_for(config, builtin_registry(), run, peer=target)
+    result = policy_for(config, builtin_registry(messenger=NoChats()), run, peer=target)
     click.echo(f"agent: {agent_id}  model: {model or '(none)'}  channel: {run.channel}")
     for line in render_policy(result):
         click.echo(line)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("new", "reset", "stop", "status", "help", "pair")
+COMMANDS = ("new", "reset", "stop", "status", "help", "pair", "approve")
 HELP = (
     "Commands:\n"
     "/new or /reset: start a fresh conversation\n"
     "/stop: stop the current answer and drop queued messages\n"
     "/status: agent, model, session, tokens used, queue\n"
     "/help: this list\n"
-    "/pair CODE: (owners) let the person who got this pairing code talk to the bot"
+    "/pair CODE: (owners) let the person who got this pairing code talk to the bot\n"
+    "/approve ID allow-once|allow-always|deny: (approvers) decide on a command waiting for approval"
 )
 # The commands as a platform's command menu shows them (Telegram's setMyCommands).
 COMMAND_MENU = (

@@ -26,6 +26,7 @@ from routing import (
     normalize_agent_id,
     normalize_peer_kind,
 )
+from tools.exec_policy import ExecSettings
 from tools.policy import AgentToolsConfig, ToolsConfig
 
 DEFAULT_CONFIG = "bindings.yaml"
@@ -108,6 +109,19 @@ class _Section(BaseModel):
 _M = TypeVar("_M", bound=BaseModel)
 
 
+class ExecConfig(ExecSettings):
+    """`agents[].exec`: when the agent's shell commands run at once, need a person's approval, or never run."""
+
+    approvers: list[UserRef] | None = None  # `channel:sender_id`; None: the config's owners
+
+
+class ApprovalsConfig(_Section):
+    """How approval requests are shown and how long they wait."""
+
+    timeout_seconds: float = Field(default=1800, gt=0)  # then the request expires, which denies
+    target: Literal["chat", "dm", "both"] = "chat"  # the chat the run is in, each approver's DM, or both
+
+
 class AgentConfig(_Section):
     """One agent: an id, and what it does not inherit from `defaults`."""
 
@@ -118,6 +132,7 @@ class AgentConfig(_Section):
     workspace: str | None = None
     tools: AgentToolsConfig | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
+    exec: ExecConfig = Field(default_factory=ExecConfig)
 
 
 class Defaults(_Section):
@@ -194,6 +209,7 @@ class Config(_Section):
     channels: dict[str, Any] = Field(default_factory=dict)
     providers: dict[Name, ProviderConfig] | None = None  # None: taken from *_API_KEY variables at run time
     tools: ToolsConfig | None = None  # None: the full profile, nothing removed
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.
@@ -242,6 +258,10 @@ class Config(_Section):
     def warnings(self) -> list[ConfigIssue]:
         """What is allowed but unwise, such as a secret written into the file."""
         return list(self._warnings)
+
+    def exec_for(self, agent_id: str) -> ExecConfig:
+        """The agent's exec policy (`agents[].exec`)."""
+        return self.agent(agent_id).exec
 
     def timeout_for(self, agent_id: str) -> float:
         """Seconds a run of this agent may take before it is cancelled."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,15 @@ from bot.config import Config
 from bot.conversation import Conversations
 from bot.store import InboundRecord, OutboxRecord, Store
 from bot.streaming import StreamingReply
-from channels.base import AccountSettings, ActionEvent, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
+from channels.base import (
+    AccountSettings,
+    ActionEvent,
+    Capabilities,
+    ChannelAdapter,
+    ChatTarget,
+    InboundMessage,
+    OutboundMessage,
+)
 from channels.chunking import chunk_text
 from routing import Peer
 from tools.base import RunInfo
@@ -91,15 +100,23 @@ class Gateway:
         hooks: Hooks | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        from bot.approvals import Approvals
         from tools.builtins import builtin_registry
+        from tools.exec import ProcessTable
+        from tools.message import MessageTool
 
         self.config = config
         self.store = store
         self.state_dir = state_dir
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
-        self.conversations = Conversations(
-            config, store, state_dir, runner or Runner(), registry or builtin_registry(), hooks or Hooks()
+        self.approvals = Approvals(config, store, self, clock=clock)
+        self.processes = ProcessTable()
+        registry = registry or builtin_registry(
+            messenger=self, authorize=self.approvals.authorize, processes=self.processes
         )
+        message_tool = registry.get("message")
+        self._message_tool = message_tool if isinstance(message_tool, MessageTool) else None
+        self.conversations = Conversations(config, store, state_dir, runner or Runner(), registry, hooks or Hooks())
         self.router = config.router()
         self.clock = clock
         self.lanes: Lanes[Job] = Lanes(
@@ -130,6 +147,9 @@ class Gateway:
                 log.exception(
                     "channel %s account %s failed to start; the others keep running", adapter.channel, adapter.account
                 )
+        expired = await self.approvals.expire_orphans()
+        if expired:
+            log.info("expired %d approval request(s) left pending by the last run", expired)
         await self._recover()
 
     async def _recover(self) -> None:
@@ -160,6 +180,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._outbox_task
         await self._flush_outbox()
+        await self.processes.close()  # background commands do not outlive the bot
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()
@@ -184,9 +205,27 @@ class Gateway:
             log.exception("message %s could not be handled", message.message_id)
             await self.store.mark_inbound(record.id, "failed", "internal error")
 
-    async def on_action(self, event: ActionEvent) -> None:
-        """Button clicks; the approvals issue gives them work. Until then they are logged and ignored."""
-        log.info("button click on %s in %s ignored: no handler yet", event.message_id, event.channel)
+    async def on_action(self, event: ActionEvent) -> str | None:
+        """A button click: an approval decision, or a button the agent sent, which comes back to the chat's
+        session as a message from the person who clicked, carrying the button's value (and passes the same
+        access checks as any message). Returns a notice only the clicker sees."""
+        if self.approvals.is_click(event):
+            return await self.approvals.on_click(event)
+        await self.on_message(
+            InboundMessage(
+                channel=event.channel,
+                account=event.account,
+                peer=event.peer,
+                sender_id=event.sender_id,
+                sender_name=event.sender_name,
+                text=event.value,
+                message_id=f"click:{event.message_id}:{secrets.token_hex(4)}",  # every click is its own message
+                reply_to=event.message_id,
+                reply_to_bot=True,  # a click on the bot's button is addressed to the bot
+                thread_id=event.thread_id,
+            )
+        )
+        return None
 
     async def _accept(self, record: InboundRecord, message: InboundMessage) -> None:
         adapter = self.adapters.get((message.channel, message.account))
@@ -240,6 +279,9 @@ class Gateway:
                 text += f" {dropped} queued message{'s' if dropped != 1 else ''} dropped."
         elif command.name == "status":
             text = await self._status(job)
+        elif command.name == "approve":
+            who = owner_key(job.message.channel, job.message.sender_id)
+            text = await self.approvals.on_command(command.args, who, job.message.sender_name)
         else:
             text = HELP
         await self._reply(job.inbound_id, job.message, text)
@@ -305,8 +347,12 @@ class Gateway:
         stream = None
         if adapter is not None and adapter.settings.streaming == "partial" and adapter.capabilities.edit:
             stream = StreamingReply(adapter, newest.message.target(), thread_id=newest.message.thread_id)
+        if self._message_tool is not None:
+            self._message_tool.forget(key)
         try:
             text = await self._answer(key, jobs, control, stream)
+            if self._delivered_by_tool(key, newest.message.target(), text):
+                text = ""  # the agent already sent this answer with the message tool: not twice
             chunks = await stream.finish(text) if stream is not None else None
             await self._reply(newest.inbound_id, newest.message, text, chunks)
             for inbound_id in inbound_ids:
@@ -323,6 +369,16 @@ class Gateway:
             for inbound_id in inbound_ids:
                 await self.store.mark_inbound(inbound_id, "failed", type(error).__name__)
 
+    def _delivered_by_tool(self, key: str, target: ChatTarget, text: str) -> bool:
+        if self._message_tool is None or not text.strip():
+            return False
+        sent = self._message_tool.sent_in(key)
+        self._message_tool.forget(key)
+        chat = (target.channel, target.account, target.peer)
+        return any(
+            (s.target.channel, s.target.account, s.target.peer) == chat and s.text.strip() == text.strip() for s in sent
+        )
+
     async def _answer(
         self, key: str, jobs: list[Job], control: RunControl[Job], stream: StreamingReply | None = None
     ) -> str:
@@ -337,6 +393,8 @@ class Gateway:
             sender_name=sender.sender_name,
             sender_is_owner=owner_key(sender.channel, sender.sender_id) in self._owners,
             workspace=str(self.config.workspace(jobs[-1].agent)),
+            target=sender.target(),
+            reply_to=sender.message_id if not sender.message_id.startswith("click:") else None,
             **({"capabilities": adapter.capabilities} if adapter is not None else {}),
         )
 
@@ -378,6 +436,33 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await adapter.typing(message.target())
             await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+    # --- what tools and approvals reach the chats with (the Messenger and Courier protocols) ----------------------
+
+    def capabilities(self, channel: str, account: str) -> Capabilities | None:
+        adapter = self.adapters.get((channel, account))
+        return adapter.capabilities if adapter is not None else None
+
+    def accounts(self) -> list[tuple[str, str]]:
+        return list(self.adapters)
+
+    def _adapter(self, target: ChatTarget) -> ChannelAdapter:
+        adapter = self.adapters.get((target.channel, target.account))
+        if adapter is None:
+            raise LookupError(f"no running {target.channel} account {target.account!r}")
+        return adapter
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        return await self._adapter(target).send(target, message)
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        await self._adapter(target).edit(target, message_id, message)
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        await self._adapter(target).delete(target, message_id)
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        await self._adapter(target).react(target, message_id, emoji)
 
     # --- delivery -------------------------------------------------------------------------------------------------
 

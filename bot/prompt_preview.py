@@ -11,7 +11,7 @@ from bot.assemble import SetupError, choose_model, model_refs, policy_for, syste
 from bot.config import Config
 from channels.base import CONSOLE, Capabilities
 from tools.base import RunInfo
-from tools.builtins import builtin_registry
+from tools.builtins import NoChats, builtin_registry
 
 # Previewing needs the provider's kind and model options, not its key: pretend every well-known key is set.
 _ANY_KEY = {name: "(preview)" for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
@@ -36,7 +36,7 @@ async def preview(config: Config, agent: str, channel: str) -> str:
         workspace=str(config.workspace(agent)),
         model=model,
     )
-    policy = policy_for(config, builtin_registry(), run)
+    policy = policy_for(config, builtin_registry(messenger=NoChats()), run)
     if choice is None:
         from agent.providers.config import ProviderConfig
 

@@ -17,10 +17,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEDUPE_SECONDS",
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalStatus",
     "Clock",
     "InboundRecord",
     "InboundStatus",
@@ -117,6 +120,29 @@ class PairingRecord(_Record):
     status: Literal["pending", "approved"]
 
 
+ApprovalStatus = Literal["pending", "allowed", "denied", "expired"]
+ApprovalDecision = Literal["allow-once", "allow-always", "deny"]
+
+
+class ApprovalRecord(_Record):
+    """A command waiting for a person's decision; `messages` are where it was shown (to edit them later)."""
+
+    id: str
+    agent: str
+    session_key: str
+    command: str
+    cwd: str
+    requester: str | None = None
+    approvers: list[str]
+    offer_always: bool = True
+    created: float
+    expires: float
+    status: ApprovalStatus
+    decided_by: str | None = None
+    decision: ApprovalDecision | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+
+
 PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: codes are read aloud and typed
 
 
@@ -174,6 +200,20 @@ class Store(Protocol):
     async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None: ...
     async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool: ...
     async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]: ...
+
+    # Exec approvals and the commands allowed for good.
+    async def create_approval(self, record: ApprovalRecord) -> None: ...
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None: ...
+    async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]: ...
+    async def pending_approvals(self) -> list[ApprovalRecord]: ...
+    async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None: ...
+    async def decide_approval(
+        self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
+    ) -> ApprovalRecord | None: ...
+    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...]]]: ...
+    async def allow_command(
+        self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None
+    ) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -255,6 +295,33 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             approved_by TEXT,
             created REAL NOT NULL,
             PRIMARY KEY (channel, account, sender_id)
+        ) WITHOUT ROWID""",
+    ),
+    (
+        """CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            agent TEXT NOT NULL,
+            session_key TEXT NOT NULL,
+            command TEXT NOT NULL,
+            cwd TEXT NOT NULL,
+            requester TEXT,
+            approvers TEXT NOT NULL,
+            offer_always INTEGER NOT NULL,
+            created REAL NOT NULL,
+            expires REAL NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired')),
+            decided_by TEXT,
+            decision TEXT CHECK (decision IN ('allow-once', 'allow-always', 'deny')),
+            messages TEXT NOT NULL DEFAULT '[]'
+        ) WITHOUT ROWID""",
+        "CREATE INDEX approvals_pending ON approvals (created) WHERE status = 'pending'",
+        """CREATE TABLE exec_allowed (
+            agent TEXT NOT NULL,
+            executable TEXT NOT NULL,
+            args TEXT NOT NULL,
+            approved_by TEXT,
+            created REAL NOT NULL,
+            PRIMARY KEY (agent, executable, args)
         ) WITHOUT ROWID""",
     ),
 )
@@ -463,6 +530,48 @@ class SqliteStore:
         rows = await self._call(_pending_pairings, channel, self._clock())
         return [PairingRecord(**dict(row)) for row in rows]
 
+    # --- exec approvals -------------------------------------------------------------------------------------
+
+    async def create_approval(self, record: ApprovalRecord) -> None:
+        """Record a pending request (before its message goes out)."""
+        row = record.model_dump()
+        row.update(approvers=_dumps_list(record.approvers), messages=_dumps_list(record.messages))
+        row["offer_always"] = int(record.offer_always)
+        columns = ", ".join(row)
+        sql = f"INSERT INTO approvals ({columns}) VALUES ({', '.join('?' for _ in row)})"
+        await self._call(_execute, sql, tuple(row.values()))
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        rows = await self._call(_approval_rows, "WHERE id = ?", (approval_id,))
+        return rows[0] if rows else None
+
+    async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]:
+        """Requests whose id starts with `id_prefix` (for `/approve <prefix>`), newest first."""
+        where = "WHERE substr(id, 1, length(?)) = ?" + (" AND status = 'pending'" if pending_only else "")
+        return await self._call(_approval_rows, where + " ORDER BY created DESC", (id_prefix, id_prefix))
+
+    async def pending_approvals(self) -> list[ApprovalRecord]:
+        return await self._call(_approval_rows, "WHERE status = 'pending' ORDER BY created", ())
+
+    async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None:
+        """Remember one place the request was shown, so that its outcome can be written there."""
+        sql = "UPDATE approvals SET messages = json_insert(messages, '$[#]', json(?)) WHERE id = ?"
+        await self._call(_execute, sql, (_dumps(message), approval_id))
+
+    async def decide_approval(
+        self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
+    ) -> ApprovalRecord | None:
+        """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
+        return await self._call(_decide_approval, approval_id, status, decision, decided_by)
+
+    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...]]]:
+        """The exact commands "Allow always" stored for an agent: (resolved executable, arguments)."""
+        return await self._call(_allowed_commands, agent)
+
+    async def allow_command(self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None) -> None:
+        sql = "INSERT OR IGNORE INTO exec_allowed VALUES (?, ?, ?, ?, ?)"
+        await self._call(_execute, sql, (agent, executable, json.dumps(list(args)), approved_by, self._clock()))
+
     def _cutoff(self, older_than_seconds: float) -> float:
         if older_than_seconds < 0:
             raise ValueError(f"older_than_seconds cannot be negative: {older_than_seconds}")
@@ -566,6 +675,45 @@ def _close(connection: sqlite3.Connection) -> None:
         connection.execute("PRAGMA optimize")
     finally:
         connection.close()
+
+
+def _dumps_list(value: list[Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _execute(connection: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> None:
+    connection.execute(sql, params)
+
+
+def _approval_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[ApprovalRecord]:
+    return [_approval(row) for row in connection.execute(f"SELECT * FROM approvals {where}", params)]
+
+
+def _approval(row: sqlite3.Row) -> ApprovalRecord:
+    values = dict(row)
+    values.update(approvers=json.loads(values["approvers"]), messages=json.loads(values["messages"]))
+    values["offer_always"] = bool(values["offer_always"])
+    return ApprovalRecord(**values)
+
+
+def _decide_approval(
+    connection: sqlite3.Connection,
+    approval_id: str,
+    status: str,
+    decision: str | None,
+    decided_by: str | None,
+) -> ApprovalRecord | None:
+    row = _first(
+        connection,
+        "UPDATE approvals SET status = ?, decision = ?, decided_by = ? WHERE id = ? AND status = 'pending' RETURNING *",
+        (status, decision, decided_by, approval_id),
+    )
+    return None if row is None else _approval(row)
+
+
+def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[str, tuple[str, ...]]]:
+    rows = connection.execute("SELECT executable, args FROM exec_allowed WHERE agent = ?", (agent,))
+    return [(row["executable"], tuple(json.loads(row["args"]))) for row in rows]
 
 
 def _dumps(value: dict[str, Any]) -> str:

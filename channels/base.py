@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from routing import Peer, RoutingInput
+
+log = logging.getLogger(__name__)
 
 Markup = Literal["plain", "markdown", "telegram-html", "discord-markdown", "slack-mrkdwn"]
 
@@ -141,7 +145,23 @@ class ActionEvent(BaseModel):
 
 
 OnMessage = Callable[[InboundMessage], Awaitable[None]]
-OnAction = Callable[[ActionEvent], Awaitable[None]]
+OnAction = Callable[[ActionEvent], Awaitable[str | None]]  # returns a notice only the clicker sees, or None
+
+NOTICE_BUDGET_SECONDS = 2.5  # Discord wants an interaction answered within 3 s; Telegram and Slack are kinder
+_late_actions: set[asyncio.Task[str | None]] = set()
+
+
+async def notice_within(handling: Awaitable[str | None], seconds: float = NOTICE_BUDGET_SECONDS) -> str | None:
+    """The notice from handling a click, if it comes within `seconds`; otherwise the handling goes on in the
+    background (the platform gets its answer in time) and there is no notice."""
+    task: asyncio.Task[str | None] = asyncio.ensure_future(handling)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), seconds)
+    except TimeoutError:
+        log.warning("a button click is taking long to handle; answering the platform first")
+        _late_actions.add(task)
+        task.add_done_callback(_late_actions.discard)
+        return None
 
 
 class ChannelAdapter(Protocol):

@@ -30,6 +30,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
+    notice_within,
 )
 from routing import Peer
 
@@ -382,13 +383,23 @@ class DiscordAdapter:
         )
 
     async def _on_click(self, interaction: discord.Interaction[discord.Client], value: str) -> None:
-        # Acknowledge first (Discord allows 3 seconds): a deferred update, so the message stays as it is.
+        notice = None
         try:
-            await interaction.response.defer()
-        except discord.HTTPException as error:
-            log.warning("discord %s: could not acknowledge a button click: %s", self.account, error)
+            event = self._action_event(interaction, value)
+            if event is not None and self._on_action is not None:
+                notice = await notice_within(self._on_action(event))  # Discord waits 3 seconds for an answer
+        finally:
+            try:  # a notice only the clicker sees, else a deferred update: the message stays as it is
+                if notice:
+                    await interaction.response.send_message(notice, ephemeral=True)
+                else:
+                    await interaction.response.defer()
+            except discord.HTTPException as error:
+                log.warning("discord %s: could not answer a button click: %s", self.account, error)
+
+    def _action_event(self, interaction: discord.Interaction[discord.Client], value: str) -> ActionEvent | None:
         if interaction.message is None or interaction.channel_id is None:
-            return
+            return None
         user = interaction.user
         channel = interaction.channel
         thread_id = str(channel.id) if isinstance(channel, discord.Thread) else None
@@ -397,7 +408,7 @@ class DiscordAdapter:
             self._dm_channels[str(user.id)] = interaction.channel_id
         else:
             peer = Peer("channel", str(interaction.channel_id))
-        event = ActionEvent(
+        return ActionEvent(
             channel=self.channel,
             account=self.account,
             peer=peer,
@@ -407,9 +418,6 @@ class DiscordAdapter:
             value=value,
             thread_id=thread_id,
         )
-        on_action = self._on_action
-        if on_action is not None:
-            self._inbox.put_nowait(lambda: on_action(event))
 
     # --- outbound ----------------------------------------------------------------------------------------------
 

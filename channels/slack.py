@@ -27,6 +27,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
+    notice_within,
 )
 from channels.markup_slack import markdown_to_mrkdwn
 from routing import Peer
@@ -480,7 +481,12 @@ class SlackAdapter:
         assert self._on_action is not None
         for event in events:
             try:
-                await self._within_ack_budget(self._on_action(event), f"a click on {event.message_id}")
+                notice = await notice_within(self._on_action(event))
+                if notice:  # only the clicker sees it
+                    channel = await self._channel(
+                        ChatTarget(channel=self.channel, account=self.account, peer=event.peer)
+                    )
+                    await self._api().chat_postEphemeral(channel=channel, user=event.sender_id, text=notice)
             except Exception:
                 log.exception("slack %s: a click on %s could not be handled", self.account, event.message_id)
 

@@ -40,6 +40,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
+    notice_within,
 )
 from channels.chunking import chunk_text
 from channels.markup_telegram import markdown_to_html
@@ -462,30 +463,35 @@ class TelegramAdapter:
         return handle in text.lower()
 
     async def _action(self, query: CallbackQuery) -> None:
+        notice = None
         try:
-            # Always answered, and first: the client's spinner stops even if the click leads nowhere.
-            await query.answer()
-        except TelegramError as error:
-            log.warning("telegram %s: could not answer callback query %s: %s", self.account, query.id, error)
+            event = self._action_event(query)
+            if event is not None and self._on_action is not None:
+                notice = await notice_within(self._on_action(event))
+        finally:
+            try:  # always answered, so the client's spinner stops; a notice shows as an alert
+                await query.answer(text=notice, show_alert=bool(notice))
+            except TelegramError as error:
+                log.warning("telegram %s: could not answer callback query %s: %s", self.account, query.id, error)
+
+    def _action_event(self, query: CallbackQuery) -> ActionEvent | None:
         message = query.message
-        if message is None or not query.data or self._on_action is None:
+        if message is None or not query.data:
             log.info("telegram %s: skipped a button click without a message or data", self.account)
-            return
+            return None
         if not isinstance(message, Message):  # an inaccessible (too old) message
             peer, thread = Peer("direct" if message.chat.type == "private" else "group", message.chat.id), None
         else:
             peer, _, thread = self._peer(message)
-        await self._on_action(
-            ActionEvent(
-                channel=self.channel,
-                account=self.account,
-                peer=peer,
-                sender_id=str(query.from_user.id),
-                sender_name=query.from_user.full_name or query.from_user.username,
-                message_id=str(message.message_id),
-                value=query.data,
-                thread_id=thread,
-            )
+        return ActionEvent(
+            channel=self.channel,
+            account=self.account,
+            peer=peer,
+            sender_id=str(query.from_user.id),
+            sender_name=query.from_user.full_name or query.from_user.username,
+            message_id=str(message.message_id),
+            value=query.data,
+            thread_id=thread,
         )
 
     # --- webhook ------------------------------------------------------------------------------------------------

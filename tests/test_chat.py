@@ -78,8 +78,10 @@ async def test_one_message_prints_the_answer(tmp_path: Path, fake_llm: FakeLLM, 
     assert user_texts(body) == ["hi there"]
     assert "You are main" in system_text(body)
     assert [tool["name"] if kind == "anthropic" else tool["function"]["name"] for tool in body["tools"]] == [
-        "session_status"
-    ]
+        "session_status",
+        "exec",
+        "process",
+    ]  # no `message` tool: no chat to send to from the terminal
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -181,8 +183,8 @@ async def test_bot_tools_lists_kept_and_removed_tools(tmp_path: Path) -> None:
     assert "kept (0)" in out
     assert "session_status" in out and "agent" in out.split("removed")[1]
     code, out, _ = await bot("tools", "--config", str(config), "--channel", "telegram", "--peer", "group:-100")
-    assert "kept (0)" in out
-    assert "group" in out.split("removed")[1]
+    assert "kept (3):\n  message\n  exec\n  process" in out
+    assert "session_status  group" in out.split("removed")[1]
 
 
 async def test_bot_prompt_prints_the_system_prompt_and_tool_schemas(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -1,11 +1,52 @@
-"""The tools Switchboard ships, registered in one place (later issues add message, exec, fs, web, memory)."""
+"""The tools Switchboard ships, registered in one place (later issues add fs, web, memory)."""
 
 from __future__ import annotations
 
+from channels.base import Capabilities, ChatTarget, OutboundMessage
+from tools.base import Tool, ToolContext
+from tools.exec import Authorization, Authorize, ExecTool, ProcessTable, ProcessTool
+from tools.message import MessageTool, Messenger
 from tools.registry import ToolRegistry
 from tools.session_status import SessionStatus
 
 
-def builtin_registry() -> ToolRegistry:
-    """A registry holding every built-in tool."""
-    return ToolRegistry([SessionStatus()])
+class NoChats:
+    """The Messenger where no channel runs (`bot tools`, `bot prompt`, `bot chat`): every send fails."""
+
+    def capabilities(self, channel: str, account: str) -> Capabilities | None:
+        return None
+
+    def accounts(self) -> list[tuple[str, str]]:
+        return []
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        raise LookupError("no channel is running here")
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        raise LookupError("no channel is running here")
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        raise LookupError("no channel is running here")
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        raise LookupError("no channel is running here")
+
+
+async def nobody_to_ask(command: str, ctx: ToolContext) -> Authorization:
+    """The Authorize where nobody can approve anything: every command is denied."""
+    return Authorization(allowed=False, status="denied", reason="no approvals can be asked for here")
+
+
+def builtin_registry(
+    *,
+    messenger: Messenger | None = None,
+    authorize: Authorize = nobody_to_ask,
+    processes: ProcessTable | None = None,
+) -> ToolRegistry:
+    """The built-in tools, wired to the gateway (its chats, its approvals) when given; `message` only with a
+    messenger (`NoChats()` lists it where no channel runs, as `bot tools` does)."""
+    processes = processes or ProcessTable()
+    tools: list[Tool] = [SessionStatus(), ExecTool(authorize, processes), ProcessTool(processes)]
+    if messenger is not None:
+        tools.insert(1, MessageTool(messenger))
+    return ToolRegistry(tools)

@@ -1,0 +1,339 @@
+"""Exec approvals: judge a command, ask the approvers with buttons (or `/approve`), wait, record, show the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from bot.access import owner_key
+from bot.config import Config
+from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, Store
+from channels.base import ActionEvent, Button, Capabilities, ChatTarget, OutboundMessage
+from routing import Peer
+from tools.base import ToolContext
+from tools.exec import Authorization
+from tools.exec_policy import AllowEntry, Verdict, evaluate
+
+log = logging.getLogger(__name__)
+
+PREFIX = "ap"  # button values are `ap:<id>:<o|a|d>`: well within Telegram's 64 bytes of callback data
+_CODES: dict[str, ApprovalDecision] = {"o": "allow-once", "a": "allow-always", "d": "deny"}
+_WORDS: dict[str, ApprovalDecision] = {
+    "allow-once": "allow-once",
+    "once": "allow-once",
+    "allow": "allow-once",
+    "allow-always": "allow-always",
+    "always": "allow-always",
+    "deny": "deny",
+    "reject": "deny",
+    "block": "deny",
+}
+_OUTCOMES = {
+    "allow-once": "Allowed (once)",
+    "allow-always": "Allowed (always)",
+    "deny": "Denied",
+}
+NOT_AUTHORIZED = "You are not authorized to approve this."
+NOT_PENDING = "This approval request is unknown or no longer pending."
+POLL_SECONDS = 1.0  # how often a waiting run looks for a decision made from the CLI (another process)
+
+Target = Literal["chat", "dm", "both"]
+TerminalAsk = Callable[[ApprovalRecord], Awaitable[ApprovalDecision | None]]
+
+
+class Courier(Protocol):
+    """How approvals reach people: the gateway's running adapters."""
+
+    def capabilities(self, channel: str, account: str) -> Capabilities | None: ...
+    def accounts(self) -> list[tuple[str, str]]: ...
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None: ...
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None: ...
+
+
+class Approvals:
+    """Asks before a risky command runs, and only the approvers' answer counts.
+
+    A request is stored before its message goes out; the run waits for a decision (a button, `/approve`, the
+    `bot approvals` CLI or the terminal), or for expiry, which denies. Whoever decides, the messages are edited
+    to show the outcome without buttons. Requests left pending by a previous process are expired at start.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        courier: Courier | None = None,
+        *,
+        terminal: TerminalAsk | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.courier = courier
+        self.terminal = terminal
+        self.clock = clock
+        self._decided: dict[str, asyncio.Event] = {}
+
+    # --- the exec tool's question -----------------------------------------------------------------------------
+
+    async def authorize(self, command: str, ctx: ToolContext) -> Authorization:
+        """May `command` run for this run? Asks a person when the policy says so (and waits for the answer)."""
+        run = ctx.run
+        settings = self.config.exec_for(run.agent)
+        stored = [AllowEntry(executable=path, args=args) for path, args in await self.store.allowed_commands(run.agent)]
+        verdict = evaluate(command, settings, stored, path=os.environ.get("PATH"), cwd=run.workspace)
+        if verdict.decision == "allow":
+            return Authorization(allowed=True, status="allowed", reason=verdict.reason)
+        if verdict.decision == "deny":
+            return Authorization(allowed=False, status="denied", reason=verdict.reason)
+        approvers = list(settings.approvers if settings.approvers is not None else self.config.owners)
+        if not approvers and run.channel != "console":
+            reason = f"{verdict.reason}; nobody can approve it (set `owners` or `agents[].exec.approvers`)"
+            return Authorization(allowed=False, status="denied", reason=reason)
+        record = ApprovalRecord(
+            id=secrets.token_hex(6),
+            agent=run.agent,
+            session_key=run.session_key,
+            command=command,
+            cwd=run.workspace or ".",
+            requester=owner_key(run.channel, run.sender_id) if run.sender_id else None,
+            approvers=[owner_key(*approver.split(":", 1)) for approver in approvers],
+            offer_always=verdict.offer_always,
+            created=self.clock(),
+            expires=self.clock() + self.config.approvals.timeout_seconds,
+            status="pending",
+        )
+        await self.store.create_approval(record)  # before any message: a click can only find a stored request
+        decided = self._decided[record.id] = asyncio.Event()
+        try:
+            if run.target is None or run.channel == "console":
+                settled = await self._ask_terminal(record)
+            else:
+                await self._announce(record, run.target)
+                settled = await self._wait(record, decided)
+        except asyncio.CancelledError:  # the run was stopped: nobody can answer this request any more
+            with contextlib.suppress(Exception):
+                await self._show_outcome(await self._settle(record.id, "expired", None, None))
+            raise
+        finally:
+            self._decided.pop(record.id, None)
+        return await self._outcome(settled, verdict)
+
+    async def _outcome(self, record: ApprovalRecord, verdict: Verdict) -> Authorization:
+        who = record.decided_by
+        if record.status == "expired":
+            return Authorization(allowed=False, status="expired", reason="nobody approved it in time")
+        if record.decision == "deny" or record.status != "allowed":
+            return Authorization(allowed=False, status="denied", reason=f"denied by {who or 'an approver'}")
+        if record.decision == "allow-always":
+            for entry in verdict.always:
+                await self.store.allow_command(record.agent, entry.executable, entry.args, who)
+        return Authorization(allowed=True, status="allowed", reason=_OUTCOMES[record.decision or ""], decided_by=who)
+
+    # --- asking -----------------------------------------------------------------------------------------------
+
+    async def _announce(self, record: ApprovalRecord, origin: ChatTarget) -> None:
+        """Show the request where `approvals.target` says: the chat it came from, the approvers' DMs, or both."""
+        targets: list[ChatTarget] = []
+        where = self.config.approvals.target
+        if where in ("chat", "both"):
+            targets.append(origin)
+        if where in ("dm", "both"):
+            targets += [target for target in self._approver_dms(record, origin) if target not in targets]
+        for target in targets:
+            await self._show(record, target)
+
+    def _approver_dms(self, record: ApprovalRecord, origin: ChatTarget) -> list[ChatTarget]:
+        running = self.courier.accounts() if self.courier is not None else []
+        found = []
+        for approver in record.approvers:
+            channel, _, sender = approver.partition(":")
+            accounts = [account for name, account in running if name == channel]
+            if not accounts:
+                log.warning("approval %s: no running %s account to reach approver %s", record.id, channel, sender)
+                continue
+            account = origin.account if channel == origin.channel and origin.account in accounts else accounts[0]
+            found.append(ChatTarget(channel=channel, account=account, peer=Peer("direct", sender)))
+        return found
+
+    async def _show(self, record: ApprovalRecord, target: ChatTarget) -> None:
+        if self.courier is None:
+            return
+        caps = self.courier.capabilities(target.channel, target.account)
+        buttons = _buttons(record) if caps is not None and caps.buttons else []
+        try:
+            message_id = await self.courier.send(target, OutboundMessage(text=_request_text(record), buttons=buttons))
+        except Exception as error:
+            log.warning("approval %s: could not show it in %s: %s", record.id, target.channel, error)
+            return
+        if message_id is not None:
+            where = {"target": target.model_dump(mode="json"), "message_id": message_id}
+            await self.store.add_approval_message(record.id, where)
+
+    async def _ask_terminal(self, record: ApprovalRecord) -> ApprovalRecord:
+        decision = None
+        if self.terminal is not None:
+            with contextlib.suppress(TimeoutError):
+                decision = await asyncio.wait_for(self.terminal(record), record.expires - self.clock())
+        if decision is None:  # no terminal to ask on, or no answer in time: the safe answer
+            return await self._settle(record.id, "denied" if self.terminal is None else "expired", "deny", None)
+        return await self._settle(record.id, "denied" if decision == "deny" else "allowed", decision, "terminal")
+
+    async def _wait(self, record: ApprovalRecord, decided: asyncio.Event) -> ApprovalRecord:
+        """Until a decision (here, or by the CLI in another process) or expiry; then show the outcome."""
+        while True:
+            left = record.expires - self.clock()
+            if left <= 0:
+                settled = await self._settle(record.id, "expired", None, None)
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(decided.wait(), min(POLL_SECONDS, left))
+            current = await self.store.get_approval(record.id)
+            if current is not None and current.status != "pending":
+                settled = current
+                break
+        await self._show_outcome(settled)
+        return settled
+
+    async def _settle(
+        self, approval_id: str, status: Literal["allowed", "denied", "expired"], decision: ApprovalDecision | None,
+        decided_by: str | None,
+    ) -> ApprovalRecord:  # fmt: skip
+        """Decide unless somebody already has; the request as it stands afterwards."""
+        settled = await self.store.decide_approval(approval_id, status, decision, decided_by)
+        if settled is None:
+            settled = await self.store.get_approval(approval_id)
+        assert settled is not None
+        return settled
+
+    async def _show_outcome(self, record: ApprovalRecord) -> None:
+        if self.courier is None:
+            return
+        text = _outcome_text(record)
+        for where in record.messages:
+            target = ChatTarget.model_validate(where["target"])
+            try:
+                await self.courier.edit(target, str(where["message_id"]), OutboundMessage(text=text))
+            except Exception as error:
+                log.warning("approval %s: could not update its message in %s: %s", record.id, target.channel, error)
+
+    # --- answers ----------------------------------------------------------------------------------------------
+
+    def is_click(self, event: ActionEvent) -> bool:
+        return event.value.startswith(f"{PREFIX}:")
+
+    async def on_click(self, event: ActionEvent) -> str | None:
+        """A click on an approval button; a notice for the clicker when nothing happened."""
+        _, _, rest = event.value.partition(":")
+        approval_id, _, code = rest.partition(":")
+        decision = _CODES.get(code)
+        if decision is None or not approval_id:
+            return NOT_PENDING
+        return await self.decide(approval_id, decision, owner_key(event.channel, event.sender_id), event.sender_name)
+
+    async def decide(
+        self, approval_id: str, decision: ApprovalDecision, who: str, name: str | None = None
+    ) -> str | None:
+        """Record an approver's decision; a sentence for `who` when it did not count (None when it did)."""
+        record = await self.store.get_approval(approval_id)
+        if record is None or record.status != "pending" or record.expires <= self.clock():
+            return NOT_PENDING
+        if who not in record.approvers:
+            log.warning("approval %s: %s is not an approver; nothing changes", approval_id, who)
+            return NOT_AUTHORIZED
+        if decision == "allow-always" and not record.offer_always:
+            decision = "allow-once"  # Allow always was not offered for this command
+        status: ApprovalStatus = "denied" if decision == "deny" else "allowed"
+        settled = await self.store.decide_approval(approval_id, status, decision, name or who)
+        if settled is None:
+            return NOT_PENDING
+        log.info("approval %s: %s by %s", approval_id, decision, who)
+        waiting = self._decided.get(approval_id)
+        if waiting is not None:
+            waiting.set()
+        return None
+
+    async def on_command(self, args: str, who: str, name: str | None = None) -> str:
+        """`/approve <id> allow-once|allow-always|deny` (an unambiguous prefix of the id is enough)."""
+        parts = args.split()
+        if len(parts) != 2 or parts[1].lower() not in _WORDS:
+            return "Usage: /approve <id> allow-once|allow-always|deny"
+        matches = await self.store.find_approvals(parts[0].lower())
+        if not matches:
+            return NOT_PENDING
+        if len(matches) > 1:
+            return f"More than one pending request starts with {parts[0]}: give more of the id."
+        refusal = await self.decide(matches[0].id, _WORDS[parts[1].lower()], who, name)
+        return refusal or f"{_OUTCOMES[_WORDS[parts[1].lower()]]}: {matches[0].id}."
+
+    async def expire_orphans(self) -> int:
+        """Requests a previous process left pending can never be answered: expire them and say so where shown."""
+        expired = 0
+        for record in await self.store.pending_approvals():
+            if record.id in self._decided:
+                continue  # waited on by a run of this process
+            settled = await self.store.decide_approval(record.id, "expired", None, None)
+            if settled is not None:
+                expired += 1
+                await self._show_outcome(settled)
+        return expired
+
+
+def _buttons(record: ApprovalRecord) -> list[list[Button]]:
+    row = [Button(label="Allow once", value=f"{PREFIX}:{record.id}:o", style="success")]
+    if record.offer_always:
+        row.append(Button(label="Allow always", value=f"{PREFIX}:{record.id}:a", style="primary"))
+    row.append(Button(label="Deny", value=f"{PREFIX}:{record.id}:d", style="danger"))
+    return [row]
+
+
+def _clock_text(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M UTC")
+
+
+def _request_text(record: ApprovalRecord) -> str:
+    minutes = max(1, round((record.expires - record.created) / 60))
+    choices = "allow-once|allow-always|deny" if record.offer_always else "allow-once|deny"
+    return "\n".join(
+        [
+            "**Approval required**",
+            f"```\n{_fenced(record.command)}\n```",
+            f"Directory: `{record.cwd}`",
+            f"Agent: {record.agent} · expires in {minutes} min ({_clock_text(record.expires)})",
+            f"ID: `{record.id}` (or reply `/approve {record.id[:8]} {choices}`)",
+        ]
+    )
+
+
+def _outcome_text(record: ApprovalRecord) -> str:
+    if record.status == "expired":
+        outcome = "Expired: nobody approved it in time"
+    else:
+        outcome = f"{_OUTCOMES.get(record.decision or 'deny', 'Denied')} by {record.decided_by or 'an approver'}"
+    return "\n".join([f"**{outcome}**", f"```\n{_fenced(record.command)}\n```", f"ID: `{record.id}`"])
+
+
+def _fenced(command: str) -> str:
+    return command.replace("```", "`\u200b``")  # the command cannot close the code block around it
+
+
+def records_table(records: Sequence[ApprovalRecord]) -> list[dict[str, Any]]:
+    """The requests as the CLI lists them."""
+    return [
+        {
+            "id": record.id,
+            "status": record.status,
+            "agent": record.agent,
+            "command": record.command,
+            "requester": record.requester,
+            "expires": _clock_text(record.expires),
+        }
+        for record in records
+    ]

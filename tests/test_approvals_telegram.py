@@ -1,0 +1,218 @@
+"""Exec approvals through a real `bot run` on Telegram (python-telegram-bot against the fake Bot API, the fake LLM
+scripting exec calls): the buttons, who may press them, what runs, what the model hears, expiry and restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM, Reply, ToolCallSpec
+from fakes.telegram import FakeTelegram
+from helpers import bot_run, eventually
+
+OWNER = 4242
+STRANGER = 555
+STARTED = "channel telegram account main started"
+
+
+def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, **approvals: Any) -> dict[str, Any]:
+    return {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
+        "owners": [f"telegram:{OWNER}"],
+        "approvals": approvals,
+        "channels": {"telegram": {"accounts": {"main": {
+            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
+            "dm_policy": "open", "group_policy": "open", "require_mention": False,
+        }}}},
+    }  # fmt: skip
+
+
+@pytest.fixture
+async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> AsyncIterator[Path]:
+    async with bot_run(config(tmp_path, fake_llm, fake_telegram), tmp_path, STARTED) as path:
+        yield path
+
+
+def exec_call(command: str) -> Reply:
+    return Reply.tool_calls(ToolCallSpec("exec", {"command": command}))
+
+
+def approval_messages(tg: FakeTelegram, chat: int) -> list[dict[str, Any]]:
+    return [call for call in tg.calls("sendMessage") if call["chat_id"] == chat and "reply_markup" in call]
+
+
+def keyboard(call: dict[str, Any]) -> list[tuple[str, str]]:
+    markup = call["reply_markup"]
+    markup = json.loads(markup) if isinstance(markup, str) else markup
+    return [(button["text"], button["callback_data"]) for row in markup["inline_keyboard"] for button in row]
+
+
+def tool_result(llm: FakeLLM, request: int) -> dict[str, Any]:
+    """The exec result the model got in its `request`-th call (0-based)."""
+    message = llm.requests[request].body["messages"][-1]
+    assert message["role"] == "tool"
+    result: dict[str, Any] = json.loads(message["content"])
+    return result
+
+
+async def ask_for(tg: FakeTelegram, text: str, count: int, chat: int = OWNER) -> list[tuple[str, str]]:
+    """Send `text`, wait for the `count`-th approval message in the chat; its buttons."""
+    await tg.private_message(text, user_id=chat, name="Owner")
+    await eventually(lambda: len(approval_messages(tg, chat)) >= count, f"approval message {count}")
+    return keyboard(approval_messages(tg, chat)[count - 1])
+
+
+def message_id_of(tg: FakeTelegram, data: str, chat: int = OWNER) -> int:
+    for (chat_id, message_id), stored in tg.messages.items():
+        if chat_id == chat and stored.reply_markup and data in json.dumps(stored.reply_markup):
+            return message_id
+    raise AssertionError(f"no message with the button {data}")
+
+
+def edited_to(tg: FakeTelegram, message_id: int, chat: int = OWNER) -> Callable[[], bool]:
+    def check() -> bool:
+        stored = tg.messages[(chat, message_id)]
+        return not stored.reply_markup and "Approval required" not in stored.visible
+
+    return check
+
+
+async def test_only_an_approver_can_allow_and_then_the_command_runs(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    made = tmp_path / "ws" / "main" / "made.txt"
+    fake_llm.script(exec_call("touch made.txt && echo created"), "Made the file.")
+    buttons = await ask_for(tg, "make a file please", 1)
+    assert [label for label, _ in buttons] == ["Allow once", "Allow always", "Deny"]
+    assert all(data.startswith("ap:") and len(data.encode()) <= 64 for _, data in buttons)
+    request_text = approval_messages(tg, OWNER)[0]["text"]
+    assert "Approval required" in request_text and "touch made.txt &amp;&amp; echo created" in request_text
+    message_id = message_id_of(tg, buttons[0][1])
+
+    # Someone who is not an approver taps Allow: an alert, and nothing runs.
+    await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=STRANGER)
+    await eventually(lambda: len(tg.calls("answerCallbackQuery")) >= 1, "the callback answer")
+    refusal = tg.calls("answerCallbackQuery")[0]
+    assert refusal["text"] == "You are not authorized to approve this." and refusal["show_alert"] in (True, "true")
+    await asyncio.sleep(1.5)
+    assert not made.exists() and len(fake_llm.requests) == 1
+
+    # The owner taps Allow once: it runs, the model reads its output, the card shows who allowed it.
+    await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
+    await eventually(lambda: "Made the file." in tg.sent[OWNER], "the final answer")
+    assert made.exists()
+    result = tool_result(fake_llm, 1)
+    assert result["status"] == "ok" and "created" in result["output"]
+    await eventually(edited_to(tg, message_id), "the approval message edited")
+    assert "Allowed (once)" in tg.messages[(OWNER, message_id)].visible
+
+    # The same button again (a replay) does nothing.
+    await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
+    await eventually(lambda: len(tg.calls("answerCallbackQuery")) >= 3, "the replayed click's answer")
+    assert "no longer pending" in tg.calls("answerCallbackQuery")[-1]["text"]
+
+
+async def test_deny_runs_nothing_and_the_model_hears_it(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("touch denied.txt"), "Understood, I did not run it.")
+    buttons = await ask_for(tg, "try this", 1)
+    await tg.callback_query(buttons[-1][1], message_id=message_id_of(tg, buttons[-1][1]), chat_id=OWNER, user_id=OWNER)
+    await eventually(lambda: "Understood, I did not run it." in tg.sent.get(OWNER, []), "the final answer")
+    assert not (tmp_path / "ws" / "main" / "denied.txt").exists()
+    assert tool_result(fake_llm, 1)["status"] == "denied"
+
+
+async def test_allow_always_lets_that_exact_command_run_unasked(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(
+        exec_call("touch always.txt"), "First.",
+        exec_call("touch always.txt"), "Second, unasked.",
+        exec_call("touch other.txt"), "Third.",
+    )  # fmt: skip
+    buttons = await ask_for(tg, "one", 1)
+    await tg.callback_query(buttons[1][1], message_id=message_id_of(tg, buttons[1][1]), chat_id=OWNER, user_id=OWNER)
+    await eventually(lambda: "First." in tg.sent.get(OWNER, []), "the first answer")
+    await tg.private_message("two", user_id=OWNER, name="Owner")
+    await eventually(lambda: "Second, unasked." in tg.sent.get(OWNER, []), "the second answer")
+    assert len(approval_messages(tg, OWNER)) == 1  # not asked again
+    assert tool_result(fake_llm, 3)["status"] == "ok"
+    await ask_for(tg, "three", 2)  # a different command still asks
+    assert not (tmp_path / "ws" / "main" / "other.txt").exists()
+
+
+async def test_an_expired_request_runs_nothing_and_its_buttons_are_gone(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("touch late.txt"), "Nobody answered.")
+    async with bot_run(config(tmp_path, fake_llm, tg, timeout_seconds=2), tmp_path, STARTED):
+        buttons = await ask_for(tg, "do it", 1)
+        message_id = message_id_of(tg, buttons[0][1])
+        await eventually(lambda: "Nobody answered." in tg.sent.get(OWNER, []), "the final answer")
+        assert tool_result(fake_llm, 1)["status"] == "expired"
+        await eventually(edited_to(tg, message_id), "the expired message edited")
+        assert "Expired" in tg.messages[(OWNER, message_id)].visible
+        await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)  # too late
+        await asyncio.sleep(1.0)
+    assert not (tmp_path / "ws" / "main" / "late.txt").exists()
+
+
+async def test_a_restart_leaves_a_pending_request_expired_and_harmless(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("touch orphan.txt"), "Stopped.")
+    settings = config(tmp_path, fake_llm, tg)
+    async with bot_run(settings, tmp_path, STARTED):
+        buttons = await ask_for(tg, "start it", 1)
+        message_id = message_id_of(tg, buttons[0][1])
+    fake_llm.script("Fresh start.")
+    async with bot_run(settings, tmp_path, STARTED):
+        await eventually(edited_to(tg, message_id), "the orphaned request's message edited")
+        assert "Expired" in tg.messages[(OWNER, message_id)].visible
+        await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
+        await eventually(lambda: len(tg.calls("answerCallbackQuery")) >= 1, "the late click's answer")
+        assert "no longer pending" in tg.calls("answerCallbackQuery")[-1]["text"]
+        await asyncio.sleep(1.0)
+    assert not (tmp_path / "ws" / "main" / "orphan.txt").exists()
+
+
+async def test_approve_command_is_the_text_fallback(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("touch by-text.txt"), "Done by text.")
+    buttons = await ask_for(tg, "go", 1)
+    approval_id = buttons[0][1].split(":")[1]
+    await tg.private_message(f"/approve {approval_id[:6]} allow-once", user_id=STRANGER, name="Stranger")
+    await eventually(lambda: bool(tg.sent.get(STRANGER)), "the stranger's answer")
+    assert tg.sent[STRANGER][-1] == "You are not authorized to approve this."
+    await tg.private_message(f"/approve {approval_id[:6]} once", user_id=OWNER, name="Owner")
+    await eventually(lambda: "Done by text." in tg.sent.get(OWNER, []), "the final answer")
+    assert (tmp_path / "ws" / "main" / "by-text.txt").exists()
+
+
+async def test_a_button_the_agent_sent_comes_back_to_the_session(
+    bot: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    send = {"action": "send", "text": "Pick one", "buttons": [[{"label": "Tea", "value": "tea please"}]]}
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("message", send)), "Asked.", "Tea it is.")
+    await tg.private_message("offer me a drink", user_id=OWNER, name="Owner")
+    await eventually(lambda: "Asked." in tg.sent.get(OWNER, []), "the first answer")
+    assert tg.sent[OWNER][0] == "Pick one"
+    await tg.callback_query("tea please", message_id=message_id_of(tg, "tea please"), chat_id=OWNER, user_id=OWNER)
+    await eventually(lambda: "Tea it is." in tg.sent.get(OWNER, []), "the answer to the click")
+    last = fake_llm.requests[-1].body["messages"]
+    assert last[-1]["role"] == "user" and "tea please" in json.dumps(last[-1])
+    assert last[0]["role"] == "system" and len(last) > 3  # the same session: the earlier turn is in it

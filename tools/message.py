@@ -1,0 +1,373 @@
+"""`message`: the agent sends, replies, edits, deletes and reacts in chats, within what each channel can do."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, Field, field_validator
+
+from channels.base import Button, Capabilities, ChatTarget, OutboundMessage
+from routing import DEFAULT_ACCOUNT, Peer, normalize_account, normalize_channel
+from tools.base import RunInfo, Tool, ToolContext, ToolResult, error_result, json_result
+
+Action = Literal["send", "reply", "edit", "delete", "react", "thread-create", "poll"]
+ButtonStyle = Literal["primary", "secondary", "success", "danger"]
+
+MAX_BUTTON_LABEL = 64
+MAX_BUTTON_VALUE_BYTES = 64  # Telegram's callback_data limit, the tightest of the platforms
+RESERVED_PREFIX = "ap:"  # approval buttons: the agent must never be able to forge one
+MAX_SENT_PER_SESSION = 50
+MAX_SESSIONS = 1000
+
+
+class Messenger(Protocol):
+    """What the message tool needs from the gateway (which implements it over the running adapters)."""
+
+    def capabilities(self, channel: str, account: str) -> Capabilities | None:
+        """What that account's channel can do; None when no such account is running."""
+        ...
+
+    def accounts(self) -> list[tuple[str, str]]:
+        """The (channel, account) pairs running."""
+        ...
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None: ...
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None: ...
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None: ...
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None: ...
+
+
+class ButtonSpec(BaseModel):
+    """One button as the model writes it."""
+
+    label: str = Field(min_length=1, max_length=MAX_BUTTON_LABEL)
+    value: str
+    style: ButtonStyle = "secondary"
+
+    @field_validator("value")
+    @classmethod
+    def _value_allowed(cls, value: str) -> str:
+        size = len(value.encode("utf-8"))
+        if not 1 <= size <= MAX_BUTTON_VALUE_BYTES:
+            raise ValueError(f"a button value must be 1 to {MAX_BUTTON_VALUE_BYTES} bytes of UTF-8 (got {size})")
+        if value.strip().lower().startswith(RESERVED_PREFIX):
+            raise ValueError(f"button values starting with {RESERVED_PREFIX!r} are reserved for approvals")
+        return value
+
+
+class MessageArgs(BaseModel):
+    """Every parameter the tool accepts; the schema the model sees is narrowed to the channel (`json_schema`)."""
+
+    action: Action
+    text: str | None = None
+    to: str | None = None  # "<channel>[/<account>]:<kind>:<id>"; omitted: this chat
+    message_id: str | None = None
+    buttons: list[list[ButtonSpec]] | None = None
+    emoji: str | None = None
+    thread_id: str | None = None
+    thread_name: str | None = None
+    poll_question: str | None = None
+    poll_options: list[str] | None = None
+
+
+class Sent(BaseModel):
+    """One delivery the tool made during a run (the gateway reads these to skip repeating the answer)."""
+
+    target: ChatTarget
+    message_id: str | None
+    text: str
+
+
+def supported_actions(caps: Capabilities) -> list[str]:
+    """The actions a channel with `caps` can do, in the schema's order."""
+    flags = (
+        ("edit", caps.edit),
+        ("delete", caps.delete),
+        ("react", caps.reactions),
+        ("thread-create", caps.threads),
+        ("poll", caps.polls),
+    )
+    return ["send", "reply", *(action for action, able in flags if able)]
+
+
+def format_target(target: ChatTarget) -> str:
+    """`<channel>:<kind>:<id>`, with `/<account>` after the channel when it is not the default one."""
+    account = "" if target.account == DEFAULT_ACCOUNT else f"/{target.account}"
+    return f"{target.channel}{account}:{target.peer.kind}:{target.peer.id}"
+
+
+def parse_to(text: str) -> tuple[str, str | None, Peer]:
+    """Read `<channel>[/<account>]:<kind>:<id>` into (channel, account or None, peer); ValueError if malformed."""
+    head, sep, rest = text.strip().partition(":")
+    channel_part, slash, account_part = head.partition("/")
+    channel = normalize_channel(channel_part)
+    if not sep or not channel:
+        raise ValueError(f"`to` must look like telegram:direct:12345 or slack/work:channel:C0123 (got {text!r})")
+    peer = Peer.parse(rest)
+    if peer.id is None:
+        raise ValueError(f"`to` names no chat id (got {text!r})")
+    account = normalize_account(account_part) if slash else None
+    return channel, account, peer
+
+
+def _names_a_chat(args: MessageArgs) -> bool:
+    return bool(args.to and args.to.strip())
+
+
+def _same_message(first: Sent, second: Sent) -> bool:
+    """Whether two records are about one platform message (a thread id does not change which message it is)."""
+    a, b = first.target, second.target
+    return (a.channel, a.account, a.peer, first.message_id) == (b.channel, b.account, b.peer, second.message_id)
+
+
+def _button_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "label": {"type": "string", "description": f"The text on the button, 1 to {MAX_BUTTON_LABEL} characters."},
+            "value": {
+                "type": "string",
+                "description": (
+                    f"What a click sends back to you: 1 to {MAX_BUTTON_VALUE_BYTES} bytes of UTF-8 (keep it short, "
+                    f"e.g. 'yes' or 'size:large'). Must not start with '{RESERVED_PREFIX}' (reserved)."
+                ),
+            },
+            "style": {
+                "type": "string",
+                "enum": ["primary", "secondary", "success", "danger"],
+                "description": "The button's look; 'secondary' when omitted.",
+            },
+        },
+        "required": ["label", "value"],
+        "additionalProperties": False,
+    }
+
+
+def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[str, Any]:
+    """The parameters as JSON Schema for a run in a channel with `caps`, with `accounts` running."""
+    actions = supported_actions(caps)
+    needed = [action for action in ("edit", "delete", "react") if action in actions]
+    running = ", ".join(f"{channel}/{account}" for channel, account in accounts) or "none"
+    properties: dict[str, Any] = {
+        "action": {
+            "type": "string",
+            "enum": actions,
+            "description": (
+                "What to do: 'send' a new message, 'reply' to a message (by default the one you are answering)"
+                + (", 'edit' the text of a message you sent" if caps.edit else "")
+                + (", 'delete' a message" if caps.delete else "")
+                + (", 'react' to a message with an emoji" if caps.reactions else "")
+                + (", 'thread-create' to start a thread" if caps.threads else "")
+                + (", 'poll' to post a poll" if caps.polls else "")
+                + "."
+            ),
+        },
+        "text": {
+            "type": "string",
+            "description": (
+                f"The message text, at most {caps.max_text_length} characters here; longer text is refused, not "
+                "split (send several messages instead). Needed for send, reply"
+                + (" and edit (the new text)." if caps.edit else ".")
+            ),
+        },
+        "to": {
+            "type": "string",
+            "description": (
+                "Another chat, as '<channel>:<kind>:<id>' with kind direct, group or channel, e.g. "
+                "'telegram:direct:12345' or 'slack:channel:C0123'; name an account as "
+                f"'<channel>/<account>:<kind>:<id>'. Omit it for this chat. Running accounts: {running}."
+            ),
+        },
+        "message_id": {
+            "type": "string",
+            "description": (
+                "The platform id of a message, as an earlier send returned it."
+                + (f" Needed for {', '.join(needed)}." if needed else "")
+                + " For reply it defaults to the message you are answering."
+            ),
+        },
+    }
+    if caps.buttons:
+        properties["buttons"] = {
+            "type": "array",
+            "description": (
+                "Rows of buttons shown under the message (send, reply, edit). When someone clicks one, the click "
+                "comes back to you as a message from the person who clicked, carrying the button's value."
+            ),
+            "items": {"type": "array", "description": "One row of buttons, left to right.", "items": _button_schema()},
+        }
+    if caps.reactions:
+        properties["emoji"] = {"type": "string", "description": "For react: one emoji, e.g. '👍'."}
+    if caps.threads:
+        properties["thread_id"] = {
+            "type": "string",
+            "description": "Put the message in this thread of the chat (omitted: where this conversation is).",
+        }
+        properties["thread_name"] = {"type": "string", "description": "For thread-create: the new thread's name."}
+    if caps.polls:
+        properties["poll_question"] = {"type": "string", "description": "For poll: the question."}
+        properties["poll_options"] = {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "For poll: the answers people choose from.",
+        }
+    return {"type": "object", "properties": properties, "required": ["action"], "additionalProperties": False}
+
+
+class MessageTool(Tool):
+    """Sends through the gateway's `Messenger`, and records what it delivered per session.
+
+    `thread-create` and `poll` are in the parameter model, and appear in a channel's schema when its
+    capabilities claim threads or polls, but the `Messenger` protocol has no way to do either yet: the call
+    answers "not supported by this channel yet". A real implementation needs adapter support first.
+    """
+
+    name: ClassVar[str] = "message"
+    label: ClassVar[str] = "Message"
+    group: ClassVar[str | None] = "group:messaging"
+    description: ClassVar[str] = (
+        "Send messages in chats: reply to a specific message, attach buttons, post to another chat, and (where "
+        "the channel allows) edit or delete a message, react with an emoji. Your final answer reaches this chat "
+        "on its own: use this tool for what that cannot do, and do not send the same text twice."
+    )
+    parameters: ClassVar[type[BaseModel]] = MessageArgs
+
+    def __init__(self, messenger: Messenger) -> None:
+        self.messenger = messenger
+        self._sent: OrderedDict[str, deque[Sent]] = OrderedDict()
+
+    def json_schema(self, run: RunInfo | None = None) -> dict[str, Any]:
+        caps = run.capabilities if run is not None else Capabilities()
+        return build_schema(caps, self.messenger.accounts())
+
+    def sent_in(self, run_session_key: str) -> list[Sent]:
+        """What this tool delivered for the session since it was last forgotten (the latest 50 at most)."""
+        return list(self._sent.get(run_session_key, ()))
+
+    def forget(self, run_session_key: str) -> None:
+        """Drop what was recorded for the session (the gateway calls this as each run starts and ends)."""
+        self._sent.pop(run_session_key, None)
+
+    def _record(self, key: str, sent: Sent) -> None:
+        entries = self._sent.setdefault(key, deque(maxlen=MAX_SENT_PER_SESSION))
+        self._sent.move_to_end(key)
+        for index, entry in enumerate(entries):  # an edit replaces the text recorded for that message
+            if sent.message_id is not None and _same_message(entry, sent):
+                entries[index] = sent
+                break
+        else:
+            entries.append(sent)
+        while len(self._sent) > MAX_SESSIONS:
+            self._sent.popitem(last=False)
+
+    def _error(self, message: str) -> ToolResult:
+        return error_result(self.name, message)
+
+    def _resolve(self, args: MessageArgs, run: RunInfo) -> tuple[ChatTarget, Capabilities] | str:
+        """The chat to act in and its channel's capabilities, or what is wrong."""
+        if args.to is None or not _names_a_chat(args):
+            if run.target is None:
+                return "this run has no chat to send to; name one with `to`"
+            return run.target, run.capabilities
+        here = run.target
+        try:
+            channel, named, peer = parse_to(args.to)
+        except ValueError as error:
+            return str(error)
+        account = named or (here.account if here is not None and channel == here.channel else DEFAULT_ACCOUNT)
+        running = self.messenger.accounts()
+        caps = run.capabilities if channel == run.channel else self.messenger.capabilities(channel, account)
+        if (channel, account) not in running or caps is None:
+            available = ", ".join(f"{c}/{a}" for c, a in running) or "none"
+            return f"no running account {channel}/{account}; available: {available}"
+        return ChatTarget(channel=channel, account=account, peer=peer), caps
+
+    def _check(self, args: MessageArgs, run: RunInfo, target: ChatTarget, caps: Capabilities) -> str | None:
+        """What the target channel refuses about this call, or None."""
+        where = f"this channel ({run.channel})" if target.channel == run.channel else f"channel {target.channel}"
+        actions = supported_actions(caps)
+        if args.action not in actions:
+            return f"{where} cannot {args.action}; it supports: {', '.join(actions)}"
+        if args.buttons and not caps.buttons:
+            return f"{where} has no buttons"
+        if args.thread_id and not caps.threads:
+            return f"{where} has no threads"
+        if args.action in ("thread-create", "poll"):
+            return f"{args.action} is not supported by this channel yet"
+        if args.action in ("send", "reply", "edit") and not (args.text and args.text.strip()):
+            return f"{args.action} needs text"
+        if args.text is not None and len(args.text) > caps.max_text_length:
+            return (
+                f"text is {len(args.text)} characters; {target.channel} allows at most {caps.max_text_length} "
+                "per message (send several shorter messages)"
+            )
+        if args.action in ("edit", "delete", "react") and not args.message_id:
+            return f"{args.action} needs message_id"
+        if args.action == "react" and not (args.emoji and args.emoji.strip()):
+            return "react needs emoji"
+        return None
+
+    async def execute(self, call_id: str, args: MessageArgs, ctx: ToolContext) -> ToolResult:
+        run = ctx.run
+        # First what the model was offered: the current channel's narrowed schema.
+        here = supported_actions(run.capabilities)
+        if args.action not in here:
+            return self._error(f"this channel ({run.channel}) cannot {args.action}; it supports: {', '.join(here)}")
+        if args.buttons and not run.capabilities.buttons:
+            return self._error(f"this channel ({run.channel}) has no buttons")
+        resolved = self._resolve(args, run)
+        if isinstance(resolved, str):
+            return self._error(resolved)
+        target, caps = resolved
+        if args.thread_id:
+            target = target.model_copy(update={"thread_id": args.thread_id})
+        problem = self._check(args, run, target, caps)
+        if problem is not None:
+            return self._error(problem)
+        reply_to: str | None = None
+        if args.action == "reply":
+            reply_to = args.message_id or (None if _names_a_chat(args) else run.reply_to)
+            if reply_to is None:
+                return self._error("reply needs message_id: this run is not answering a message there")
+        try:
+            message_id = await self._perform(args, target, reply_to)
+        except Exception as error:  # the platform refused: the model reads why, the run goes on
+            return self._error(f"{args.action} failed: {str(error) or type(error).__name__}")
+        if args.action in ("send", "reply", "edit") and args.text is not None:
+            self._record(run.session_key, Sent(target=target, message_id=message_id, text=args.text))
+        payload: dict[str, Any] = {
+            "status": "ok",
+            "action": args.action,
+            "message_id": message_id,
+            "to": format_target(target),
+        }
+        if target.thread_id is not None:
+            payload["thread_id"] = target.thread_id
+        return json_result(payload)
+
+    async def _perform(self, args: MessageArgs, target: ChatTarget, reply_to: str | None) -> str | None:
+        """Do the (checked) action; the message id it concerns."""
+        buttons = [
+            [Button(label=spec.label, value=spec.value, style=spec.style) for spec in row] for row in args.buttons or []
+        ]
+        if args.action in ("send", "reply"):
+            message = OutboundMessage(
+                text=args.text or "", buttons=buttons, reply_to=reply_to, thread_id=target.thread_id
+            )
+            return await self.messenger.send(target, message)
+        message_id = args.message_id or ""
+        if args.action == "edit":
+            message = OutboundMessage(text=args.text or "", buttons=buttons, thread_id=target.thread_id)
+            await self.messenger.edit(target, message_id, message)
+        elif args.action == "delete":
+            await self.messenger.delete(target, message_id)
+        elif args.action == "react":
+            await self.messenger.react(target, message_id, (args.emoji or "").strip())
+        return message_id
+
+
+__all__ = ["ButtonSpec", "MessageArgs", "MessageTool", "Messenger", "Sent", "build_schema", "supported_actions"]

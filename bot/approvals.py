@@ -8,9 +8,9 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from bot.access import owner_key
 from bot.config import Config
@@ -182,8 +182,10 @@ class Approvals:
         if self.terminal is not None:
             with contextlib.suppress(TimeoutError):
                 decision = await asyncio.wait_for(self.terminal(record), record.expires - self.clock())
-        if decision is None:  # no terminal to ask on, or no answer in time: the safe answer
-            return await self._settle(record.id, "denied" if self.terminal is None else "expired", "deny", None)
+        if self.terminal is None:  # nobody to ask: the safe answer
+            return await self._settle(record.id, "denied", "deny", "nobody (no terminal to ask on)")
+        if decision is None:
+            return await self._settle(record.id, "expired", None, None)
         return await self._settle(record.id, "denied" if decision == "deny" else "allowed", decision, "terminal")
 
     async def _wait(self, record: ApprovalRecord, decided: asyncio.Event) -> ApprovalRecord:
@@ -322,18 +324,3 @@ def _outcome_text(record: ApprovalRecord) -> str:
 
 def _fenced(command: str) -> str:
     return command.replace("```", "`\u200b``")  # the command cannot close the code block around it
-
-
-def records_table(records: Sequence[ApprovalRecord]) -> list[dict[str, Any]]:
-    """The requests as the CLI lists them."""
-    return [
-        {
-            "id": record.id,
-            "status": record.status,
-            "agent": record.agent,
-            "command": record.command,
-            "requester": record.requester,
-            "expires": _clock_text(record.expires),
-        }
-        for record in records
-    ]

@@ -11,6 +11,7 @@ import click
 
 if TYPE_CHECKING:
     from bot.config import Config
+    from bot.store import ApprovalDecision, ApprovalStatus
 
 CONFIG_OPTION = click.option(
     "--config",
@@ -266,6 +267,77 @@ def pairing_approve(config_path: str, state_dir: str | None, channel: str, code:
         click.echo(f"No pending request on {channel} has the code {code} (it may have expired).", err=True)
         sys.exit(1)
     click.echo(f"Approved {who}.")
+
+
+@cli.group()
+def approvals() -> None:
+    """Decide on commands waiting for approval (the running bot picks the decision up within a second)."""
+
+
+@approvals.command("list")
+@CONFIG_OPTION
+@STATE_OPTION
+@click.option("--all", "show_all", is_flag=True, help="Also show decided and expired requests.")
+def approvals_list(config_path: str, state_dir: str | None, show_all: bool) -> None:
+    """Show pending approval requests."""
+    import asyncio
+    from datetime import datetime
+
+    from bot.store import SqliteStore
+
+    async def rows() -> list[str]:
+        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+            found = await store.find_approvals("", pending_only=not show_all)
+        return [
+            f"{r.id}  {r.status:<8} {r.agent}  expires {datetime.fromtimestamp(r.expires):%H:%M}  {r.command}"
+            for r in found
+        ]
+
+    lines = asyncio.run(rows())
+    click.echo("\n".join(lines) if lines else "No pending approval requests.")
+
+
+def _decide_from_cli(config_path: str, state_dir: str | None, approval_id: str, decision: ApprovalDecision) -> None:
+    import asyncio
+
+    from bot.store import SqliteStore
+
+    async def decide() -> str:
+        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+            found = await store.find_approvals(approval_id.strip().lower())
+            if len(found) != 1:
+                return "none" if not found else "ambiguous"
+            status: ApprovalStatus = "denied" if decision == "deny" else "allowed"
+            settled = await store.decide_approval(found[0].id, status, decision, "cli")
+            return "none" if settled is None else settled.id
+
+    outcome = asyncio.run(decide())
+    if outcome == "none":
+        click.echo(f"No pending approval request starts with {approval_id}.", err=True)
+        sys.exit(1)
+    if outcome == "ambiguous":
+        click.echo(f"More than one pending request starts with {approval_id}: give more of the id.", err=True)
+        sys.exit(1)
+    click.echo(f"{decision}: {outcome}")
+
+
+@approvals.command("approve")
+@CONFIG_OPTION
+@STATE_OPTION
+@click.argument("approval_id")
+@click.option("--always", is_flag=True, help="Allow this exact command from now on (where it was offered).")
+def approvals_approve(config_path: str, state_dir: str | None, approval_id: str, always: bool) -> None:
+    """Allow the command waiting under APPROVAL_ID (a prefix is enough when it is unambiguous)."""
+    _decide_from_cli(config_path, state_dir, approval_id, "allow-always" if always else "allow-once")
+
+
+@approvals.command("deny")
+@CONFIG_OPTION
+@STATE_OPTION
+@click.argument("approval_id")
+def approvals_deny(config_path: str, state_dir: str | None, approval_id: str) -> None:
+    """Deny the command waiting under APPROVAL_ID."""
+    _decide_from_cli(config_path, state_dir, approval_id, "deny")
 
 
 def main() -> None:

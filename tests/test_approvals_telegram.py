@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,58 @@ async def test_a_button_the_agent_sent_comes_back_to_the_session(
     last = fake_llm.requests[-1].body["messages"]
     assert last[-1]["role"] == "user" and "tea please" in json.dumps(last[-1])
     assert last[0]["role"] == "system" and len(last) > 3  # the same session: the earlier turn is in it
+
+
+async def run_cli(*args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await process.communicate()
+    return process.returncode or 0, out.decode()
+
+
+async def test_the_cli_lists_and_decides_what_waits(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("touch by-cli.txt"), "Done from the CLI.")
+    buttons = await ask_for(tg, "please", 1)
+    approval_id = buttons[0][1].split(":")[1]
+    code, out = await run_cli("approvals", "list", "--config", str(bot))
+    assert code == 0 and approval_id in out and "touch by-cli.txt" in out
+    code, out = await run_cli("approvals", "approve", approval_id[:5], "--config", str(bot))
+    assert code == 0, out
+    await eventually(lambda: "Done from the CLI." in tg.sent.get(OWNER, []), "the final answer")
+    assert (tmp_path / "ws" / "main" / "by-cli.txt").exists()
+    code, out = await run_cli("approvals", "deny", approval_id, "--config", str(bot))
+    assert code == 1 and "No pending approval request" in out  # decided already
+
+
+async def test_approvals_can_go_to_the_approvers_dms(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("touch from-group.txt"), "Done for the group.")
+    async with bot_run(config(tmp_path, fake_llm, tg, target="dm"), tmp_path, STARTED):
+        await tg.group_message("make it", user_id=STRANGER, name="Bo")
+        await eventually(lambda: len(approval_messages(tg, OWNER)) == 1, "the approval in the owner's DM")
+        assert approval_messages(tg, tg.group_id) == []  # not shown in the group
+        buttons = keyboard(approval_messages(tg, OWNER)[0])
+        await tg.callback_query(
+            buttons[0][1], message_id=message_id_of(tg, buttons[0][1]), chat_id=OWNER, user_id=OWNER
+        )
+        await eventually(lambda: "Done for the group." in tg.sent.get(tg.group_id, []), "the answer in the group")
+    assert (tmp_path / "ws" / "main" / "from-group.txt").exists()
+
+
+async def test_an_answer_already_sent_with_the_message_tool_is_not_sent_again(
+    bot: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    send = {"action": "send", "text": "The answer is 42."}
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("message", send)), "The answer is 42.", "Next.")
+    await tg.private_message("what is it?", user_id=OWNER, name="Owner")
+    await eventually(lambda: "The answer is 42." in tg.sent.get(OWNER, []), "the answer")
+    await tg.private_message("and now?", user_id=OWNER, name="Owner")
+    await eventually(lambda: "Next." in tg.sent.get(OWNER, []), "the next answer")
+    assert tg.sent[OWNER] == ["The answer is 42.", "Next."]  # once, not twice

@@ -208,3 +208,23 @@ async def test_new_starts_a_fresh_conversation_and_keeps_the_old_transcript(tmp_
     assert "(new conversation)" in err
     assert user_texts(fake_llm.requests[1].body) == ["second"]
     assert len(list((tmp_path / "state" / "transcripts").glob("*.jsonl"))) == 2
+
+
+async def test_a_risky_command_in_the_terminal_without_a_tty_is_denied(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "openai")
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("exec", {"command": "touch never.txt"})), "I could not.")
+    code, out, err = await bot("chat", "--config", str(config), "-m", "make a file")
+    assert code == 0, err
+    assert out.strip() == "I could not."
+    result = json.loads(fake_llm.requests[1].body["messages"][-1]["content"])
+    assert result["status"] == "denied" and "no terminal" in result["reason"]
+    assert not (tmp_path / "ws" / "main" / "never.txt").exists()
+
+
+async def test_a_safe_command_runs_in_the_workspace_without_asking(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "openai")
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("exec", {"command": "wc -l"})), "Counted.")
+    code, _, err = await bot("chat", "--config", str(config), "-m", "count nothing")
+    assert code == 0, err
+    result = json.loads(fake_llm.requests[1].body["messages"][-1]["content"])
+    assert result["status"] == "ok" and result["output"].strip() == "0"

@@ -115,9 +115,10 @@ class Approvals:
         try:
             if run.target is None or run.channel == "console":
                 settled = await self._ask_terminal(record)
-            else:
-                await self._announce(record, run.target)
+            elif await self._announce(record, run.target):
                 settled = await self._wait(record, decided)
+            else:  # shown nowhere: nobody can answer it, so do not make the run wait for the expiry
+                settled = await self._settle(record.id, "denied", "deny", "nobody (the request could not be shown)")
         except asyncio.CancelledError:  # the run was stopped: nobody can answer this request any more
             with contextlib.suppress(Exception):
                 await self._show_outcome(await self._settle(record.id, "expired", None, None))
@@ -139,16 +140,16 @@ class Approvals:
 
     # --- asking -----------------------------------------------------------------------------------------------
 
-    async def _announce(self, record: ApprovalRecord, origin: ChatTarget) -> None:
-        """Show the request where `approvals.target` says: the chat it came from, the approvers' DMs, or both."""
+    async def _announce(self, record: ApprovalRecord, origin: ChatTarget) -> int:
+        """Show the request where `approvals.target` says: the chat it came from, the approvers' DMs, or both;
+        how many places show it."""
         targets: list[ChatTarget] = []
         where = self.config.approvals.target
         if where in ("chat", "both"):
             targets.append(origin)
         if where in ("dm", "both"):
             targets += [target for target in self._approver_dms(record, origin) if target not in targets]
-        for target in targets:
-            await self._show(record, target)
+        return sum([await self._show(record, target) for target in targets])
 
     def _approver_dms(self, record: ApprovalRecord, origin: ChatTarget) -> list[ChatTarget]:
         running = self.courier.accounts() if self.courier is not None else []
@@ -163,19 +164,20 @@ class Approvals:
             found.append(ChatTarget(channel=channel, account=account, peer=Peer("direct", sender)))
         return found
 
-    async def _show(self, record: ApprovalRecord, target: ChatTarget) -> None:
+    async def _show(self, record: ApprovalRecord, target: ChatTarget) -> bool:
         if self.courier is None:
-            return
+            return False
         caps = self.courier.capabilities(target.channel, target.account)
         buttons = _buttons(record) if caps is not None and caps.buttons else []
         try:
             message_id = await self.courier.send(target, OutboundMessage(text=_request_text(record), buttons=buttons))
         except Exception as error:
             log.warning("approval %s: could not show it in %s: %s", record.id, target.channel, error)
-            return
+            return False
         if message_id is not None:
             where = {"target": target.model_dump(mode="json"), "message_id": message_id}
             await self.store.add_approval_message(record.id, where)
+        return True
 
     async def _ask_terminal(self, record: ApprovalRecord) -> ApprovalRecord:
         decision = None

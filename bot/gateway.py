@@ -353,6 +353,8 @@ class Gateway:
             text = await self._answer(key, jobs, control, stream)
             if self._delivered_by_tool(key, newest.message.target(), text):
                 text = ""  # the agent already sent this answer with the message tool: not twice
+                if stream is not None:
+                    await stream.retract()
             chunks = await stream.finish(text) if stream is not None else None
             await self._reply(newest.inbound_id, newest.message, text, chunks)
             for inbound_id in inbound_ids:

@@ -91,6 +91,16 @@ class StreamingReply:
                 return chunks
         return chunks[1:]
 
+    async def retract(self) -> None:
+        """The answer went out another way (the message tool): stop, and take the preview back where possible."""
+        await self._stop()
+        if self.message_id is not None and self.adapter.capabilities.delete:
+            try:
+                await self.adapter.delete(self.target, self.message_id)
+            except Exception as error:
+                log.warning("could not remove the streamed preview in %s: %s", self.target.channel, error)
+        self.message_id = None
+
     async def abandon(self) -> None:
         """The turn failed: stop editing (what was shown stays)."""
         await self._stop()

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tools.shell_words import DIGITS, FD_TARGET, Lexer, Redirect, Risk, Word, dedupe_risks, short
+
 ExecSecurity = Literal["deny", "allowlist", "full"]
 ExecAsk = Literal["off", "on-miss", "always"]
 DEFAULT_SAFE_BINS = ("cut", "uniq", "head", "tail", "tr", "wc")
@@ -313,379 +315,6 @@ def _interpreter(name: str) -> str | None:
     return None
 
 
-# --- Tokenizer ------------------------------------------------------------------------------------------------------
-
-RiskKind = Literal["subst", "wrapper", "other"]
-
-
-@dataclass(frozen=True)
-class _Risk:
-    text: str
-    kind: RiskKind = "other"
-
-
-@dataclass
-class _Word:
-    text: str
-    risks: list[_Risk]
-    quoted: bool
-    assign: str | None  # the variable name when the word is an assignment NAME=value
-    start: int
-    end: int
-
-
-@dataclass
-class _Op:
-    op: str
-    start: int
-    end: int
-
-
-@dataclass
-class _Redirect:
-    op: str
-    fd: str | None
-    target: _Word
-    start: int
-    end: int
-
-
-@dataclass
-class _Builder:
-    chars: list[str] = field(default_factory=list)
-    bare: list[bool] = field(default_factory=list)  # per character: written unquoted, so globs and braces apply
-    risks: list[_Risk] = field(default_factory=list)
-    quoted: bool = False
-
-    def add(self, text: str, bare: bool) -> None:
-        self.chars.extend(text)
-        self.bare.extend([bare] * len(text))
-
-
-_SEPARATORS = (";;&", ";;", ";&", "&&", "||", "|&", ";", "|", "&", "(", ")")
-_REDIRECTS = ("<<<", "<<-", "<<", "<>", "<&", "<", ">>", ">|", ">&", ">")
-_WORD_BREAK = frozenset(" \t\n;&|()<>")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
-_DIGITS = re.compile(r"[0-9]+")
-_FD_TARGET = re.compile(r"[0-9]+-?|-")
-
-
-def _short(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class _Lexer:
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
-        self.tokens: list[_Word | _Op | _Redirect] = []
-        self.error: str | None = None
-        self.heredocs: list[tuple[str, bool, bool]] = []  # delimiter, strip tabs, body expands
-        self.heredoc_substitution = False
-
-    def fail(self, message: str) -> None:
-        if self.error is None:
-            self.error = message
-        self.i = len(self.s)
-
-    def run(self) -> None:
-        s = self.s
-        while self.i < len(s) and self.error is None:
-            c = s[self.i]
-            if c in " \t":
-                self.i += 1
-            elif s.startswith("\\\n", self.i):
-                self.i += 2
-            elif c == "#":
-                end = s.find("\n", self.i)
-                self.i = len(s) if end < 0 else end
-            elif c == "\n":
-                self.tokens.append(_Op("\n", self.i, self.i + 1))
-                self.i += 1
-                self.skip_heredoc_bodies()
-            elif s.startswith(("&>>", "&>"), self.i):
-                op = "&>>" if s.startswith("&>>", self.i) else "&>"
-                self.redirect(op, None, self.i)
-            elif c in ";&|()":
-                op = next(o for o in _SEPARATORS if s.startswith(o, self.i))
-                self.tokens.append(_Op(op, self.i, self.i + len(op)))
-                self.i += len(op)
-            elif c in "<>" and not s.startswith("(", self.i + 1):
-                self.redirect(next(o for o in _REDIRECTS if s.startswith(o, self.i)), None, self.i)
-            else:
-                word = self.word()
-                at = self.i
-                if (
-                    at < len(s)
-                    and s[at] in "<>"
-                    and not s.startswith("(", at + 1)
-                    and not word.quoted
-                    and _DIGITS.fullmatch(word.text)
-                ):
-                    self.redirect(next(o for o in _REDIRECTS if s.startswith(o, at)), word.text, word.start)
-                else:
-                    self.tokens.append(word)
-
-    def redirect(self, op: str, fd: str | None, start: int) -> None:
-        s = self.s
-        self.i += len(op)
-        while self.i < len(s) and s[self.i] in " \t":
-            self.i += 1
-        if self.i >= len(s) or s[self.i] in "\n;&|()" or (s[self.i] in "<>" and not s.startswith("(", self.i + 1)):
-            self.fail(f"redirect {op} has no target")
-            return
-        target = self.word()
-        self.tokens.append(_Redirect(op, fd, target, start, target.end))
-        if op in ("<<", "<<-"):
-            self.heredocs.append((target.text, op == "<<-", not target.quoted))
-
-    def skip_heredoc_bodies(self) -> None:
-        s = self.s
-        for delimiter, strip_tabs, expands in self.heredocs:
-            while self.i < len(s):
-                end = s.find("\n", self.i)
-                line = s[self.i : len(s) if end < 0 else end]
-                self.i = len(s) if end < 0 else end + 1
-                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                    break
-                if expands and ("$(" in line or "`" in line):
-                    self.heredoc_substitution = True
-        self.heredocs = []
-
-    def word(self) -> _Word:
-        s = self.s
-        start = self.i
-        b = _Builder()
-        while self.i < len(s):
-            c = s[self.i]
-            if c in _WORD_BREAK:
-                if c in "<>" and s.startswith("(", self.i + 1):
-                    end = self.skip_parens(self.i + 2)
-                    if end < 0:
-                        self.fail(f"unclosed process substitution {c}(")
-                        break
-                    b.risks.append(_Risk(f"process substitution {c}(...)", "subst"))
-                    b.add(s[self.i : end], False)
-                    self.i = end
-                    continue
-                break
-            if c == "'":
-                end = s.find("'", self.i + 1)
-                if end < 0:
-                    self.fail("unclosed single quote")
-                    break
-                b.add(s[self.i + 1 : end], False)
-                b.quoted = True
-                self.i = end + 1
-            elif c == '"':
-                b.quoted = True
-                self.i += 1
-                self.double_quoted(b)
-            elif c == "\\":
-                if s.startswith("\\\n", self.i):
-                    self.i += 2
-                elif self.i + 1 < len(s):
-                    b.add(s[self.i + 1], False)
-                    b.quoted = True
-                    self.i += 2
-                else:
-                    b.add("\\", False)
-                    self.i += 1
-            elif c == "`":
-                self.backtick(b)
-            elif c == "$":
-                self.dollar(b, in_quotes=False)
-            else:
-                b.add(c, True)
-                self.i += 1
-        text = "".join(b.chars)
-        risks = b.risks + _pattern_risks(text, b.bare)
-        match = _ASSIGNMENT.match(text)
-        assign = match.group(1) if match and all(b.bare[: match.end()]) else None
-        return _Word(text, _dedupe(risks), b.quoted, assign, start, self.i)
-
-    def double_quoted(self, b: _Builder) -> None:
-        s = self.s
-        while self.i < len(s):
-            c = s[self.i]
-            if c == '"':
-                self.i += 1
-                return
-            if c == "\\" and self.i + 1 < len(s) and s[self.i + 1] in '$`"\\\n':
-                if s[self.i + 1] != "\n":
-                    b.add(s[self.i + 1], False)
-                self.i += 2
-            elif c == "$":
-                self.dollar(b, in_quotes=True)
-            elif c == "`":
-                self.backtick(b)
-            else:
-                b.add(c, False)
-                self.i += 1
-        self.fail("unclosed double quote")
-
-    def backtick(self, b: _Builder) -> None:
-        end = self.skip_backtick(self.i + 1)
-        if end < 0:
-            self.fail("unclosed backtick `")
-            return
-        b.risks.append(_Risk("command substitution `...`", "subst"))
-        b.add(self.s[self.i : end], False)
-        self.i = end
-
-    def dollar(self, b: _Builder, *, in_quotes: bool) -> None:
-        s = self.s
-        i = self.i
-        nxt = s[i + 1] if i + 1 < len(s) else ""
-        if nxt == "(":
-            end = self.skip_parens(i + 2)
-            if end < 0:
-                self.fail("unclosed $(")
-                return
-            body = s[i + 2 : end - 1]
-            if s.startswith("$((", i):
-                b.risks.append(_Risk("arithmetic expansion $((...))"))
-                if "$(" in body or "`" in body:
-                    b.risks.append(_Risk("command substitution $(...)", "subst"))
-            else:
-                b.risks.append(_Risk("command substitution $(...)", "subst"))
-            b.add(s[i:end], False)
-            self.i = end
-        elif nxt == "{":
-            end = self.skip_braces(i + 2)
-            if end < 0:
-                self.fail("unclosed ${")
-                return
-            body = s[i + 2 : end - 1]
-            b.risks.append(_Risk(f"variable expansion ${{{_short(body, 30)}}}"))
-            if "$(" in body or "`" in body or "<(" in body or ">(" in body:
-                b.risks.append(_Risk("command substitution $(...)", "subst"))
-            b.add(s[i:end], False)
-            self.i = end
-        elif nxt == "'" and not in_quotes:
-            j = i + 2
-            while j < len(s) and s[j] != "'":
-                j += 2 if s[j] == "\\" else 1
-            if j >= len(s):
-                self.fail("unclosed $'...' quote")
-                return
-            b.risks.append(_Risk("ANSI-C quoting $'...'"))
-            b.add(s[i + 2 : j], False)
-            b.quoted = True
-            self.i = j + 1
-        elif nxt == '"' and not in_quotes:
-            b.risks.append(_Risk('locale quoting $"..."'))
-            b.quoted = True
-            self.i = i + 2
-            self.double_quoted(b)
-        elif nxt and (match := _NAME.match(s, i + 1)) is not None:
-            b.risks.append(_Risk(f"variable expansion ${match.group()}"))
-            b.add(s[i : match.end()], False)
-            self.i = match.end()
-        elif nxt and nxt in "0123456789@*#?-$!":
-            b.risks.append(_Risk(f"variable expansion ${nxt}"))
-            b.add(s[i : i + 2], False)
-            self.i = i + 2
-        else:
-            b.add("$", False)
-            self.i = i + 1
-
-    # Skipping over nested text: each returns the index just after the closing character, or -1 if it never closes.
-
-    def skip_backtick(self, j: int) -> int:
-        s = self.s
-        while j < len(s) and s[j] != "`":
-            j += 2 if s[j] == "\\" else 1
-        return j + 1 if j < len(s) else -1
-
-    def skip_parens(self, j: int) -> int:
-        return self._skip_nested(j, "(", ")")
-
-    def skip_braces(self, j: int) -> int:
-        return self._skip_nested(j, "{", "}")
-
-    def _skip_nested(self, j: int, opening: str, closing: str) -> int:
-        s = self.s
-        depth = 1
-        while 0 <= j < len(s):
-            c = s[j]
-            if c == "\\":
-                j += 2
-            elif c == "'" and opening == "(":
-                end = s.find("'", j + 1)
-                j = -1 if end < 0 else end + 1
-            elif c == '"':
-                j = self.skip_double(j + 1)
-            elif c == "`":
-                j = self.skip_backtick(j + 1)
-            elif s.startswith("$(", j):
-                j = self.skip_parens(j + 2)
-            elif s.startswith("${", j):
-                j = self.skip_braces(j + 2)
-            else:
-                if c == opening:
-                    depth += 1
-                elif c == closing:
-                    depth -= 1
-                    if depth == 0:
-                        return j + 1
-                j += 1
-        return -1
-
-    def skip_double(self, j: int) -> int:
-        s = self.s
-        while 0 <= j < len(s):
-            c = s[j]
-            if c == "\\":
-                j += 2
-            elif c == '"':
-                return j + 1
-            elif c == "`":
-                j = self.skip_backtick(j + 1)
-            elif s.startswith("$(", j):
-                j = self.skip_parens(j + 2)
-            elif s.startswith("${", j):
-                j = self.skip_braces(j + 2)
-            else:
-                j += 1
-        return -1
-
-
-def _pattern_risks(text: str, bare: list[bool]) -> list[_Risk]:
-    """Globs, brace expansion and tilde expansion: only where the character was written unquoted."""
-    risks: list[_Risk] = []
-    last_close = max((k for k, c in enumerate(text) if c == "]" and bare[k]), default=-1)
-    braces: list[bool] = []  # open unquoted braces: whether each holds a top-level `,` or `..` so far
-    for k, c in enumerate(text):
-        if not bare[k]:
-            continue
-        if c in "*?":
-            risks.append(_Risk(f"glob {c}"))
-        elif c == "[" and k < last_close:
-            risks.append(_Risk("glob [...]"))
-        elif c == "~" and (k == 0 or (bare[k - 1] and text[k - 1] in "=:")):
-            risks.append(_Risk("tilde expansion ~"))
-        elif c == "{":
-            braces.append(False)
-        elif c == "}" and braces:
-            if braces.pop():
-                risks.append(_Risk("brace expansion {...}"))
-        elif braces and (c == "," or (text.startswith("..", k) and k + 1 < len(text) and bare[k + 1])):
-            braces[-1] = True
-    return _dedupe(risks)
-
-
-def _dedupe(risks: list[_Risk]) -> list[_Risk]:
-    seen: set[str] = set()
-    out: list[_Risk] = []
-    for risk in risks:
-        if risk.text not in seen:
-            seen.add(risk.text)
-            out.append(risk)
-    return out
-
-
 # --- Commands -------------------------------------------------------------------------------------------------------
 
 
@@ -694,25 +323,25 @@ class _Cmd:
     """A simple command, and for a wrapper the command it runs."""
 
     argv: list[str]
-    own: list[_Risk] = field(default_factory=list)  # risks of this level (wrapper options, redirects...)
-    marker: _Risk | None = None  # "wrapper: sudo", "variable assignment A=": what makes this level a wrapper
+    own: list[Risk] = field(default_factory=list)  # risks of this level (wrapper options, redirects...)
+    marker: Risk | None = None  # "wrapper: sudo", "variable assignment A=": what makes this level a wrapper
     inner: _Cmd | None = None
     privileged: bool = False
     text: str = ""  # the segment as written, for reasons
 
-    def all_risks(self) -> list[_Risk]:
+    def all_risks(self) -> list[Risk]:
         risks = ([self.marker] if self.marker else []) + self.own
-        return _dedupe(risks + (self.inner.all_risks() if self.inner else []))
+        return dedupe_risks(risks + (self.inner.all_risks() if self.inner else []))
 
 
 @dataclass
 class _Parsed:
     segments: list[_Cmd]
-    line_risks: list[_Risk]
+    line_risks: list[Risk]
     error: str | None
 
 
-def _word_risks(words: Sequence[_Word]) -> list[_Risk]:
+def _word_risks(words: Sequence[Word]) -> list[Risk]:
     return [risk for word in words for risk in word.risks]
 
 
@@ -720,38 +349,38 @@ def _basename(text: str) -> str:
     return text.rsplit("/", 1)[-1]
 
 
-def _classify(words: list[_Word], depth: int) -> _Cmd:
+def _classify(words: list[Word], depth: int) -> _Cmd:
     argv = [word.text for word in words]
     if not words:
         return _Cmd(argv)
     if depth > _MAX_DEPTH:
-        return _Cmd(argv, [_Risk("commands nested too deeply"), *_word_risks(words)])
+        return _Cmd(argv, [Risk("commands nested too deeply"), *_word_risks(words)])
     assignments = 0
     while assignments < len(words) and words[assignments].assign is not None:
         assignments += 1
     if assignments:
         rest = words[assignments:]
-        marker = _Risk(f"variable assignment {words[0].assign}=", "wrapper" if rest else "other")
+        marker = Risk(f"variable assignment {words[0].assign}=", "wrapper" if rest else "other")
         return _Cmd(argv, _word_risks(words[:assignments]), marker, _classify(rest, depth + 1) if rest else None)
     first = words[0]
     name = _basename(first.text)
     if not first.quoted and first.text in _KEYWORDS:
-        return _Cmd(argv, [_Risk(_KEYWORDS[first.text]), *_word_risks(words)])
+        return _Cmd(argv, [Risk(_KEYWORDS[first.text]), *_word_risks(words)])
     if name in _BUILTINS:
-        return _Cmd(argv, [_Risk(_BUILTINS[name]), *_word_risks(words)])
+        return _Cmd(argv, [Risk(_BUILTINS[name]), *_word_risks(words)])
     if name in SHELLS:
         return _shell(words, name, depth)
     if name in _WRAPPERS:
         return _wrapper(words, name, _WRAPPERS[name], depth)
     if name in _OPAQUE_WRAPPERS:
-        return _Cmd(argv, _word_risks(words), _Risk(f"wrapper: {name}", "wrapper"))
+        return _Cmd(argv, _word_risks(words), Risk(f"wrapper: {name}", "wrapper"))
     inline = _inline_code(name, argv[1:])
     if inline is not None:
-        return _Cmd(argv, [_Risk(f"inline code: {name} {inline}"), *_word_risks(words)])
+        return _Cmd(argv, [Risk(f"inline code: {name} {inline}"), *_word_risks(words)])
     return _Cmd(argv, _word_risks(words))
 
 
-def _shell(words: list[_Word], name: str, depth: int) -> _Cmd:
+def _shell(words: list[Word], name: str, depth: int) -> _Cmd:
     """`bash -lc 'X'` wraps X; a shell without -c runs a script or stdin and wraps nothing."""
     argv = [word.text for word in words]
     args = argv[1:]
@@ -782,7 +411,7 @@ def _shell(words: list[_Word], name: str, depth: int) -> _Cmd:
             break
     if not has_c:
         return _Cmd(argv, _word_risks(words))
-    marker = _Risk(f"wrapper: {name} -c", "wrapper")
+    marker = Risk(f"wrapper: {name} -c", "wrapper")
     if command is None and i < len(args):
         command = args[i]
         i += 1
@@ -792,24 +421,24 @@ def _shell(words: list[_Word], name: str, depth: int) -> _Cmd:
     return _Cmd(argv, _word_risks(words) + extra, marker, inner)
 
 
-def _inner_from_string(command: str, depth: int) -> tuple[_Cmd | None, list[_Risk]]:
+def _inner_from_string(command: str, depth: int) -> tuple[_Cmd | None, list[Risk]]:
     """Parse a command string again (`sh -c X`); it is read literally only when it is one simple command."""
     parsed = _parse(command, depth + 1)
     if parsed.error is None and not parsed.line_risks and len(parsed.segments) == 1:
         return parsed.segments[0], []
-    risks = [_Risk(f"the inner command could not be read ({parsed.error})")] if parsed.error else []
+    risks = [Risk(f"the inner command could not be read ({parsed.error})")] if parsed.error else []
     if len(parsed.segments) > 1:
-        risks.append(_Risk("the inner command string holds several commands"))
+        risks.append(Risk("the inner command string holds several commands"))
     risks += parsed.line_risks + [risk for segment in parsed.segments for risk in segment.all_risks()]
     return None, risks
 
 
-def _wrapper(words: list[_Word], name: str, spec: _Wrapper, depth: int) -> _Cmd:
+def _wrapper(words: list[Word], name: str, spec: _Wrapper, depth: int) -> _Cmd:
     argv = [word.text for word in words]
     args = argv[1:]
-    marker = _Risk(f"wrapper: {name}", "wrapper")
+    marker = Risk(f"wrapper: {name}", "wrapper")
     seen: set[str] = set()
-    extra: list[_Risk] = []
+    extra: list[Risk] = []
     string: str | None = None
     readable = True
     takes_value = spec.valued | spec.strings | spec.writes
@@ -819,7 +448,7 @@ def _wrapper(words: list[_Word], name: str, spec: _Wrapper, depth: int) -> _Cmd:
         if option in spec.strings:
             string = value
         if option in spec.writes:
-            extra.append(_Risk(f"{name} {option} writes a file"))
+            extra.append(Risk(f"{name} {option} writes a file"))
 
     i = 0
     while i < len(args) and readable:
@@ -851,7 +480,7 @@ def _wrapper(words: list[_Word], name: str, spec: _Wrapper, depth: int) -> _Cmd:
             i += 1
             continue
         if a.startswith("-") and len(a) > 1:
-            if spec.numeric and _DIGITS.fullmatch(a[1:]):
+            if spec.numeric and DIGITS.fullmatch(a[1:]):
                 i += 1
                 continue
             for j in range(1, len(a)):
@@ -930,14 +559,14 @@ def _inline_code(name: str, args: list[str]) -> str | None:
     return None
 
 
-def _redirect_risks(redirect: _Redirect) -> list[_Risk]:
+def _redirect_risks(redirect: Redirect) -> list[Risk]:
     target = redirect.target
-    shown = f"{redirect.fd or ''}{redirect.op} {_short(target.text)}"
+    shown = f"{redirect.fd or ''}{redirect.op} {short(target.text)}"
     if redirect.op in ("<<", "<<-"):
-        return [_Risk(f"here-document ({redirect.op}{_short(target.text)})")]
+        return [Risk(f"here-document ({redirect.op}{short(target.text)})")]
     if redirect.op == "<<<":
         return list(target.risks)
-    if redirect.op in (">&", "<&") and _FD_TARGET.fullmatch(target.text):
+    if redirect.op in (">&", "<&") and FD_TARGET.fullmatch(target.text):
         return list(target.risks)
     writes = redirect.op not in ("<", "<&")
     if not target.risks:
@@ -946,30 +575,30 @@ def _redirect_risks(redirect: _Redirect) -> list[_Risk]:
         if not writes and target.text == "/dev/null":
             return []
     kind = "redirect into a file" if writes else "redirect from a file"
-    return [_Risk(f"{kind} ({shown})"), *target.risks]
+    return [Risk(f"{kind} ({shown})"), *target.risks]
 
 
 def _parse(command: str, depth: int = 0) -> _Parsed:
     if "\x00" in command:
         return _Parsed([], [], "the command contains a NUL byte")
-    lexer = _Lexer(command)
+    lexer = Lexer(command)
     lexer.run()
     error = lexer.error
-    line_risks: list[_Risk] = []
+    line_risks: list[Risk] = []
     if lexer.heredoc_substitution:
-        line_risks.append(_Risk("command substitution in a here-document", "subst"))
-    raw: list[tuple[list[_Word], list[_Redirect], str | None, str | None]] = []
-    words: list[_Word] = []
-    redirects: list[_Redirect] = []
+        line_risks.append(Risk("command substitution in a here-document", "subst"))
+    raw: list[tuple[list[Word], list[Redirect], str | None, str | None]] = []
+    words: list[Word] = []
+    redirects: list[Redirect] = []
     before: str | None = None
     previous: str | None = None
     expect: str | None = None
     parens = 0
     for token in lexer.tokens:
-        if isinstance(token, _Word):
+        if isinstance(token, Word):
             words.append(token)
             continue
-        if isinstance(token, _Redirect):
+        if isinstance(token, Redirect):
             redirects.append(token)
             continue
         op = token.op
@@ -979,7 +608,7 @@ def _parse(command: str, depth: int = 0) -> _Parsed:
             words, redirects = [], []
             expect = None
         if op in ("(", ")"):
-            line_risks.append(_Risk("subshell ( )"))
+            line_risks.append(Risk("subshell ( )"))
             parens += 1 if op == "(" else -1
             if parens < 0 and error is None:
                 error = "unbalanced )"
@@ -988,7 +617,7 @@ def _parse(command: str, depth: int = 0) -> _Parsed:
         if op in ("&&", "||", "|", "|&"):
             expect = op
         elif op in (";;", ";&", ";;&"):
-            line_risks.append(_Risk(f"case syntax {op}"))
+            line_risks.append(Risk(f"case syntax {op}"))
         if ended or op != "\n":
             before = op
         previous = op
@@ -1002,26 +631,26 @@ def _parse(command: str, depth: int = 0) -> _Parsed:
     if error is None and not raw and depth == 0:
         error = "the command is empty"
     segments = [_segment(command, *item, depth) for item in raw]
-    return _Parsed(segments, _dedupe(line_risks), error)
+    return _Parsed(segments, dedupe_risks(line_risks), error)
 
 
 def _segment(
-    command: str, words: list[_Word], redirects: list[_Redirect], before: str | None, after: str | None, depth: int
+    command: str, words: list[Word], redirects: list[Redirect], before: str | None, after: str | None, depth: int
 ) -> _Cmd:
     cmd = _classify(words, depth)
-    extra: list[_Risk] = []
+    extra: list[Risk] = []
     for redirect in redirects:
         extra += _redirect_risks(redirect)
     if after == "&":
-        extra.append(_Risk("background &"))
+        extra.append(Risk("background &"))
     if cmd.argv:
         name = _basename(cmd.argv[0])
         kind = "a shell" if name in SHELLS else "an interpreter" if _interpreter(name) else None
         if kind and before in ("|", "|&"):
-            extra.append(_Risk(f"pipe into {kind}: {name}"))
+            extra.append(Risk(f"pipe into {kind}: {name}"))
         if kind and any(redirect.op == "<<<" for redirect in redirects):
-            extra.append(_Risk(f"here-string into {kind}: {name}"))
-    cmd.own = _dedupe(cmd.own + extra)
+            extra.append(Risk(f"here-string into {kind}: {name}"))
+    cmd.own = dedupe_risks(cmd.own + extra)
     spans = [(word.start, word.end) for word in words] + [(r.start, r.end) for r in redirects]
     cmd.text = command[min(s for s, _ in spans) : max(e for _, e in spans)].strip()
     return cmd
@@ -1188,7 +817,7 @@ def _always(parsed: _Parsed, resolve: Callable[[str], str | None]) -> list[Allow
 
 def _quote(text: str) -> str:
     text = " ".join(text.split())
-    return f"`{_short(text, _TEXT_LIMIT)}`"
+    return f"`{short(text, _TEXT_LIMIT)}`"
 
 
 def _problem(

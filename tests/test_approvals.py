@@ -166,3 +166,18 @@ async def test_a_cancelled_run_expires_its_request(store: SqliteStore, tmp_path:
     record = await store.get_approval(approval_id)
     assert record is not None and record.status == "expired"
     assert "Expired" in courier.edits[-1][1].text
+
+
+async def test_requests_left_by_a_crashed_process_are_expired_at_start(store: SqliteStore, tmp_path: Path) -> None:
+    courier = Courier()
+    crashed = approvals(store, courier, tmp_path)
+    waiting = asyncio.create_task(crashed.authorize("rm -rf build", context(tmp_path)))
+    approval_id = await shown(courier)
+    crashed._decided.clear()  # as if its process had died: nobody in this process waits for the request
+    restarted = approvals(store, courier, tmp_path)
+    assert await restarted.expire_orphans() == 1
+    record = await store.get_approval(approval_id)
+    assert record is not None and record.status == "expired"
+    assert courier.edits[-1][0] == "1" and "Expired" in courier.edits[-1][1].text
+    assert await restarted.on_click(click(f"ap:{approval_id}:o")) == NOT_PENDING  # its button can never run it
+    assert not (await asyncio.wait_for(waiting, 5)).allowed  # the old waiter sees the expiry too

@@ -219,7 +219,8 @@ class Gateway:
                 sender_id=event.sender_id,
                 sender_name=event.sender_name,
                 text=event.value,
-                message_id=f"click:{event.message_id}:{secrets.token_hex(4)}",  # every click is its own message
+                # each click is its own message; a redelivered click (same platform id) is dropped by the journal
+                message_id=f"click:{event.message_id}:{event.click_id or secrets.token_hex(4)}",
                 reply_to=event.message_id,
                 reply_to_bot=True,  # a click on the bot's button is addressed to the bot
                 thread_id=event.thread_id,

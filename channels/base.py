@@ -142,6 +142,7 @@ class ActionEvent(BaseModel):
     message_id: str
     value: str
     thread_id: str | None = None
+    click_id: str | None = None  # the platform's id for this click, the same on a redelivery
 
 
 OnMessage = Callable[[InboundMessage], Awaitable[None]]

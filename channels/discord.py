@@ -417,6 +417,7 @@ class DiscordAdapter:
             message_id=str(interaction.message.id),
             value=value,
             thread_id=thread_id,
+            click_id=str(interaction.id),
         )
 
     # --- outbound ----------------------------------------------------------------------------------------------

@@ -515,6 +515,7 @@ class SlackAdapter:
                 message_id=ts,
                 value=action["value"],
                 thread_id=thread if isinstance(thread, str) and thread else None,
+                click_id=action.get("action_ts") if isinstance(action.get("action_ts"), str) else None,
             )
             for action in body.get("actions") or []
             if isinstance(action, dict) and action.get("type") == "button" and isinstance(action.get("value"), str)

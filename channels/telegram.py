@@ -492,6 +492,7 @@ class TelegramAdapter:
             message_id=str(message.message_id),
             value=query.data,
             thread_id=thread,
+            click_id=query.id,
         )
 
     # --- webhook ------------------------------------------------------------------------------------------------

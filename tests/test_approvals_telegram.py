@@ -212,8 +212,13 @@ async def test_a_button_the_agent_sent_comes_back_to_the_session(
     await tg.private_message("offer me a drink", user_id=OWNER, name="Owner")
     await eventually(lambda: "Asked." in tg.sent.get(OWNER, []), "the first answer")
     assert tg.sent[OWNER][0] == "Pick one"
-    await tg.callback_query("tea please", message_id=message_id_of(tg, "tea please"), chat_id=OWNER, user_id=OWNER)
+    click = await tg.callback_query(
+        "tea please", message_id=message_id_of(tg, "tea please"), chat_id=OWNER, user_id=OWNER
+    )
     await eventually(lambda: "Tea it is." in tg.sent.get(OWNER, []), "the answer to the click")
+    await tg.redeliver(click)  # the same click delivered again: not a second message
+    await asyncio.sleep(1.5)
+    assert len(fake_llm.requests) == 3 and tg.sent[OWNER].count("Tea it is.") == 1
     last = fake_llm.requests[-1].body["messages"]
     assert last[-1]["role"] == "user" and "tea please" in json.dumps(last[-1])
     assert last[0]["role"] == "system" and len(last) > 3  # the same session: the earlier turn is in it

@@ -110,9 +110,9 @@ class Approvals:
             expires=self.clock() + self.config.approvals.timeout_seconds,
             status="pending",
         )
-        await self.store.create_approval(record)  # before any message: a click can only find a stored request
-        decided = self._decided[record.id] = asyncio.Event()
+        decided = self._decided[record.id] = asyncio.Event()  # first: a sweep for orphans must skip it
         try:
+            await self.store.create_approval(record)  # before any message: a click can only find a stored request
             if run.target is None or run.channel == "console":
                 settled = await self._ask_terminal(record)
             elif await self._announce(record, run.target):
@@ -277,10 +277,11 @@ class Approvals:
         refusal = await self.decide(matches[0].id, _WORDS[parts[1].lower()], who, name)
         return refusal or f"{_OUTCOMES[_WORDS[parts[1].lower()]]}: {matches[0].id}."
 
-    async def expire_orphans(self) -> int:
-        """Requests a previous process left pending can never be answered: expire them and say so where shown."""
+    async def expire_orphans(self, orphans: list[ApprovalRecord] | None = None) -> int:
+        """Requests a previous process left pending (`orphans`, default: every pending one that no run of this
+        process waits for) can never be answered: expire them and say so where they were shown."""
         expired = 0
-        for record in await self.store.pending_approvals():
+        for record in await self.store.pending_approvals() if orphans is None else orphans:
             if record.id in self._decided:
                 continue  # waited on by a run of this process
             settled = await self.store.decide_approval(record.id, "expired", None, None)

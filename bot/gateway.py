@@ -137,6 +137,10 @@ class Gateway:
 
     async def start(self) -> None:
         """Start every adapter, then redo what a previous process left unfinished."""
+        # Taken before any adapter runs: what arrives from now on is this process's own work, not a leftover
+        # (re-running it too would answer it twice).
+        leftovers = await self.store.unfinished_inbound()
+        orphans = await self.store.pending_approvals()
         self._accepting = True
         self._outbox_task = asyncio.create_task(self._outbox_worker(), name="outbox")
         for adapter in self.adapters.values():
@@ -147,13 +151,13 @@ class Gateway:
                 log.exception(
                     "channel %s account %s failed to start; the others keep running", adapter.channel, adapter.account
                 )
-        expired = await self.approvals.expire_orphans()
+        expired = await self.approvals.expire_orphans(orphans)
         if expired:
             log.info("expired %d approval request(s) left pending by the last run", expired)
-        await self._recover()
+        await self._recover(leftovers)
 
-    async def _recover(self) -> None:
-        for record in await self.store.unfinished_inbound():
+    async def _recover(self, leftovers: list[InboundRecord]) -> None:
+        for record in leftovers:
             if await self.store.inbound_has_replies(record.id):
                 await self.store.mark_inbound(record.id, "done")  # answered; the outbox finishes the delivery
                 continue

@@ -77,11 +77,13 @@ async def test_one_message_prints_the_answer(tmp_path: Path, fake_llm: FakeLLM, 
     assert body["stream"] is True
     assert user_texts(body) == ["hi there"]
     assert "You are main" in system_text(body)
-    assert [tool["name"] if kind == "anthropic" else tool["function"]["name"] for tool in body["tools"]] == [
-        "session_status",
-        "exec",
-        "process",
-    ]  # no `message` tool: no chat to send to from the terminal
+    names = [tool["name"] if kind == "anthropic" else tool["function"]["name"] for tool in body["tools"]]
+    assert names == ["session_status", "exec", "process", "read", "write", "edit", "ls", "find", "grep"] + [
+        "web_fetch",
+        "memory_write",
+        "memory_search",
+        "memory_get",
+    ]  # no `message` (no chat to send to from the terminal), no `web_search` (no BRAVE_API_KEY)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -183,7 +185,7 @@ async def test_bot_tools_lists_kept_and_removed_tools(tmp_path: Path) -> None:
     assert "kept (0)" in out
     assert "session_status" in out and "agent" in out.split("removed")[1]
     code, out, _ = await bot("tools", "--config", str(config), "--channel", "telegram", "--peer", "group:-100")
-    assert "kept (3):\n  message\n  exec\n  process" in out
+    assert "kept (13):\n  message\n  exec\n  process\n  read" in out
     assert "session_status  group" in out.split("removed")[1]
 
 

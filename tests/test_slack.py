@@ -313,7 +313,9 @@ async def test_buttons_become_block_kit_and_a_click_becomes_an_action_event(
         sender_name="ann",
         message_id=ts,
         value="approve:1",
+        click_id=click.click_id,
     )
+    assert click.click_id  # Slack's action_ts: the same on a redelivery
 
     # Editing to plain text takes the buttons away.
     await adapter.edit(target, ts, OutboundMessage(text="Allowed by *ann*"))

@@ -115,3 +115,22 @@ async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text
         assert [message.visible for (chat, _), message in tg.messages.items() if chat == OWNER] == [answer]
         times = [call.at for call in tg.requests if call.method == "editMessageText"]
         assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(times))
+
+
+async def test_messages_waiting_at_start_are_answered_once(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    # Slow answers: the runs are still going when the start-up looks for what a previous process left unfinished.
+    fake_llm.script(*(Reply.slow(answer, 1.5) for answer in ("First answer.", "Second answer.", "Third answer.")))
+    for text in ("one", "two", "three"):  # queued before the bot starts, as after any restart
+        await tg.private_message(text, user_id=OWNER + 1 + len(text), name="Early")
+    settings = config(tmp_path, fake_llm, fake_telegram, streaming="off")
+    settings["channels"]["telegram"]["accounts"]["main"]["dm_policy"] = "open"
+    async with bot_run(settings, tmp_path, "channel telegram account main started"):
+        await tg.wait_for(lambda: sum(len(texts) for texts in tg.sent.values()) >= 3, 15)
+        await asyncio.sleep(1.5)  # a second run of the same message would answer here
+        assert len(fake_llm.requests) == 3
+        assert sorted(text for texts in tg.sent.values() for text in texts) == [
+            "First answer.", "Second answer.", "Third answer."
+        ]  # fmt: skip

@@ -1,13 +1,16 @@
-"""The tools Switchboard ships, registered in one place (later issues add fs, web, memory)."""
+"""The tools Switchboard ships, registered in one place."""
 
 from __future__ import annotations
 
 from channels.base import Capabilities, ChatTarget, OutboundMessage
 from tools.base import Tool, ToolContext
 from tools.exec import Authorization, Authorize, ExecTool, ProcessTable, ProcessTool
+from tools.fs import fs_tools
+from tools.memory import memory_tools
 from tools.message import MessageTool, Messenger
 from tools.registry import ToolRegistry
 from tools.session_status import SessionStatus
+from tools.web import web_tools
 
 
 class NoChats:
@@ -44,9 +47,11 @@ def builtin_registry(
     processes: ProcessTable | None = None,
 ) -> ToolRegistry:
     """The built-in tools, wired to the gateway (its chats, its approvals) when given; `message` only with a
-    messenger (`NoChats()` lists it where no channel runs, as `bot tools` does)."""
+    messenger (`NoChats()` lists it where no channel runs, as `bot tools` does); `web_search` only with
+    BRAVE_API_KEY in the environment."""
     processes = processes or ProcessTable()
-    tools: list[Tool] = [SessionStatus(), ExecTool(authorize, processes), ProcessTool(processes)]
+    tools: list[Tool] = [SessionStatus()]
     if messenger is not None:
-        tools.insert(1, MessageTool(messenger))
+        tools.append(MessageTool(messenger))
+    tools += [ExecTool(authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
     return ToolRegistry(tools)

@@ -31,8 +31,7 @@ JOURNAL_FOLDER = "memory"
 INDEX_FILE = ".switchboard/memory.db"  # derived from the files; deleted or damaged, it is rebuilt
 MAX_NOTE = 8_000  # characters per memory_write
 CHUNK = 1_500  # characters per passage, at most (a section longer than this is cut)
-SNIPPET = 300  # characters of a passage shown in a search result
-SNIPPET_TOKENS = 48  # what FTS5 snippet() picks around the match, cut again to SNIPPET characters
+SNIPPET = 300  # characters of a passage shown in a search result, around its matches
 DEFAULT_RESULTS = 5
 MAX_RESULTS = 20
 MAX_QUERY = 1_000  # characters
@@ -50,6 +49,8 @@ _PARAGRAPH = re.compile(r"[^\n]*\S[^\n]*(?:\n[^\n]*\S[^\n]*)*")  # non-blank lin
 _LINE = re.compile(r"[^\n]+")
 _REF = re.compile(r"(.+)#([0-9]{1,9})")
 _WHITESPACE = re.compile(r"\s+")
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around matched words (removed from the index)
+_MARKED = re.compile(f"{_MARK_OPEN}(.*?){_MARK_CLOSE}", re.DOTALL)
 
 _SCHEMA = (
     "CREATE TABLE files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,"
@@ -59,7 +60,7 @@ _SCHEMA = (
 )
 # bm25 weights, one per column: path, heading, text, number. A word in a heading counts twice.
 _SEARCH = (
-    "SELECT path, number, heading, text, snippet(passages, 2, '', '', '…', ?),"
+    f"SELECT path, number, heading, highlight(passages, 2, '{_MARK_OPEN}', '{_MARK_CLOSE}'),"
     " bm25(passages, 0.0, 2.0, 1.0, 0.0) AS score"
     " FROM passages WHERE passages MATCH ? ORDER BY score, path, number LIMIT ?"
 )
@@ -296,7 +297,7 @@ def _refresh(conn: sqlite3.Connection, files: dict[str, Path]) -> None:
                     continue
                 checked_ns = time.time_ns()
                 data = path.read_bytes()
-            except FileNotFoundError:  # deleted since it was listed
+            except OSError:  # deleted (or made unreadable) since it was listed: not searchable now
                 conn.execute("DELETE FROM passages WHERE path = ?", (rel,))
                 conn.execute("DELETE FROM files WHERE path = ?", (rel,))
                 continue
@@ -305,7 +306,10 @@ def _refresh(conn: sqlite3.Connection, files: dict[str, Path]) -> None:
                 conn.execute("DELETE FROM passages WHERE path = ?", (rel,))
                 conn.executemany(
                     "INSERT INTO passages (path, heading, text, number) VALUES (?, ?, ?, ?)",
-                    [(rel, p.heading, p.text, p.number) for p in split_passages(decode_memory(data))],
+                    [
+                        (rel, p.heading, p.text.replace(_MARK_OPEN, "").replace(_MARK_CLOSE, ""), p.number)
+                        for p in split_passages(decode_memory(data))
+                    ],
                 )
             conn.execute(
                 "INSERT OR REPLACE INTO files (path, mtime_ns, size, sha256, checked_ns) VALUES (?, ?, ?, ?, ?)",
@@ -317,11 +321,33 @@ def _refresh(conn: sqlite3.Connection, files: dict[str, Path]) -> None:
         raise
 
 
-def _snippet(text: str, around_match: str) -> str:
-    if len(text) > SNIPPET:
-        text = around_match
-    text = _WHITESPACE.sub(" ", text).strip()
-    return text if len(text) <= SNIPPET else text[:SNIPPET].rstrip() + "…"
+def snippet(highlighted: str, size: int = SNIPPET) -> str:
+    """About `size` characters of a passage, whitespace collapsed, around its densest run of matched words (as
+    FTS5 highlight() marks them), with `…` where it was cut."""
+    parts: list[str] = []
+    hits: list[int] = []
+    length = done = 0
+    for marked in _MARKED.finditer(highlighted):
+        parts.append(highlighted[done : marked.start()])
+        length += marked.start() - done
+        hits.append(length)
+        parts.append(marked.group(1))
+        length += len(marked.group(1))
+        done = marked.end()
+    parts.append(highlighted[done:])
+    text = "".join(parts)
+    if len(text) <= size:
+        return _WHITESPACE.sub(" ", text).strip()
+    lead = size // 3  # context before the first match in view
+    best = max(hits, key=lambda hit: sum(hit <= other < hit + size - lead for other in hits), default=0)
+    end = min(len(text), max(best - lead, 0) + size)
+    start = max(end - size, 0)
+    if start > 0 and (space := text.find(" ", start, best)) >= 0:
+        start = space
+    if end < len(text) and (space := text.rfind(" ", max(best, start), end)) > start:
+        end = space
+    cut = _WHITESPACE.sub(" ", text[start:end]).strip()
+    return f"{'…' if start > 0 else ''}{cut}{'…' if end < len(text) else ''}"
 
 
 def _search(workspace: Path, match: str, limit: int) -> list[dict[str, Any]]:
@@ -330,7 +356,7 @@ def _search(workspace: Path, match: str, limit: int) -> list[dict[str, Any]]:
     conn = _open_index(workspace)
     try:
         _refresh(conn, _memory_files(workspace))
-        rows = conn.execute(_SEARCH, (SNIPPET_TOKENS, match, limit)).fetchall()
+        rows = conn.execute(_SEARCH, (match, limit)).fetchall()
     finally:
         conn.close()
     return [
@@ -338,10 +364,10 @@ def _search(workspace: Path, match: str, limit: int) -> list[dict[str, Any]]:
             "ref": f"{path}#{number}",
             "file": path,
             "heading": heading,
-            "snippet": _snippet(text, around_match),
+            "snippet": snippet(highlighted),
             "score": float(f"{-score:.4g}"),  # higher is better
         }
-        for path, number, heading, text, around_match, score in rows
+        for path, number, heading, highlighted, score in rows
     ]
 
 

@@ -37,16 +37,18 @@ _METADATA = {
     ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
     ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
 }
-_PRIVATE = [
-    ipaddress.ip_network(net) for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
-]
+_PRIVATE = [ipaddress.ip_network(net) for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")]
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _REDIRECTS = {301, 302, 303, 307, 308}
 
 
-class Refused(Exception):
-    """A URL or an address web_fetch will not go to; the message says why, for the model."""
+class FetchError(Exception):
+    """web_fetch could not give a page; the message says why, for the model."""
+
+
+class Refused(FetchError):
+    """A URL or an address web_fetch will not go to."""
 
 
 # --- addresses --------------------------------------------------------------------------------------------------------
@@ -216,11 +218,13 @@ class _TextExtractor(HTMLParser):
         self.pre = 0
         self.link: str | None = None
         self.link_text: list[str] = []
+        self.size = 0  # characters emitted so far (before whitespace is collapsed)
 
     def _emit(self, text: str) -> None:
         if self.link is not None:
             self.link_text.append(text)
         self.parts.append(text)
+        self.size += len(text)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in _SKIP:
@@ -295,15 +299,23 @@ class _TextExtractor(HTMLParser):
         return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
 
 
-def html_to_text(markup: str) -> tuple[str | None, str]:
-    """The page's title and its readable text: scripts, styles and the head dropped, headings as `# ...`,
-    blocks and list items on their own lines, links as `text (url)` when the url is absolute http(s)."""
+def html_to_text(markup: str, limit: int | None = None) -> tuple[str | None, str, bool]:
+    """The page's title, its readable text, and whether parsing stopped early because the text already exceeds
+    `limit` characters. Scripts, styles and the head are dropped, headings are `# ...` lines, blocks and list
+    items are on their own lines, and links are `text (url)` when the url is absolute http(s)."""
     parser = _TextExtractor()
-    parser.feed(markup)
-    parser.close()
+    stopped = False
+    step = 64 * 1024
+    for start in range(0, len(markup), step):
+        parser.feed(markup[start : start + step])
+        if limit is not None and parser.size > limit and len(parser.text()) > limit and start + step < len(markup):
+            stopped = True
+            break
+    if not stopped:
+        parser.close()
     if parser.title is None and parser.title_parts:  # an unclosed <title>
         parser.title = " ".join("".join(parser.title_parts).split()) or None
-    return parser.title, parser.text()
+    return parser.title, parser.text(), stopped
 
 
 # --- reading a response -----------------------------------------------------------------------------------------------
@@ -313,7 +325,7 @@ _TEXT_TYPES = {"application/json", "application/xml", "application/javascript", 
 
 
 def _kind(content_type: str, body: bytes) -> str | None:
-    """"html", "text", or None (not a text page) for a response of this type and (first) bytes."""
+    """ "html", "text", or None (not a text page) for a response of this type and (first) bytes."""
     mime = content_type.split(";", 1)[0].strip().lower()
     if mime in ("text/html", "application/xhtml+xml"):
         return "html"
@@ -357,7 +369,7 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
     if encoding in ("gzip", "x-gzip", "deflate"):
         decompressor = zlib.decompressobj(zlib.MAX_WBITS | 32)  # zlib or gzip header, detected
     elif encoding not in ("", "identity"):
-        raise Refused(f"the server sent an unsupported content-encoding {encoding!r}")
+        raise FetchError(f"the server sent an unsupported content-encoding {encoding!r}")
     body = bytearray()
     async for chunk in response.aiter_raw():
         room = cap - len(body)
@@ -367,7 +379,7 @@ async def _read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]
             try:
                 data = decompressor.decompress(chunk, room + 1)
             except zlib.error as error:
-                raise Refused(f"the server sent a body that does not decompress ({encoding}): {error}") from error
+                raise FetchError(f"the server sent a body that does not decompress ({encoding}): {error}") from error
         if len(data) > room:
             body += data[:room]
             return bytes(body), True
@@ -388,7 +400,7 @@ class WebFetchArgs(BaseModel):
     )
     max_chars: int = Field(
         default=20_000,
-        ge=100,
+        ge=1,
         le=100_000,
         description="At most this many characters of page text come back (default 20,000). Ask for more only "
         "when a long page was cut and you need the rest.",
@@ -470,12 +482,12 @@ class WebFetch(Tool):
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._fetch(url, args.max_chars)
-        except Refused as error:
+        except FetchError as error:
             return error_result(self.name, str(error))
         except (TimeoutError, httpx.TimeoutException):
             return error_result(self.name, f"timed out after {self.timeout:g} s fetching {url}")
         except httpx.HTTPError as error:
-            return error_result(self.name, f"network error fetching {url}: {error or type(error).__name__}")
+            return error_result(self.name, f"network error fetching {url}: {str(error) or type(error).__name__}")
 
     async def _fetch(self, url: httpx.URL, max_chars: int) -> ToolResult:
         hops: list[str] = []
@@ -495,12 +507,12 @@ class WebFetch(Tool):
                     raise
                 raise Refused(f"{error} (redirected to {url} from {hops[-1]})") from None
             if len(hops) >= MAX_REDIRECTS:
-                raise Refused(f"too many redirects (more than {MAX_REDIRECTS}), the last one to {location}")
+                raise FetchError(f"too many redirects (more than {MAX_REDIRECTS}), the last one to {location}")
             hops.append(str(url))
             try:
                 url = url.join(location.strip())
             except (httpx.InvalidURL, ValueError) as error:
-                raise Refused(f"the server redirected to an invalid URL {location!r}: {error}") from None
+                raise FetchError(f"the server redirected to an invalid URL {location!r}: {error}") from None
 
     async def _page(self, response: httpx.Response, max_chars: int) -> ToolResult:
         status = response.status_code
@@ -511,17 +523,18 @@ class WebFetch(Tool):
         kind = _kind(content_type, body)
         title: str | None = None
         text = ""
+        limit = max_chars if status < 400 else min(max_chars, ERROR_TEXT_CHARS)
+        more = False
         if kind is None:
             if status < 400:
-                raise Refused(f"not a text page (content-type {content_type or 'unknown'}) at {final}")
+                raise FetchError(f"not a text page (content-type {content_type or 'unknown'}) at {final}")
         else:
             decoded = _decode(body, response.charset_encoding, kind == "html")
             if kind == "html":
-                title, text = html_to_text(decoded)
+                title, text, more = html_to_text(decoded, limit)
             else:
                 text = decoded.strip()
-        limit = max_chars if status < 400 else min(max_chars, ERROR_TEXT_CHARS)
-        cut_chars = len(text) > limit
+        cut_chars = more or len(text) > limit
         text = text[:limit]
         payload: dict[str, Any] = {"url": final, "status": status}
         if status >= 400:
@@ -532,10 +545,11 @@ class WebFetch(Tool):
             "content": wrap_untrusted(text, f"web_fetch {final}"),
             "truncated": cut_bytes or cut_chars,
         }
+        notes = [f"the text was cut at {limit:,} characters"] if cut_chars else []
         if cut_bytes:
-            payload["note"] = f"the page is larger than {cap:,} bytes; only the start was read"
-        elif cut_chars:
-            payload["note"] = f"the text was cut at {limit:,} characters"
+            notes.append(f"the page is larger than {cap:,} bytes; only the start was read")
+        if notes:
+            payload["note"] = "; ".join(notes)
         return json_result(payload)
 
 
@@ -592,7 +606,8 @@ class BraveSearch:
         except httpx.TimeoutException:
             raise SearchError(f"Brave Search did not answer within {self.timeout:g} s") from None
         except httpx.HTTPError as error:
-            raise SearchError(self._redact(f"could not reach Brave Search: {error or type(error).__name__}")) from None
+            reason = str(error) or type(error).__name__
+            raise SearchError(self._redact(f"could not reach Brave Search: {reason}")) from None
 
     async def _search(self, query: str, count: int) -> list[SearchHit]:
         headers = {"X-Subscription-Token": self._key, "Accept": "application/json", "User-Agent": USER_AGENT}
@@ -601,9 +616,7 @@ class BraveSearch:
                 f"{self.base_url}/res/v1/web/search", params={"q": query, "count": count}, headers=headers
             )
         if response.status_code in (401, 403):
-            raise SearchError(
-                f"Brave Search refused the API key (HTTP {response.status_code}); check BRAVE_API_KEY"
-            )
+            raise SearchError(f"Brave Search refused the API key (HTTP {response.status_code}); check BRAVE_API_KEY")
         if response.status_code == 429:
             retry = response.headers.get("retry-after", "").strip()
             later = f"; retry after {retry} s" if retry.isdigit() else "; try again later"

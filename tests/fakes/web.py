@@ -5,13 +5,16 @@
         site.brave_queries         # the queries the fake Brave Search API answered
 
 Routes: /page (HTML with a title, headings, script, style, links and a prompt-injection attempt), /plain, /json,
-/image (PNG bytes), /huge (several MB of HTML, streamed), /gzip (a compressed page), /redirect-private,
-/redirect-loopback, /redirect-localhost, /redirect-metadata, /redirect-ipv6, /redirect-ftp, /redirect-loop,
-/redirect-chain/<n> (n hops, then /plain), /status/<code>, and /res/v1/web/search (Brave: checks the token).
+/image (PNG bytes), /huge (several MB of HTML, streamed), /gzip (a compressed page), /slow (answers only when the
+server stops), /status/<code>, the redirects /redirect-private, /redirect-loopback, /redirect-localhost,
+/redirect-metadata, /redirect-ipv6, /redirect-ftp, /redirect-name (to http://evil.example/page), /redirect-loop and
+/redirect-chain/<n> (n hops, then /plain), and the fake Brave Search API /res/v1/web/search (checks the token).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
 import html
 import json
@@ -66,6 +69,7 @@ class FakeWeb:
         self.brave_fail: tuple[int, dict[str, str]] | None = None  # answer the next search with this status
         self.huge_sent = 0  # bytes of /huge written before the client stopped reading
         self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
         self.port = 0
 
     @property
@@ -83,6 +87,7 @@ class FakeWeb:
         app.router.add_get("/image", self._image)
         app.router.add_get("/huge", self._huge)
         app.router.add_get("/gzip", self._gzip)
+        app.router.add_get("/slow", self._slow)
         app.router.add_get("/redirect-private", self._redirect_to("http://10.0.0.1/"))
         app.router.add_get("/redirect-loopback", self._redirect_to(lambda: self.url("/page")))
         app.router.add_get("/redirect-localhost", self._redirect_to(lambda: f"http://localhost:{self.port}/page"))
@@ -104,6 +109,7 @@ class FakeWeb:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -130,6 +136,11 @@ class FakeWeb:
     async def _gzip(self, request: web.Request) -> web.Response:
         body = gzip.compress(b"<html><body><p>" + b"compressed " * 500_000 + b"</p></body></html>")
         return web.Response(body=body, headers={"Content-Type": "text/html; charset=utf-8", "Content-Encoding": "gzip"})
+
+    async def _slow(self, request: web.Request) -> web.Response:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), 30)
+        return web.Response(text="finally", content_type="text/plain")
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/html; charset=utf-8"})
@@ -180,11 +191,12 @@ class FakeWeb:
             return web.json_response({"type": "ErrorResponse"}, status=status, headers=headers)
         count = int(request.query.get("count", "20"))
         query = request.query.get("q", "")
+        marked = f"<strong>{html.escape(query)}</strong>. {html.escape(FAKE_CLOSE)} {INJECTION}"
         results = [
             {
-                "title": f"Result <strong>{n}</strong> for {query}",
+                "title": f"Result <strong>{n}</strong> for {html.escape(query)}",
                 "url": f"https://example.org/{n}",
-                "description": f"Snippet {n} with <strong>{query}</strong>. {FAKE_CLOSE} {INJECTION}",
+                "description": f"Snippet {n} with {marked}",
             }
             for n in range(1, min(count, 20) + 1)
         ]

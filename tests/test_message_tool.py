@@ -269,6 +269,13 @@ async def test_edit_delete_react(tool: MessageTool, messenger: RecordingMessenge
 # --- what is refused --------------------------------------------------------------------------------------------
 
 
+async def test_react_defaults_to_the_message_being_answered(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    await call(tool, {"action": "react", "emoji": "👍"})
+    assert messenger.reacted == [(HERE, "55", "👍")]
+    error = error_of(await call(tool, {"action": "react", "emoji": "👍"}, run_info(reply_to=None)))
+    assert "needs message_id" in error  # nothing being answered: it must be named
+
+
 async def test_console_cannot_edit_delete_or_react(tool: MessageTool, messenger: RecordingMessenger) -> None:
     run = console_run()
     for action in ("edit", "delete", "react", "thread-create", "poll"):
@@ -353,7 +360,6 @@ async def test_text_over_the_limit_is_refused_not_chunked(tool: MessageTool, mes
         ({"action": "edit", "message_id": "1"}, "needs text"),
         ({"action": "edit", "text": "new"}, "needs message_id"),
         ({"action": "delete"}, "needs message_id"),
-        ({"action": "react", "emoji": "👍"}, "needs message_id"),
         ({"action": "react", "message_id": "1"}, "needs emoji"),
     ],
 )

@@ -187,7 +187,7 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[st
             "description": (
                 "The platform id of a message, as an earlier send returned it."
                 + (f" Needed for {', '.join(needed)}." if needed else "")
-                + " For reply it defaults to the message you are answering."
+                + " For reply and react it defaults to the message you are answering."
             ),
         },
     }
@@ -325,6 +325,8 @@ class MessageTool(Tool):
         target, caps = resolved
         if args.thread_id:
             target = target.model_copy(update={"thread_id": args.thread_id})
+        if args.action == "react" and not args.message_id and not _names_a_chat(args) and run.reply_to:
+            args = args.model_copy(update={"message_id": run.reply_to})  # react to the message being answered
         problem = self._check(args, run, target, caps)
         if problem is not None:
             return self._error(problem)

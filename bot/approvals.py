@@ -10,16 +10,17 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Literal, Protocol
+from typing import Literal
 
 from bot.access import owner_key
 from bot.config import Config
 from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, Store
-from channels.base import ActionEvent, Button, Capabilities, ChatTarget, OutboundMessage
+from channels.base import ActionEvent, Button, ChatTarget, OutboundMessage
 from routing import Peer
 from tools.base import ToolContext
 from tools.exec import Authorization
 from tools.exec_policy import AllowEntry, Verdict, evaluate
+from tools.message import Messenger
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,6 @@ Target = Literal["chat", "dm", "both"]
 TerminalAsk = Callable[[ApprovalRecord], Awaitable[ApprovalDecision | None]]
 
 
-class Courier(Protocol):
-    """How approvals reach people: the gateway's running adapters."""
-
-    def capabilities(self, channel: str, account: str) -> Capabilities | None: ...
-    def accounts(self) -> list[tuple[str, str]]: ...
-    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None: ...
-    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None: ...
-
-
 class Approvals:
     """Asks before a risky command runs, and only the approvers' answer counts.
 
@@ -69,7 +61,7 @@ class Approvals:
         self,
         config: Config,
         store: Store,
-        courier: Courier | None = None,
+        courier: Messenger | None = None,
         *,
         terminal: TerminalAsk | None = None,
         clock: Callable[[], float] = time.time,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -149,20 +149,31 @@ OnMessage = Callable[[InboundMessage], Awaitable[None]]
 OnAction = Callable[[ActionEvent], Awaitable[str | None]]  # returns a notice only the clicker sees, or None
 
 NOTICE_BUDGET_SECONDS = 2.5  # Discord wants an interaction answered within 3 s; Telegram and Slack are kinder
-_late_actions: set[asyncio.Task[str | None]] = set()
+_T = TypeVar("_T")
+_late_work: set[asyncio.Task[Any]] = set()
 
 
-async def notice_within(handling: Awaitable[str | None], seconds: float = NOTICE_BUDGET_SECONDS) -> str | None:
-    """The notice from handling a click, if it comes within `seconds`; otherwise the handling goes on in the
-    background (the platform gets its answer in time) and there is no notice."""
-    task: asyncio.Task[str | None] = asyncio.ensure_future(handling)
+async def within(
+    work: Awaitable[_T], seconds: float, what: str, late: set[asyncio.Task[Any]] | None = None
+) -> _T | None:
+    """`work`'s result if it comes within `seconds` (its exception too); otherwise None, and the work finishes
+    in the background, kept in `late` (a module-wide set by default) and its failure logged, so that the
+    platform gets its answer in time."""
+    task: asyncio.Task[_T] = asyncio.ensure_future(work)
     try:
         return await asyncio.wait_for(asyncio.shield(task), seconds)
     except TimeoutError:
-        log.warning("a button click is taking long to handle; answering the platform first")
-        _late_actions.add(task)
-        task.add_done_callback(_late_actions.discard)
+        log.warning("%s is slow; answering the platform first", what)
+        keep = _late_work if late is None else late
+        keep.add(task)
+        task.add_done_callback(lambda done: _late_done(keep, done, what))
         return None
+
+
+def _late_done(late: set[asyncio.Task[Any]], task: asyncio.Task[Any], what: str) -> None:
+    late.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed after the platform was answered: %r", what, task.exception())
 
 
 class ChannelAdapter(Protocol):

@@ -21,6 +21,7 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 from pydantic import Field
 
 from channels.base import (
+    NOTICE_BUDGET_SECONDS,
     AccountSettings,
     ActionEvent,
     Attachment,
@@ -30,7 +31,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
-    notice_within,
+    within,
 )
 from routing import Peer
 
@@ -387,7 +388,9 @@ class DiscordAdapter:
         try:
             event = self._action_event(interaction, value)
             if event is not None and self._on_action is not None:
-                notice = await notice_within(self._on_action(event))  # Discord waits 3 seconds for an answer
+                notice = await within(
+                    self._on_action(event), NOTICE_BUDGET_SECONDS, f"discord {self.account}: a click"
+                )  # Discord waits 3 seconds for an answer
         finally:
             try:  # a notice only the clicker sees, else a deferred update: the message stays as it is
                 if notice:

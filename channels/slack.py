@@ -10,13 +10,13 @@ import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 
 from channels.base import (
+    NOTICE_BUDGET_SECONDS,
     AccountSettings,
     ActionEvent,
     Attachment,
@@ -27,7 +27,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
-    notice_within,
+    within,
 )
 from channels.markup_slack import markdown_to_mrkdwn
 from routing import Peer
@@ -375,21 +375,6 @@ class SlackAdapter:
     async def _error(self, error: Exception, body: dict[str, Any]) -> None:
         log.warning("slack %s: an event could not be handled: %r", self.account, error)
 
-    async def _within_ack_budget(self, delivery: Awaitable[None], what: str) -> None:
-        """Await the hand-over, but no longer than Slack waits for an ack: past that it finishes in the background."""
-        task: asyncio.Task[None] = asyncio.ensure_future(delivery)
-        try:
-            await asyncio.wait_for(asyncio.shield(task), ACK_BUDGET_SECONDS)
-        except TimeoutError:
-            log.warning("slack %s: handing over %s is slow; acknowledging it first", self.account, what)
-            self._late.add(task)
-            task.add_done_callback(self._late_done)
-
-    def _late_done(self, task: asyncio.Task[None]) -> None:
-        self._late.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("slack %s: a late hand-over failed: %r", self.account, task.exception())
-
     # --- inbound: events ------------------------------------------------------------------------------------------
 
     async def _other_event(self, body: dict[str, Any]) -> None:
@@ -410,7 +395,8 @@ class SlackAdapter:
             return
         assert self._on_message is not None
         try:
-            await self._within_ack_budget(self._on_message(message), f"message {message.message_id}")
+            what = f"slack {self.account}: handing over message {message.message_id}"
+            await within(self._on_message(message), ACK_BUDGET_SECONDS, what, self._late)
         except BaseException:
             self._seen.discard(key)  # not recorded: the redelivery must get through
             outcome = _HAND_OVER.get()
@@ -481,7 +467,8 @@ class SlackAdapter:
         assert self._on_action is not None
         for event in events:
             try:
-                notice = await notice_within(self._on_action(event))
+                what = f"slack {self.account}: a click on {event.message_id}"
+                notice = await within(self._on_action(event), NOTICE_BUDGET_SECONDS, what, self._late)
                 if notice:  # only the clicker sees it
                     channel = await self._channel(
                         ChatTarget(channel=self.channel, account=self.account, peer=event.peer)

@@ -31,6 +31,7 @@ from telegram.error import BadRequest, ChatMigrated, Conflict, InvalidToken, Ret
 from telegram.ext import BaseRateLimiter, ExtBot
 
 from channels.base import (
+    NOTICE_BUDGET_SECONDS,
     AccountSettings,
     ActionEvent,
     Attachment,
@@ -40,7 +41,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
-    notice_within,
+    within,
 )
 from channels.chunking import chunk_text
 from channels.markup_telegram import markdown_to_html
@@ -467,7 +468,9 @@ class TelegramAdapter:
         try:
             event = self._action_event(query)
             if event is not None and self._on_action is not None:
-                notice = await notice_within(self._on_action(event))
+                notice = await within(
+                    self._on_action(event), NOTICE_BUDGET_SECONDS, f"telegram {self.account}: a click"
+                )
         finally:
             try:  # always answered, so the client's spinner stops; a notice shows as an alert
                 await query.answer(text=notice, show_alert=bool(notice))

@@ -43,6 +43,12 @@ class Courier:
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
         self.edits.append((message_id, message))
 
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        raise AssertionError("approvals never delete")
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        raise AssertionError("approvals never react")
+
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:

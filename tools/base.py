@@ -65,6 +65,9 @@ def error_result(tool: str, error: str) -> ToolResult:
     return json_result({"status": "error", "tool": tool, "error": error}, is_error=True)
 
 
+NO_WORKSPACE = "this agent has no workspace"  # what a workspace tool answers when the run has none
+
+
 class RunInfo(BaseModel):
     """Who and where a run is for, as tools may see it."""
 

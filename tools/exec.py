@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from tools.base import Tool, ToolContext, ToolResult, error_result, json_result
+from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
 
 ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -357,7 +357,7 @@ class ExecTool(Tool):
         # Checked before asking: no one should approve a command that cannot run.
         cwd = ctx.run.workspace
         if cwd is None:
-            return error_result(self.name, "this agent has no workspace")
+            return error_result(self.name, NO_WORKSPACE)
         if args.background and self.processes.running(ctx.run.session_key) >= MAX_RUNNING_PER_SESSION:
             return error_result(
                 self.name,

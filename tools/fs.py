@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from tools.base import Tool, ToolContext, ToolResult, error_result, json_result
+from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
 
 GROUP = "group:fs"
 MAX_READ_BYTES = 256 * 1024  # the most of a file one `read` returns
@@ -88,7 +88,7 @@ async def _in_workspace(tool: str, ctx: ToolContext, job: Job) -> ToolResult:
     """Run `job(workspace_root)` in one worker thread; refusals and OS failures become error results."""
     workspace = ctx.run.workspace
     if not workspace:
-        return error_result(tool, "this agent has no workspace")
+        return error_result(tool, NO_WORKSPACE)
     folder: str = workspace
 
     def work() -> ToolResult:

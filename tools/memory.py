@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from tools.base import Tool, ToolContext, ToolResult, error_result, json_result
+from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
 
 # The files are the source of truth; a person may read and edit them, and the index follows:
 #   MEMORY.md             lasting facts; a note appended by the tool is `## YYYY-MM-DD HH:MM` + its text
@@ -40,7 +40,6 @@ MAX_QUERY_TERMS = 32
 # (coarse clocks, 1-2 s on some filesystems), so (mtime_ns, size) alone cannot vouch for it: it is hashed again.
 RACY_NS = 2_000_000_000
 SCHEMA_VERSION = 1
-NO_WORKSPACE = "this agent has no workspace"
 
 _JOURNAL_NAME = re.compile(r"memory/(?!\.)[^/\\\x00-\x1f]+\.md")
 _HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*")

@@ -23,6 +23,7 @@ from agent.messages import Message, UserMessage
 from agent.providers.base import ErrorKind, Provider, ProviderError, ThinkingLevel
 from agent.providers.config import ModelOptions, ProviderConfig, build_provider
 from agent.providers.sse import redact
+from agent.providers.transport import provider_client
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -330,7 +331,7 @@ class Runner:
         """Every try one candidate gets: its keys in turn, one compaction, one retry after a server error."""
         name, keys = candidate.provider_name, candidate.provider.keys()
         if self.client is None:
-            self.client = httpx.AsyncClient()
+            self.client = provider_client()
         provider = self.provider_factory(name, candidate.provider, self.client)
         failed: set[str] = set()
         compacted = must_compact = retried = False

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
-import httpx
 import pytest
 from fakes.llm import FakeLLM, Reply
 
@@ -24,6 +23,7 @@ from agent.compaction import (
 from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, UserMessage
 from agent.providers.base import Provider
 from agent.providers.config import build_provider
+from agent.providers.transport import provider_client
 from agent.xml_dispatch import render_result
 
 
@@ -162,7 +162,7 @@ def test_a_record_over_budget_keeps_the_first_message_and_the_latest() -> None:
 
 @pytest.fixture
 async def provider(fake_llm: FakeLLM) -> AsyncIterator[Provider]:
-    async with httpx.AsyncClient() as client:
+    async with provider_client() as client:
         yield build_provider("fake", fake_llm.provider_config("anthropic", api_key="sk-compact-key-0001"), client)
 
 

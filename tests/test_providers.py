@@ -28,6 +28,7 @@ from agent.providers.base import (
 from agent.providers.config import ProviderConfig, build_provider, providers_from_env, split_model
 from agent.providers.openai import ChunkAssembler, OpenAIProvider
 from agent.providers.sse import parse_retry_after, parse_sse
+from agent.providers.transport import provider_client
 
 KEY = "sk-live-9f8e7d6c5b4a3928170654"
 KINDS = pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -41,7 +42,7 @@ async def llm() -> AsyncIterator[FakeLLM]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with provider_client() as client:
         yield client
 
 

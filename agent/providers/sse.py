@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from agent.providers.base import ErrorKind, ProviderError
+from agent.providers.transport import provider_client
 
 MESSAGE_LIMIT = 300  # characters of the provider's own error message kept in ours
 RAW_ARGUMENTS_LIMIT = 200  # characters of unparsable tool arguments shown back to the model
@@ -268,7 +269,7 @@ class SSEClient:
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            self._client = provider_client()
         return self._client
 
     def _json_instead_of_stream(self, text: str) -> ProviderError:

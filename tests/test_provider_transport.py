@@ -1,0 +1,112 @@
+"""The providers' aiohttp-backed httpx transport: what httpx's own transport does, it does too (the provider
+tests in test_providers.py all run through it as well)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from aiohttp import web
+from fakes.llm import FakeLLM
+
+from agent.messages import UserMessage
+from agent.providers.base import Completed, ModelRequest
+from agent.providers.config import ProviderConfig, build_provider
+from agent.providers.transport import provider_client
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM() as server:
+        yield server
+
+
+async def answer(client: httpx.AsyncClient, base_url: str) -> str:
+    config = {"kind": "openai", "base_url": base_url, "api_key": "sk-transport-test"}
+    provider = build_provider("fake", ProviderConfig.model_validate(config), client)
+    events = [event async for event in provider.stream(ModelRequest(model="m", messages=[UserMessage.of("hi")]))]
+    assert isinstance(events[-1], Completed)
+    return events[-1].message.text
+
+
+async def test_a_proxy_from_the_environment_carries_the_call(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", llm.url)  # the fake answers proxied requests as if they were its own
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    llm.script("through the proxy")
+    async with provider_client() as client:
+        assert await answer(client, "http://model.invalid/v1") == "through the proxy"
+    assert llm.requests[-1].headers["host"] == "model.invalid"
+
+
+async def test_no_proxy_exempts_a_host(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    llm.script("direct")
+    async with provider_client() as client:
+        assert await answer(client, llm.openai_base_url) == "direct"
+
+
+async def test_a_compressed_body_is_decoded_once() -> None:
+    payload = {"answer": "x" * 2000}
+
+    async def handler(request: web.Request) -> web.Response:
+        body = gzip.compress(json.dumps(payload).encode())
+        return web.Response(body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        async with provider_client() as client:
+            response = await client.get(f"http://127.0.0.1:{runner.addresses[0][1]}/")
+        assert response.json() == payload
+    finally:
+        await runner.cleanup()
+
+
+async def test_cookies_are_kept_by_httpx_and_sent_once() -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie", ""))
+        response = web.Response(text="ok")
+        response.set_cookie("session", "abc")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        async with provider_client() as client:
+            url = f"http://localhost:{runner.addresses[0][1]}/"  # aiohttp would keep cookies of a name, not an IP
+            await client.get(url)
+            await client.get(url)
+        assert seen == ["", "session=abc"]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_refused_connection_is_httpx_connect_error() -> None:
+    async with FakeLLM() as gone:
+        url = gone.url
+    async with provider_client() as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(url)
+
+
+async def test_a_body_left_unread_does_not_poison_the_next_call(llm: FakeLLM) -> None:
+    llm.script("first answer " * 200, "second")
+    async with provider_client() as client:
+        async with client.stream("POST", f"{llm.openai_base_url}/chat/completions", json={"stream": True}) as response:
+            async for _ in response.aiter_bytes():
+                break  # walk away mid-body: that connection must be closed, not reused
+        assert await answer(client, llm.openai_base_url) == "second"

@@ -24,10 +24,11 @@ class ToolLine:
 
 async def read_bootstrap(workspace: Path | None) -> list[tuple[str, str]]:
     """The workspace's bootstrap files that exist, each cut to BOOTSTRAP_CAP characters (read off the loop)."""
-    return [] if workspace is None else await asyncio.to_thread(_read_bootstrap, workspace)
+    return [] if workspace is None else await asyncio.to_thread(load_bootstrap, workspace)
 
 
-def _read_bootstrap(workspace: Path) -> list[tuple[str, str]]:
+def load_bootstrap(workspace: Path) -> list[tuple[str, str]]:
+    """read_bootstrap for callers already off the event loop."""
     found = []
     for name in BOOTSTRAP_FILES:
         try:

@@ -34,7 +34,7 @@ async def read_transcript(path: Path) -> list[Message]:
 
     Reads the whole file each time (nothing is cached); reading and parsing run off the event loop, in one hop.
     """
-    return await asyncio.to_thread(_read, path)
+    return await asyncio.to_thread(load_transcript, path)
 
 
 async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
@@ -44,7 +44,8 @@ async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
         await asyncio.to_thread(_append, path, data)
 
 
-def _read(path: Path) -> list[Message]:
+def load_transcript(path: Path) -> list[Message]:
+    """read_transcript for callers already off the event loop."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -7,12 +7,11 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from pathlib import Path
 
 from agent.events import Emit
 from agent.loop import Turn
 from agent.messages import UserMessage
-from agent.prompt import ToolLine, build_system_prompt, read_bootstrap
+from agent.prompt import ToolLine, build_system_prompt
 from agent.providers.base import Provider
 from agent.providers.config import split_model
 from agent.runner import ModelCandidate
@@ -90,14 +89,21 @@ def policy_for(
     return select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
 
 
-async def system_prompt(run: RunInfo, policy: PolicyResult, *, is_group: bool, now: datetime | None = None) -> str:
-    """The system prompt for this run (tool schemas travel separately, or in the XML section the loop adds)."""
-    bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)
+def system_prompt(
+    run: RunInfo,
+    policy: PolicyResult,
+    *,
+    is_group: bool,
+    bootstrap: list[tuple[str, str]],
+    now: datetime | None = None,
+) -> str:
+    """The system prompt for this run, with the workspace's `bootstrap` files (agent.prompt.read_bootstrap); tool
+    schemas travel separately, or in the XML section the loop adds."""
     lines = [ToolLine(tool.name, tool.description) for tool in policy.kept]
     return build_system_prompt(agent=run.agent, run=run, tools=lines, bootstrap=bootstrap, now=now, is_group=is_group)
 
 
-async def build_turn(
+def build_turn(
     config: Config,
     registry: ToolRegistry,
     run: RunInfo,
@@ -105,6 +111,7 @@ async def build_turn(
     provider: Provider,
     *,
     peer: Peer | None,
+    bootstrap: list[tuple[str, str]],
     hooks: Hooks,
     emit: Emit,
     cancel: asyncio.Event,
@@ -116,7 +123,9 @@ async def build_turn(
     return Turn(
         provider=provider,
         model=candidate.model_id,
-        system=await system_prompt(turn_run, policy, is_group=peer is not None and peer.kind != "direct"),
+        system=system_prompt(
+            turn_run, policy, is_group=peer is not None and peer.kind != "direct", bootstrap=bootstrap
+        ),
         run=turn_run,
         tools=policy.kept,
         hooks=hooks,

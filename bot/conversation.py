@@ -12,9 +12,10 @@ from agent.compaction import since_last_summary
 from agent.events import Emit, discard
 from agent.loop import Turn
 from agent.messages import Message, UserMessage
+from agent.prompt import load_bootstrap
 from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
-from agent.sessions import append_transcript, read_transcript, transcript_for
+from agent.sessions import append_transcript, load_transcript, transcript_for
 from bot.assemble import build_turn, candidates
 from bot.config import Config
 from bot.store import Store
@@ -55,14 +56,15 @@ class Conversations:
         models = candidates(self.config, run.agent)
         session = await self.store.ensure_session(run.session_key, run.agent)
         transcript = transcript_for(self.state_dir, session.session_id)
-        history = since_last_summary(await read_transcript(transcript))
-        Path(run.workspace or ".").mkdir(parents=True, exist_ok=True)
+        workspace = Path(run.workspace) if run.workspace else None
+        stored, bootstrap = await asyncio.to_thread(_read_inputs, transcript, workspace)
+        history = since_last_summary(stored)
         stop = cancel or asyncio.Event()
 
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
-            return await build_turn(
+            return build_turn(
                 self.config, self.registry, run, candidate, provider,
-                peer=peer, hooks=self.hooks, emit=emit, cancel=stop, steer=steer,
+                peer=peer, bootstrap=bootstrap, hooks=self.hooks, emit=emit, cancel=stop, steer=steer,
             )  # fmt: skip
 
         async def on_compacted(new_history: list[Message], summary: str) -> None:
@@ -93,3 +95,12 @@ class Conversations:
             target=target.model_dump(mode="json") if target else None,
         )
         return outcome
+
+
+def _read_inputs(transcript: Path, workspace: Path | None) -> tuple[list[Message], list[tuple[str, str]]]:
+    """What a turn reads from disk, in one trip off the event loop: the session's transcript and the workspace's
+    bootstrap files (the workspace is created on first use)."""
+    if workspace is None:
+        return load_transcript(transcript), []
+    workspace.mkdir(parents=True, exist_ok=True)
+    return load_transcript(transcript), load_bootstrap(workspace)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from agent.loop import Dispatch, Turn, build_request
 from agent.messages import Message
+from agent.prompt import read_bootstrap
 from agent.providers.config import build_provider
 from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
 from bot.config import Config
@@ -37,6 +39,7 @@ async def preview(config: Config, agent: str, channel: str) -> str:
         model=model,
     )
     policy = policy_for(config, builtin_registry(messenger=NoChats()), run)
+    bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)
     if choice is None:
         from agent.providers.config import ProviderConfig
 
@@ -51,7 +54,7 @@ async def preview(config: Config, agent: str, channel: str) -> str:
         turn = Turn(
             provider=provider,
             model=model_id,
-            system=await system_prompt(run, policy, is_group=False),
+            system=system_prompt(run, policy, is_group=False, bootstrap=bootstrap),
             run=run,
             tools=policy.kept,
             dispatch=dispatch,

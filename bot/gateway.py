@@ -21,7 +21,7 @@ from bot.assemble import SetupError, model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.config import Config
 from bot.conversation import Conversations
-from bot.store import InboundRecord, OutboxRecord, Store
+from bot.store import InboundRecord, OutboxRecord, PreviewRecord, Store
 from bot.streaming import StreamingReply
 from channels.base import (
     AccountSettings,
@@ -131,6 +131,7 @@ class Gateway:
         self._outbox_task: asyncio.Task[None] | None = None
         self._accepting = False
         self._pair_misses: dict[str, list[float]] = {}
+        self._unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
         self._owners = frozenset(owner_key(*owner.split(":", 1)) for owner in config.owners)
 
     # --- start and stop -----------------------------------------------------------------------------------------
@@ -141,6 +142,7 @@ class Gateway:
         # (re-running it too would answer it twice).
         leftovers = await self.store.unfinished_inbound()
         orphans = await self.store.pending_approvals()
+        await self._keep_previews(leftovers)
         self._accepting = True
         self._outbox_task = asyncio.create_task(self._outbox_worker(), name="outbox")
         for adapter in self.adapters.values():
@@ -156,10 +158,20 @@ class Gateway:
             log.info("expired %d approval request(s) left pending by the last run", expired)
         await self._recover(leftovers)
 
+    async def _keep_previews(self, leftovers: list[InboundRecord]) -> None:
+        """Streamed messages of turns that run again are kept, for the new answer to be written into them; the
+        others belong to turns that finished (or failed) and are forgotten."""
+        unfinished = {record.id for record in leftovers}
+        previews = await self.store.previews()
+        self._unfinished_previews = {p.inbound_id: p for p in previews if p.inbound_id in unfinished}
+        await self.store.clear_previews([p.inbound_id for p in previews if p.inbound_id not in unfinished])
+
     async def _recover(self, leftovers: list[InboundRecord]) -> None:
         for record in leftovers:
             if await self.store.inbound_has_replies(record.id):
                 await self.store.mark_inbound(record.id, "done")  # answered; the outbox finishes the delivery
+                if self._unfinished_previews.pop(record.id, None) is not None:
+                    await self.store.clear_previews([record.id])
                 continue
             log.info("re-running message %s from %s left unfinished by the last run", record.message_id, record.channel)
             await self._accept(record, InboundMessage.model_validate(record.payload))
@@ -348,10 +360,7 @@ class Gateway:
         inbound_ids = [inbound_id for job in jobs for inbound_id in job.inbound_ids]
         for inbound_id in inbound_ids:
             await self.store.mark_inbound(inbound_id, "running")
-        adapter = self.adapters.get((newest.message.channel, newest.message.account))
-        stream = None
-        if adapter is not None and adapter.settings.streaming == "partial" and adapter.capabilities.edit:
-            stream = StreamingReply(adapter, newest.message.target(), thread_id=newest.message.thread_id)
+        stream = self._streaming_reply(newest, inbound_ids)
         if self._message_tool is not None:
             self._message_tool.forget(key)
         try:
@@ -368,6 +377,7 @@ class Gateway:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
         except _Interrupted:
             log.info("turn for %s interrupted by shutdown; the next start runs it again", key)
+            return  # its streamed message too is kept, for the next start to finish
         except Exception as error:
             log.exception("turn for %s failed", key)
             if stream is not None:
@@ -375,6 +385,32 @@ class Gateway:
             await self._reply(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
             for inbound_id in inbound_ids:
                 await self.store.mark_inbound(inbound_id, "failed", type(error).__name__)
+        if stream is not None and stream.wrote:
+            await self.store.clear_previews(inbound_ids)
+
+    def _streaming_reply(self, newest: Job, inbound_ids: list[int]) -> StreamingReply | None:
+        """The reply that streams this turn's answer, if its account streams (or an earlier run of the same turn
+        left a half-written answer, which this one finishes in place); None to send the answer whole."""
+        message = newest.message
+        adapter = self.adapters.get((message.channel, message.account))
+        earlier = [self._unfinished_previews.pop(i) for i in inbound_ids if i in self._unfinished_previews]
+        if adapter is None or not adapter.capabilities.edit:
+            return None
+        if adapter.settings.streaming != "partial" and not earlier:
+            return None
+        target = message.target()
+
+        async def shown(message_id: str) -> None:
+            target_json = target.model_dump(mode="json")
+            await self.store.set_preview(newest.inbound_id, message.channel, message.account, target_json, message_id)
+
+        return StreamingReply(
+            adapter,
+            target,
+            thread_id=message.thread_id,
+            message_id=earlier[-1].message_id if earlier else None,
+            on_shown=shown,
+        )
 
     def _delivered_by_tool(self, key: str, target: ChatTarget, text: str) -> bool:
         if self._message_tool is None or not text.strip():

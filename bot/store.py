@@ -29,6 +29,7 @@ __all__ = [
     "InboundStatus",
     "OutboxRecord",
     "OutboxStatus",
+    "PreviewRecord",
     "SessionRecord",
     "SqliteStore",
     "Store",
@@ -105,6 +106,18 @@ class OutboxRecord(_Record):
     platform_message_id: str | None = None
     created: float
     updated: float
+
+
+class PreviewRecord(_Record):
+    """A streamed answer still being written: the platform message showing it, kept so that a turn cut short by
+    a restart finishes its answer in that same message instead of leaving it half written beside a new one."""
+
+    inbound_id: int
+    channel: str
+    account: str
+    target: dict[str, Any]
+    message_id: str
+    created: float
 
 
 class PairingRecord(_Record):
@@ -193,6 +206,13 @@ class Store(Protocol):
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]: ...
     async def inbound_has_replies(self, inbound_id: int) -> bool: ...
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
+
+    # Streamed answers not yet complete.
+    async def set_preview(
+        self, inbound_id: int, channel: str, account: str, target: dict[str, Any], message_id: str
+    ) -> None: ...
+    async def clear_previews(self, inbound_ids: list[int]) -> None: ...
+    async def previews(self) -> list[PreviewRecord]: ...
 
     async def request_pairing(
         self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
@@ -323,6 +343,16 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             created REAL NOT NULL,
             PRIMARY KEY (agent, executable, args)
         ) WITHOUT ROWID""",
+    ),
+    (
+        """CREATE TABLE previews (
+            inbound_id INTEGER PRIMARY KEY REFERENCES inbound (id) ON DELETE CASCADE,
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            target TEXT NOT NULL,
+            message_id TEXT NOT NULL,
+            created REAL NOT NULL
+        )""",
     ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -503,6 +533,25 @@ class SqliteStore:
         cutoff = self._cutoff(older_than_seconds)
         sql = "DELETE FROM outbox WHERE status IN ('sent', 'dead') AND updated < ?"
         return await self._call(_delete, sql, cutoff)
+
+    # --- streamed answers still being written -----------------------------------------------------------------
+
+    async def set_preview(
+        self, inbound_id: int, channel: str, account: str, target: dict[str, Any], message_id: str
+    ) -> None:
+        """Remember the message a turn is streaming its answer into (one per message answered)."""
+        sql = "INSERT OR REPLACE INTO previews VALUES (?, ?, ?, ?, ?, ?)"
+        await self._call(_execute, sql, (inbound_id, channel, account, _dumps(target), message_id, self._clock()))
+
+    async def clear_previews(self, inbound_ids: list[int]) -> None:
+        """The answers to these messages are complete (or were taken back): forget their streamed messages."""
+        if inbound_ids:
+            sql = f"DELETE FROM previews WHERE inbound_id IN ({', '.join('?' for _ in inbound_ids)})"
+            await self._call(_execute, sql, tuple(inbound_ids))
+
+    async def previews(self) -> list[PreviewRecord]:
+        """Every streamed message whose answer was not completed, oldest first."""
+        return await self._call(_preview_rows)
 
     # --- pairing: strangers who may talk to the bot once an owner approves ------------------------------------
 
@@ -871,6 +920,11 @@ def _finish_outbox(connection: sqlite3.Connection, outbox_id: int, update: str, 
 
 def _outbox_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[OutboxRecord]:
     return [_outbox(row) for row in connection.execute(f"SELECT * FROM outbox {where}", params)]
+
+
+def _preview_rows(connection: sqlite3.Connection) -> list[PreviewRecord]:
+    rows = connection.execute("SELECT * FROM previews ORDER BY created").fetchall()
+    return [PreviewRecord.model_validate({**dict(row), "target": json.loads(row["target"])}) for row in rows]
 
 
 def _pending_pairings(connection: sqlite3.Connection, channel: str | None, now: float) -> list[sqlite3.Row]:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from agent.events import AssistantEvent, RunEvent
 from channels.base import ChannelAdapter, ChatTarget, OutboundMessage
@@ -17,15 +18,29 @@ log = logging.getLogger(__name__)
 class StreamingReply:
     """Shows the answer once it has taken longer than one interval, then edits it at most once per interval
     (never with the same text); `finish` puts the complete first chunk in place and returns the rest for the
-    outbox. A quick answer is never streamed: it goes out whole."""
+    outbox. A quick answer is never streamed: it goes out whole.
 
-    def __init__(self, adapter: ChannelAdapter, target: ChatTarget, *, thread_id: str | None = None) -> None:
+    `message_id`: a message an earlier, interrupted run streamed into; this answer is written there instead of
+    in a new message. `on_shown(message_id)` is awaited once, when the first preview has been sent.
+    """
+
+    def __init__(
+        self,
+        adapter: ChannelAdapter,
+        target: ChatTarget,
+        *,
+        thread_id: str | None = None,
+        message_id: str | None = None,
+        on_shown: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.adapter = adapter
         self.target = target
         self.thread_id = thread_id
         self.limit = adapter.capabilities.max_text_length
         self.interval = adapter.capabilities.edit_interval_seconds
-        self.message_id: str | None = None
+        self.message_id = message_id
+        self.wrote = message_id is not None  # into a platform message, this run's or an earlier one's
+        self._on_shown = on_shown
         self._text = ""
         self._shown = ""
         self._last = float("-inf")
@@ -58,6 +73,7 @@ class StreamingReply:
         if not text or text == self._shown or self._broken:
             return
         message = OutboundMessage(text=text, thread_id=self.thread_id)
+        first = self.message_id is None
         try:
             if self.message_id is None:
                 self.message_id = await self.adapter.send(self.target, message)
@@ -70,6 +86,13 @@ class StreamingReply:
             self._broken = True
         self._shown = text
         self._last = time.monotonic()
+        if first and self.message_id is not None:
+            self.wrote = True
+            if self._on_shown is not None:
+                try:
+                    await self._on_shown(self.message_id)
+                except Exception as error:  # it still streams; only a restart could not finish it in place
+                    log.warning("could not record the streamed message in %s: %s", self.target.channel, error)
 
     async def _stop(self) -> None:
         if self._worker is not None:
@@ -79,10 +102,14 @@ class StreamingReply:
             self._worker = None
 
     async def finish(self, text: str) -> list[str]:
-        """Put the answer's first chunk into the streamed message; the chunks still to send, in order."""
+        """Put the answer's first chunk into the streamed message; the chunks still to send, in order. With no
+        answer at all, the streamed message is taken back."""
         await self._stop()
         chunks = chunk_text(text, self.limit)
-        if self.message_id is None or self._broken or not chunks:
+        if not chunks:
+            await self.retract()
+            return chunks
+        if self.message_id is None or self._broken:
             return chunks
         if chunks[0] != self._shown:
             await asyncio.sleep(max(0.0, self._last + self.interval - time.monotonic()))  # the final edit counts too

@@ -32,10 +32,9 @@ async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str,
         await asyncio.sleep(0.01)
 
 
-@contextlib.asynccontextmanager
-async def bot_run(config: dict[str, Any], folder: Path, started: str) -> AsyncIterator[Path]:
-    """A real `bot run` process on `config`, ready once its log shows `started`; stopped with SIGTERM at the
-    end, which must exit 0. Its log goes to a file (a pipe nobody reads could fill up and stall the bot)."""
+async def launch_bot(config: dict[str, Any], folder: Path, started: str) -> asyncio.subprocess.Process:
+    """A real `bot run` process on `config` (written to folder/bindings.yaml), returned once its log shows
+    `started`. Its log goes to folder/bot.log (a pipe nobody reads could fill up and stall the bot)."""
     path = folder / "bindings.yaml"
     path.write_text(json.dumps(config))
     log_path = folder / "bot.log"
@@ -47,7 +46,20 @@ async def bot_run(config: dict[str, Any], folder: Path, started: str) -> AsyncIt
         )  # fmt: skip
     try:
         await eventually(lambda: started in log_path.read_text(errors="replace"), f"the log line {started!r}")
-        yield path
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    return process
+
+
+@contextlib.asynccontextmanager
+async def bot_run(config: dict[str, Any], folder: Path, started: str) -> AsyncIterator[Path]:
+    """launch_bot, as a context: stopped with SIGTERM at the end, which must exit 0; yields the config's path."""
+    process = await launch_bot(config, folder, started)
+    log_path = folder / "bot.log"
+    try:
+        yield folder / "bindings.yaml"
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 30) == 0, log_path.read_text(errors="replace")
     finally:

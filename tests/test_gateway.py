@@ -875,6 +875,64 @@ def edits_and_sends(bridge: FakeBridge) -> list[tuple[str, dict[str, Any]]]:
     return [(method, body) for method, body in bridge.calls if method in ("send", "edit")]
 
 
+def previews(state_dir: Path) -> list[tuple[int, str]]:
+    """(inbound id, message id) of every streamed answer recorded as unfinished, read straight from state.db."""
+    with sqlite3.connect(state_dir / "state.db") as connection:
+        return connection.execute("SELECT inbound_id, message_id FROM previews ORDER BY inbound_id").fetchall()
+
+
+async def streamed_turn_cut_short(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge) -> str:
+    """A streamed answer half written when the gateway stops (its grace runs out); returns its message id."""
+    fake_llm.script(Reply.stall(60, after_text="The first half of an answer"))
+    gateway = await harness.start(harness.config(**STREAMING))
+    await bridge.say("slow question", sender="mo", message_id="slow")
+    await bridge.wait_for_sends(1)  # the preview
+    await eventually(lambda: len(previews(harness.state_dir)) == 1, "the preview to be recorded")
+    await harness.stop(gateway, grace=0.2)
+    [(_, preview_id)] = previews(harness.state_dir)  # kept: the turn runs again
+    return preview_id
+
+
+async def test_a_streamed_answer_cut_short_by_shutdown_is_finished_in_its_message_by_the_next_start(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    preview_id = await streamed_turn_cut_short(harness, fake_llm, bridge)
+    fake_llm.script("The whole answer.")
+    await harness.start(harness.config(**STREAMING))
+    await eventually(lambda: journal(harness.state_dir)["slow"][0] == "done", "the re-run to finish")
+    sends = [body for method, body in bridge.calls if method == "send"]
+    last_edit = [body for method, body in bridge.calls if method == "edit"][-1]
+    assert len(sends) == 1  # no second message beside the half-written one
+    assert (last_edit["message_id"], last_edit["message"]["text"]) == (preview_id, "The whole answer.")
+    await eventually(lambda: previews(harness.state_dir) == [], "the finished preview to be forgotten")
+
+
+async def test_a_half_written_answer_is_taken_back_when_the_next_start_decides_not_to_reply(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    preview_id = await streamed_turn_cut_short(harness, fake_llm, bridge)
+    fake_llm.script("NO_REPLY")
+    await harness.start(harness.config(**STREAMING))
+    await eventually(lambda: journal(harness.state_dir)["slow"][0] == "done", "the re-run to finish")
+    assert [body["message_id"] for method, body in bridge.calls if method == "delete"] == [preview_id]
+    await eventually(lambda: previews(harness.state_dir) == [], "the taken-back preview to be forgotten")
+
+
+async def test_a_recorded_preview_of_a_finished_turn_is_forgotten_at_start(
+    harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
+) -> None:
+    async def finished_turn_with_a_preview(store: SqliteStore) -> None:
+        record = await store.record_inbound("loopback", "default", "mo", "old", {"text": "answered already"})
+        assert record is not None
+        await store.set_preview(record.id, "loopback", "default", {"channel": "loopback"}, "m-1")
+        await store.mark_inbound(record.id, "done")  # answered, but the process died before forgetting the preview
+
+    await harness.start(harness.config(**STREAMING), before_start=finished_turn_with_a_preview)
+    assert previews(harness.state_dir) == []
+    assert fake_llm.requests == []
+    assert bridge.calls == []
+
+
 async def test_wrong_pairing_codes_are_rate_limited(harness: Harness, bridge: FakeBridge) -> None:
     await harness.start(harness.config(**PAIRING))
     for _ in range(6):

@@ -366,6 +366,36 @@ async def test_pruned_messages_leave_their_outbox_entries_unlinked(store: Sqlite
     assert (still_pending.id, still_pending.inbound_id) == (entry.id, None)
 
 
+# --- streamed answers still being written ------------------------------------------------------------------------
+
+
+async def test_previews_are_kept_across_a_reopen_until_cleared(tmp_path: Path, clock: Clock) -> None:
+    async with await SqliteStore.open(tmp_path, clock=clock) as store:
+        first, second, third = [await inbound(store, str(number)) for number in (1, 2, 3)]
+        await store.set_preview(first.id, "telegram", "main", TARGET, "501")
+        clock.advance(1)
+        await store.set_preview(second.id, "telegram", "main", TARGET, "502")
+        await store.set_preview(second.id, "telegram", "main", TARGET, "503")  # one per message: the latest
+    async with await SqliteStore.open(tmp_path, clock=clock) as store:
+        kept = await store.previews()
+        assert [(p.inbound_id, p.message_id, p.target) for p in kept] == [
+            (first.id, "501", TARGET),
+            (second.id, "503", TARGET),
+        ]
+        await store.clear_previews([first.id, third.id])  # a message without one is fine
+        await store.clear_previews([])
+        assert [p.inbound_id for p in await store.previews()] == [second.id]
+
+
+async def test_a_pruned_message_takes_its_preview_with_it(store: SqliteStore, clock: Clock) -> None:
+    message = await inbound(store, "1")
+    await store.set_preview(message.id, "telegram", "main", TARGET, "501")
+    await store.mark_inbound(message.id, "done")
+    clock.advance(25 * 3600)
+    assert await store.prune_inbound() == 1
+    assert await store.previews() == []
+
+
 # --- concurrency and the event loop ----------------------------------------------------------------------------
 
 

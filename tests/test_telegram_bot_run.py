@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ from typing import Any
 import pytest
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
-from helpers import asked, bot_run
+from helpers import asked, bot_run, launch_bot
 
 OWNER = 4242
+STARTED = "channel telegram account main started"
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, streaming: str) -> dict[str, Any]:
@@ -115,6 +117,40 @@ async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text
         assert [message.visible for (chat, _), message in tg.messages.items() if chat == OWNER] == [answer]
         times = [call.at for call in tg.requests if call.method == "editMessageText"]
         assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(times))
+
+
+async def test_an_answer_cut_short_by_a_crash_is_finished_in_the_same_message(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(Reply.slow(" ".join(f"word{number}" for number in range(200)), 60))  # never finished
+    settings = config(tmp_path, fake_llm, fake_telegram, streaming="partial")
+    bot = await launch_bot(settings, tmp_path, STARTED)
+    try:
+        await tg.private_message("tell me slowly", user_id=OWNER, name="Owner")
+        await tg.wait_sent(OWNER, 1)
+        # The edit after the first preview comes once the preview's message is recorded.
+        await tg.wait_for(lambda: any(call["chat_id"] == OWNER for call in tg.calls("editMessageText")), 15)
+        bot.send_signal(signal.SIGKILL)
+        await bot.wait()
+    finally:
+        if bot.returncode is None:
+            bot.kill()
+            await bot.wait()
+    [half_written] = [message.visible for (chat, _), message in tg.messages.items() if chat == OWNER]
+    assert half_written.startswith("word0 word1")
+
+    fake_llm.script("The whole answer, this time.")
+    async with bot_run(settings, tmp_path, STARTED):
+        await tg.wait_for(
+            lambda: any(call["text"] == "The whole answer, this time." for call in tg.calls("editMessageText")), 15
+        )
+        await asyncio.sleep(1.5)  # a second message, if one were sent, would show up here
+        assert len(fake_llm.requests) == 2  # the turn ran again
+        assert len(tg.sent[OWNER]) == 1  # and its answer went into the message the first run had started
+        assert [message.visible for (chat, _), message in tg.messages.items() if chat == OWNER] == [
+            "The whole answer, this time."
+        ]
 
 
 async def test_messages_waiting_at_start_are_answered_once(

@@ -3,9 +3,10 @@ tests in test_providers.py all run through it as well)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -22,6 +23,22 @@ from agent.providers.transport import provider_client
 async def llm() -> AsyncIterator[FakeLLM]:
     async with FakeLLM() as server:
         yield server
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    handler: Callable[[web.Request], Awaitable[web.Response]], host: str = "127.0.0.1"
+) -> AsyncIterator[str]:
+    """A local server answering every request with `handler`; yields its URL, with `host` as the host name."""
+    app = web.Application()
+    app.router.add_route("*", "/", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://{host}:{runner.addresses[0][1]}/"
+    finally:
+        await runner.cleanup()
 
 
 async def answer(client: httpx.AsyncClient, base_url: str) -> str:
@@ -57,18 +74,23 @@ async def test_a_compressed_body_is_decoded_once() -> None:
         body = gzip.compress(json.dumps(payload).encode())
         return web.Response(body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
 
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        async with provider_client() as client:
-            response = await client.get(f"http://127.0.0.1:{runner.addresses[0][1]}/")
-        assert response.json() == payload
-    finally:
-        await runner.cleanup()
+    async with serving(handler) as url, provider_client() as client:
+        response = await client.get(url)
+    assert response.json() == payload
+
+
+async def test_a_streamed_request_body_is_sent_whole_with_its_length() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        framing = request.headers.get("Transfer-Encoding", "") or f"length {request.headers['Content-Length']}"
+        return web.json_response({"body": (await request.read()).decode(), "framing": framing})
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for piece in (b"one ", b"two ", b"three"):
+            yield piece
+
+    async with serving(handler) as url, provider_client() as client:
+        response = await client.post(url, content=pieces())
+    assert response.json() == {"body": "one two three", "framing": "length 13"}
 
 
 async def test_cookies_are_kept_by_httpx_and_sent_once() -> None:
@@ -80,19 +102,11 @@ async def test_cookies_are_kept_by_httpx_and_sent_once() -> None:
         response.set_cookie("session", "abc")
         return response
 
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        async with provider_client() as client:
-            url = f"http://localhost:{runner.addresses[0][1]}/"  # aiohttp would keep cookies of a name, not an IP
-            await client.get(url)
-            await client.get(url)
-        assert seen == ["", "session=abc"]
-    finally:
-        await runner.cleanup()
+    # by name: aiohttp's own jar, were it used, would keep cookies of a host name but not of an IP address
+    async with serving(handler, host="localhost") as url, provider_client() as client:
+        await client.get(url)
+        await client.get(url)
+    assert seen == ["", "session=abc"]
 
 
 async def test_a_refused_connection_is_httpx_connect_error() -> None:

@@ -41,7 +41,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             response = await session.request(
                 request.method,
                 str(request.url),
-                headers=request.headers.multi_items(),
+                # the body is read whole, so aiohttp sends its length: a chunked framing header would contradict it
+                headers=[item for item in request.headers.multi_items() if item[0] != "transfer-encoding"],
                 data=await request.aread() or None,
                 proxy=self._proxy_for(request.url),
                 allow_redirects=False,  # httpx follows redirects itself when asked to

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from agent.events import discard
 from agent.lanes import Lanes, RunControl
@@ -21,7 +22,7 @@ from bot.assemble import SetupError, model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.config import Config
 from bot.conversation import Conversations
-from bot.store import InboundRecord, OutboxRecord, PreviewRecord, Store
+from bot.store import InboundRecord, OutboxEntry, OutboxRecord, PreviewRecord, Store
 from bot.streaming import StreamingReply
 from channels.base import (
     AccountSettings,
@@ -249,12 +250,10 @@ class Gateway:
         settings = adapter.settings if adapter is not None else AccountSettings()
         verdict = await check_access(message, settings, self.store, self._owners)
         if not verdict.allowed:  # strangers reach nothing: no typing, no agent, at most a pairing code
-            if verdict.reply:
-                await self._reply(record.id, message, verdict.reply)
-            await self.store.mark_inbound(record.id, "done", verdict.reason)
+            replies = self._replies(record.id, message, verdict.reply or "")
+            await self._close([record.id], "done", verdict.reason, replies=replies)
             return
         route = self.router.resolve(message.routing_input())
-        await self.store.set_inbound_session(record.id, route.session_key)
         job = Job(record.id, message, route.agent, route.session_key)
         command = self._parse_command(message)
         if command is not None:
@@ -301,8 +300,8 @@ class Gateway:
             text = await self.approvals.on_command(command.args, who, job.message.sender_name)
         else:
             text = HELP
-        await self._reply(job.inbound_id, job.message, text)
-        await self.store.mark_inbound(job.inbound_id, "done")
+        replies = self._replies(job.inbound_id, job.message, text)
+        await self._close([job.inbound_id], replies=replies, session_key=key)
 
     async def _drop(self, jobs: list[Job], reason: str) -> None:
         """Close the journal rows of queued messages that will never run, so that no restart runs them."""
@@ -333,7 +332,7 @@ class Gateway:
             sender_id=approved.sender_id,
             message_id=f"pairing-{approved.code}",
         )
-        await self._reply(None, stranger, "You're approved: I'm listening now.")
+        await self._reply(stranger, "You're approved: I'm listening now.")
         return f"Approved {approved.sender_name or approved.sender_id}."
 
     async def _status(self, job: Job) -> str:
@@ -350,7 +349,7 @@ class Gateway:
         return "\n".join(lines)
 
     async def _notice(self, key: str, job: Job, text: str) -> None:
-        await self._reply(None, job.message, text)
+        await self._reply(job.message, text)
 
     # --- one turn ---------------------------------------------------------------------------------------------------
 
@@ -358,8 +357,6 @@ class Gateway:
         """Answer a batch of messages for one session: run the agent, deliver, record, mark the journal."""
         newest = jobs[-1]
         inbound_ids = [inbound_id for job in jobs for inbound_id in job.inbound_ids]
-        for inbound_id in inbound_ids:
-            await self.store.mark_inbound(inbound_id, "running")
         stream = self._streaming_reply(newest, inbound_ids)
         if self._message_tool is not None:
             self._message_tool.forget(key)
@@ -370,9 +367,8 @@ class Gateway:
                 if stream is not None:
                     await stream.retract()
             chunks = await stream.finish(text) if stream is not None else None
-            await self._reply(newest.inbound_id, newest.message, text, chunks)
-            for inbound_id in inbound_ids:
-                await self.store.mark_inbound(inbound_id, "done")
+            replies = self._replies(newest.inbound_id, newest.message, text, chunks)
+            await self._close(inbound_ids, replies=replies, session_key=key)
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
         except _Interrupted:
@@ -382,9 +378,8 @@ class Gateway:
             log.exception("turn for %s failed", key)
             if stream is not None:
                 await stream.abandon()
-            await self._reply(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
-            for inbound_id in inbound_ids:
-                await self.store.mark_inbound(inbound_id, "failed", type(error).__name__)
+            replies = self._replies(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
+            await self._close(inbound_ids, "failed", type(error).__name__, replies=replies, session_key=key)
         if stream is not None and stream.wrote:
             await self.store.clear_previews(inbound_ids)
 
@@ -509,24 +504,43 @@ class Gateway:
 
     # --- delivery -------------------------------------------------------------------------------------------------
 
-    async def _reply(
+    def _replies(
         self, inbound_id: int | None, message: InboundMessage, text: str, chunks: list[str] | None = None
-    ) -> None:
-        """Record every chunk in the outbox, then send them in order (`chunks`: already split, e.g. what a
-        streamed message did not hold)."""
+    ) -> list[OutboxEntry]:
+        """The outbox entries that deliver `text` to the message's chat, in chunks the channel takes (`chunks`:
+        already split, e.g. what a streamed message did not hold); none for an empty text."""
         adapter = self.adapters.get((message.channel, message.account))
         limit = adapter.capabilities.max_text_length if adapter is not None else 4000
-        target = message.target()
-        for chunk in chunk_text(text, limit) if chunks is None else chunks:
-            payload = OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json")
-            await self.store.enqueue_outbox(
+        target = message.target().model_dump(mode="json")
+        return [
+            OutboxEntry(
                 inbound_id=inbound_id,
                 channel=message.channel,
                 account=message.account,
-                target=target.model_dump(mode="json"),
-                payload=payload,
+                target=target,
+                payload=OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json"),
             )
-        self._outbox_wake.set()
+            for chunk in (chunk_text(text, limit) if chunks is None else chunks)
+        ]
+
+    async def _close(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"] = "done",
+        error: str | None = None,
+        *,
+        replies: Sequence[OutboxEntry] = (),
+        session_key: str | None = None,
+    ) -> None:
+        """Record the replies and finish the messages' journal rows in one step (a crash leaves both or
+        neither), then let the outbox send the replies."""
+        await self.store.finish_inbound(inbound_ids, status, error, session_key=session_key, replies=replies)
+        if replies:
+            self._outbox_wake.set()
+
+    async def _reply(self, message: InboundMessage, text: str) -> None:
+        """A reply that answers no journaled message (a notice, a pairing confirmation)."""
+        await self._close([], replies=self._replies(None, message, text))
 
     async def _outbox_worker(self) -> None:
         while True:

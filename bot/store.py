@@ -11,7 +11,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +27,7 @@ __all__ = [
     "Clock",
     "InboundRecord",
     "InboundStatus",
+    "OutboxEntry",
     "OutboxRecord",
     "OutboxStatus",
     "PreviewRecord",
@@ -87,6 +88,17 @@ class InboundRecord(_Record):
     session_key: str | None = None
     received: float
     updated: float
+
+
+class OutboxEntry(_Record):
+    """Something to send, before it is recorded."""
+
+    inbound_id: int | None
+    channel: str
+    account: str
+    target: dict[str, Any]
+    payload: dict[str, Any]
+    kind: str = "send"
 
 
 class OutboxRecord(_Record):
@@ -184,6 +196,15 @@ class Store(Protocol):
     ) -> InboundRecord | None: ...
     async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None: ...
     async def set_inbound_session(self, inbound_id: int, session_key: str) -> None: ...
+    async def finish_inbound(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"],
+        error: str | None = None,
+        *,
+        session_key: str | None = None,
+        replies: Sequence[OutboxEntry] = (),
+    ) -> list[OutboxRecord]: ...
     async def unfinished_inbound(self) -> list[InboundRecord]: ...
     async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
 
@@ -465,6 +486,21 @@ class SqliteStore:
         """Remember which session the message was routed to. KeyError if unknown."""
         await self._call(_set_inbound_session, inbound_id, session_key, self._clock())
 
+    async def finish_inbound(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"],
+        error: str | None = None,
+        *,
+        session_key: str | None = None,
+        replies: Sequence[OutboxEntry] = (),
+    ) -> list[OutboxRecord]:
+        """Record `replies` in the outbox and move the messages to their final `status` (noting the session that
+        answered them), in one transaction: after a crash both happened or neither did. KeyError for an unknown
+        message, ValueError for one already finished; nothing is written then."""
+        rows = [_outbox_row(reply) for reply in replies]
+        return await self._call(_finish_inbound, list(inbound_ids), status, error, session_key, rows, self._clock())
+
     async def unfinished_inbound(self) -> list[InboundRecord]:
         """Pending and running messages in arrival order: after a crash, the work to run again."""
         return await self._call(_inbound_rows, "WHERE status IN ('pending', 'running') ORDER BY id", ())
@@ -492,8 +528,10 @@ class SqliteStore:
         kind: str = "send",
     ) -> OutboxRecord:
         """Record something to send, due now; do this before sending. KeyError if `inbound_id` is unknown."""
-        row = (inbound_id, channel, account, _dumps(target), _dumps(payload), kind)
-        return await self._call(_enqueue_outbox, row, self._clock())
+        entry = OutboxEntry(
+            inbound_id=inbound_id, channel=channel, account=account, target=target, payload=payload, kind=kind
+        )
+        return await self._call(_enqueue_outbox, _outbox_row(entry), self._clock())
 
     async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
         """The platform accepted it. Only a pending entry can be marked: ValueError otherwise; KeyError if unknown."""
@@ -872,17 +910,44 @@ def _record_inbound(
 
 
 def _mark_inbound(
-    connection: sqlite3.Connection, inbound_id: int, status: InboundStatus, error: str | None, now: float
+    connection: sqlite3.Connection,
+    inbound_id: int,
+    status: InboundStatus,
+    error: str | None,
+    now: float,
+    session_key: str | None = None,
 ) -> None:
     updated = connection.execute(
-        "UPDATE inbound SET status = ?, error = ?, updated = ? WHERE id = ? AND status IN ('pending', 'running')",
-        (status, error, now, inbound_id),
+        "UPDATE inbound SET status = ?, error = ?, session_key = coalesce(?, session_key), updated = ?"
+        " WHERE id = ? AND status IN ('pending', 'running')",
+        (status, error, session_key, now, inbound_id),
     ).rowcount
     if not updated:
         current = _first(connection, "SELECT status FROM inbound WHERE id = ?", (inbound_id,))
         if current is None:
             raise KeyError(f"no inbound message {inbound_id}")
         raise ValueError(f"inbound message {inbound_id} is already {current[0]}")
+
+
+def _finish_inbound(
+    connection: sqlite3.Connection,
+    inbound_ids: list[int],
+    status: InboundStatus,
+    error: str | None,
+    session_key: str | None,
+    rows: list[tuple[object, ...]],
+    now: float,
+) -> list[OutboxRecord]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        records = [_enqueue_outbox(connection, row, now) for row in rows]
+        for inbound_id in inbound_ids:
+            _mark_inbound(connection, inbound_id, status, error, now, session_key)
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    return records
 
 
 def _set_inbound_session(connection: sqlite3.Connection, inbound_id: int, session_key: str, now: float) -> None:
@@ -893,6 +958,10 @@ def _set_inbound_session(connection: sqlite3.Connection, inbound_id: int, sessio
 
 def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:
     return [_inbound(row) for row in connection.execute(f"SELECT * FROM inbound {where}", params)]
+
+
+def _outbox_row(entry: OutboxEntry) -> tuple[object, ...]:
+    return (entry.inbound_id, entry.channel, entry.account, _dumps(entry.target), _dumps(entry.payload), entry.kind)
 
 
 def _enqueue_outbox(connection: sqlite3.Connection, row: tuple[object, ...], now: float) -> OutboxRecord:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.store import SCHEMA_VERSION, InboundRecord, SqliteStore, Store, StoreError
+from bot.store import SCHEMA_VERSION, InboundRecord, OutboxEntry, SqliteStore, Store, StoreError
 
 
 class Clock:
@@ -190,6 +190,39 @@ async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteS
         await store.set_inbound_session(9999, "k")
     with pytest.raises(ValueError, match="status"):
         await store.mark_inbound(record.id, "bogus")  # type: ignore[arg-type]
+
+
+def reply(inbound_id: int | None, text: str) -> OutboxEntry:
+    return OutboxEntry(inbound_id=inbound_id, channel="telegram", account="default", target=TARGET, payload={"t": text})
+
+
+async def test_finishing_messages_records_their_replies_in_the_same_step(store: SqliteStore) -> None:
+    first, second = await inbound(store, "1"), await inbound(store, "2")
+    recorded = await store.finish_inbound(
+        [first.id, second.id], "done", session_key="s-1", replies=[reply(second.id, "a"), reply(second.id, "b")]
+    )
+    assert [(entry.inbound_id, entry.payload, entry.status) for entry in recorded] == [
+        (second.id, {"t": "a"}, "pending"),
+        (second.id, {"t": "b"}, "pending"),
+    ]
+    assert [entry.id for entry in await store.unsent_outbox()] == [entry.id for entry in recorded]
+    assert await store.unfinished_inbound() == []
+    with sqlite3.connect(store.path) as db:
+        rows = db.execute("SELECT status, session_key FROM inbound ORDER BY id").fetchall()
+    assert rows == [("done", "s-1"), ("done", "s-1")]
+    await store.finish_inbound([], "done", replies=[reply(None, "a notice")])  # a reply that answers nothing
+    assert len(await store.unsent_outbox()) == 3
+
+
+async def test_finishing_is_all_or_nothing(store: SqliteStore) -> None:
+    first, second = await inbound(store, "1"), await inbound(store, "2")
+    await store.mark_inbound(second.id, "done")
+    with pytest.raises(ValueError, match="already done"):
+        await store.finish_inbound([first.id, second.id], "failed", "boom", replies=[reply(first.id, "sorry")])
+    with pytest.raises(KeyError):
+        await store.finish_inbound([first.id, 9999], "done", replies=[reply(first.id, "hello")])
+    assert await store.unsent_outbox() == []  # neither attempt left a reply behind
+    assert [record.id for record in await store.unfinished_inbound()] == [first.id]
 
 
 async def test_unfinished_inbound_comes_back_in_order_after_reopen(tmp_path: Path) -> None:

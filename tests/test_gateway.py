@@ -881,8 +881,9 @@ def previews(state_dir: Path) -> list[tuple[int, str]]:
         return connection.execute("SELECT inbound_id, message_id FROM previews ORDER BY inbound_id").fetchall()
 
 
-async def streamed_turn_cut_short(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge) -> str:
-    """A streamed answer half written when the gateway stops (its grace runs out); returns its message id."""
+async def cut_short_then_run_again(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge, answer: str) -> str:
+    """A streamed answer half written when the gateway stops (its grace runs out), then a new start whose run
+    of the same turn answers `answer`; returns the half-written message's id."""
     fake_llm.script(Reply.stall(60, after_text="The first half of an answer"))
     gateway = await harness.start(harness.config(**STREAMING))
     await bridge.say("slow question", sender="mo", message_id="slow")
@@ -890,16 +891,17 @@ async def streamed_turn_cut_short(harness: Harness, fake_llm: FakeLLM, bridge: F
     await eventually(lambda: len(previews(harness.state_dir)) == 1, "the preview to be recorded")
     await harness.stop(gateway, grace=0.2)
     [(_, preview_id)] = previews(harness.state_dir)  # kept: the turn runs again
+
+    fake_llm.script(answer)
+    await harness.start(harness.config(**STREAMING))
+    await eventually(lambda: journal(harness.state_dir)["slow"][0] == "done", "the re-run to finish")
     return preview_id
 
 
 async def test_a_streamed_answer_cut_short_by_shutdown_is_finished_in_its_message_by_the_next_start(
     harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
 ) -> None:
-    preview_id = await streamed_turn_cut_short(harness, fake_llm, bridge)
-    fake_llm.script("The whole answer.")
-    await harness.start(harness.config(**STREAMING))
-    await eventually(lambda: journal(harness.state_dir)["slow"][0] == "done", "the re-run to finish")
+    preview_id = await cut_short_then_run_again(harness, fake_llm, bridge, "The whole answer.")
     sends = [body for method, body in bridge.calls if method == "send"]
     last_edit = [body for method, body in bridge.calls if method == "edit"][-1]
     assert len(sends) == 1  # no second message beside the half-written one
@@ -910,10 +912,7 @@ async def test_a_streamed_answer_cut_short_by_shutdown_is_finished_in_its_messag
 async def test_a_half_written_answer_is_taken_back_when_the_next_start_decides_not_to_reply(
     harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
 ) -> None:
-    preview_id = await streamed_turn_cut_short(harness, fake_llm, bridge)
-    fake_llm.script("NO_REPLY")
-    await harness.start(harness.config(**STREAMING))
-    await eventually(lambda: journal(harness.state_dir)["slow"][0] == "done", "the re-run to finish")
+    preview_id = await cut_short_then_run_again(harness, fake_llm, bridge, "NO_REPLY")
     assert [body["message_id"] for method, body in bridge.calls if method == "delete"] == [preview_id]
     await eventually(lambda: previews(harness.state_dir) == [], "the taken-back preview to be forgotten")
 

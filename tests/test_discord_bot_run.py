@@ -1,7 +1,7 @@
 """Discord through a real `bot run` process: the real adapter on discord.py, the fake Discord (REST and gateway),
 the fake LLM. What a person on Discord sees: answers in DMs, silence in guild channels unless mentioned, role and
 channel bindings, threads routed by their channel but kept apart, long answers in 2,000-character chunks, pairing
-for strangers, bots ignored, 429s waited out, no duplicates."""
+for strangers, bots ignored, 429s waited out, no duplicates, streamed answers edited in place."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes.discord import CHANNEL_ID, GUILD_ID, OTHER_CHANNEL_ID, ROLE_ID, THREAD_ID, FakeDiscord
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 from helpers import asked, bot_run
 
 from channels.chunking import chunk_text
@@ -123,3 +123,36 @@ async def test_strangers_pair_bots_are_ignored_429s_wait_and_nothing_is_answered
     assert dc.texts(bot_dm) == []
     assert dc.texts(OTHER_CHANNEL_ID) == [] and dc.texts(CHANNEL_ID) == []
     assert asked(fake_llm) == ["may I?"]
+
+
+async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text(
+    tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
+    dc = fake_discord
+    config = {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
+        "owners": [f"discord:{dc.alice.id}"],
+        "channels": {"discord": {"accounts": {"main": {
+            "token": dc.token, "api_base_url": dc.root, "gateway_url": dc.gateway_url, "guild_ready_timeout": 0.05,
+        }}}},  # streaming: partial is the default
+        "bindings": [{"agent": "main", "match": {"channel": "discord", "account": "main"}}],
+    }  # fmt: skip
+    answer = " ".join(f"word{number}" for number in range(60))
+    fake_llm.script(Reply.slow(answer, 3.5))
+    async with bot_run(config, tmp_path, STARTED):
+        await dc.dm("tell me slowly", user=dc.alice)
+        owner_dm = dc.dm_channel_id(dc.alice)
+        await dc.wait_for_posts(1, owner_dm, timeout=WAIT)
+        [first] = dc.texts(owner_dm)
+        assert answer.startswith(first) and first != answer  # shown while the model was still writing
+        await dc.wait_for(
+            lambda: any(call.body.get("content") == answer for call in dc.calls("PATCH", "/messages/")),
+            "the final edit",
+            timeout=WAIT,
+        )
+        await asyncio.sleep(1.5)  # a second message with the final text, if one were sent, would show up here
+        edits = [call.body["content"] for call in dc.calls("PATCH", "/messages/")]
+        assert edits[-1] == answer and len(edits) == len(set(edits))  # never the same text twice
+        assert len(dc.posts(owner_dm)) == 1
+        assert [message["content"] for message in dc.messages.values()] == [answer]

@@ -1,7 +1,7 @@
 """Slack through a real `bot run` process: the real adapter on slack-bolt in Socket Mode, the fake Slack (Web API and
 socket), the fake LLM. What a person on Slack sees: answers in DMs, silence in channels unless mentioned, a mention
 that Slack delivers twice answered once, threads as their own sessions answered in the thread, pairing for
-strangers, bots ignored, 429s waited out, no duplicates."""
+strangers, bots ignored, 429s waited out, no duplicates, long answers in chunks and streamed ones edited in place."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 from fakes.slack import BOT_USER_ID, TEAM_ID, USER_ID, FakeSlack, dm_channel
 from helpers import asked, bot_run, eventually
 
@@ -134,3 +134,43 @@ async def test_strangers_pair_bots_are_ignored_and_429s_are_waited_out(
     assert len(said(slack, dm_channel(STRANGER))) == 3
     assert said(slack, dm_channel("U0ROBOT01")) == [] and said(slack, "C0GENERAL") == []
     assert asked(fake_llm) == ["may I?"]
+
+
+async def test_a_long_answer_arrives_in_chunks_and_a_streamed_one_as_one_message_edited(
+    tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack
+) -> None:
+    slack = fake_slack
+    config = {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
+        "owners": [f"slack:{OWNER}"],
+        "channels": {"slack": {"accounts": {"main": {
+            "bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url,
+            "streaming": "partial",
+        }}}},
+        "bindings": [{"agent": "main", "match": {"channel": "slack", "account": "main"}}],
+    }  # fmt: skip
+    long_answer = "\n\n".join(f"Paragraph {number}: " + "word " * 120 for number in range(12))  # ~7,400 characters
+    streamed = " ".join(f"word{number}" for number in range(60))
+    fake_llm.script(long_answer, Reply.slow(streamed, 3.5))
+    async with bot_run(config, tmp_path, "channel slack account main started"):
+        await slack.dm("a long one", user=OWNER)
+        await eventually(lambda: len(slack.posted) >= 3, "the long answer's chunks")
+        chunks = [body["text"] for body in slack.posted]
+        assert all(len(chunk) <= 3000 for chunk in chunks)
+        assert " ".join(" ".join(chunks).split()) == " ".join(long_answer.split())  # all of it, in order
+
+        await slack.dm("now slowly", user=OWNER)
+        await eventually(
+            lambda: any(call.body.get("text") == streamed for call in slack.calls if call.method == "chat.update"),
+            "the final edit",
+        )
+        await asyncio.sleep(1.5)  # a second copy of the answer, if one were sent, would show up here
+        first, *edits = [call.body for call in slack.calls if call.method in ("chat.postMessage", "chat.update")][
+            len(chunks) :
+        ]
+        assert streamed.startswith(first["text"]) and first["text"] != streamed  # shown while being written
+        assert [edit["text"] for edit in edits][-1] == streamed
+        assert all(edit["ts"] == edits[0]["ts"] for edit in edits)  # one message, edited in place
+        assert len(slack.posted) == len(chunks) + 1  # and no second message with the final text
+        assert [message["text"] for message in said(slack, dm_channel(OWNER))][-1] == streamed

@@ -123,7 +123,7 @@ async def test_an_answer_cut_short_by_a_crash_is_finished_in_the_same_message(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
     tg = fake_telegram
-    fake_llm.script(Reply.slow(" ".join(f"word{number}" for number in range(200)), 60))  # never finished
+    fake_llm.script(Reply.slow(" ".join(f"word{number}" for number in range(200)), 60, pieces=120))  # never finished
     settings = config(tmp_path, fake_llm, fake_telegram, streaming="partial")
     bot = await launch_bot(settings, tmp_path, STARTED)
     try:

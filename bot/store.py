@@ -195,7 +195,6 @@ class Store(Protocol):
         self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
     ) -> InboundRecord | None: ...
     async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None: ...
-    async def set_inbound_session(self, inbound_id: int, session_key: str) -> None: ...
     async def finish_inbound(
         self,
         inbound_ids: Sequence[int],
@@ -481,10 +480,6 @@ class SqliteStore:
         if status not in ("pending", "running", "done", "failed"):
             raise ValueError(f"not an inbound status: {status!r}")
         await self._call(_mark_inbound, inbound_id, status, error, self._clock())
-
-    async def set_inbound_session(self, inbound_id: int, session_key: str) -> None:
-        """Remember which session the message was routed to. KeyError if unknown."""
-        await self._call(_set_inbound_session, inbound_id, session_key, self._clock())
 
     async def finish_inbound(
         self,
@@ -948,12 +943,6 @@ def _finish_inbound(
         connection.execute("ROLLBACK")
         raise
     return records
-
-
-def _set_inbound_session(connection: sqlite3.Connection, inbound_id: int, session_key: str, now: float) -> None:
-    sql = "UPDATE inbound SET session_key = ?, updated = ? WHERE id = ?"
-    if not connection.execute(sql, (session_key, now, inbound_id)).rowcount:
-        raise KeyError(f"no inbound message {inbound_id}")
 
 
 def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:

@@ -177,7 +177,6 @@ async def test_same_message_id_elsewhere_is_not_a_duplicate(store: SqliteStore) 
 
 async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteStore, clock: Clock) -> None:
     record = await inbound(store, "1")
-    await store.set_inbound_session(record.id, "agent:main:telegram:direct:7")
     await store.mark_inbound(record.id, "running")
     clock.advance(3)
     await store.mark_inbound(record.id, "failed", error="provider timed out")
@@ -186,8 +185,6 @@ async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteS
         await store.mark_inbound(record.id, "running")
     with pytest.raises(KeyError):
         await store.mark_inbound(9999, "done")
-    with pytest.raises(KeyError):
-        await store.set_inbound_session(9999, "k")
     with pytest.raises(ValueError, match="status"):
         await store.mark_inbound(record.id, "bogus")  # type: ignore[arg-type]
 
@@ -231,7 +228,6 @@ async def test_unfinished_inbound_comes_back_in_order_after_reopen(tmp_path: Pat
         await store.mark_inbound(records[0].id, "running")
         await store.mark_inbound(records[0].id, "done")
         await store.mark_inbound(records[1].id, "running")
-        await store.set_inbound_session(records[1].id, "session-b")
         await store.mark_inbound(records[2].id, "running")
         await store.mark_inbound(records[2].id, "failed", error="boom")
         await store.mark_inbound(records[4].id, "running")
@@ -242,7 +238,6 @@ async def test_unfinished_inbound_comes_back_in_order_after_reopen(tmp_path: Pat
         ("4", "pending"),
         ("5", "running"),
     ]
-    assert unfinished[0].session_key == "session-b"
     assert unfinished[1].payload == {"text": "message 4"}
 
 

@@ -11,7 +11,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -736,9 +736,20 @@ def _connect(path: Path) -> sqlite3.Connection:
     return connection
 
 
-def _migrate(connection: sqlite3.Connection, path: Path) -> None:
-    connection.execute("BEGIN IMMEDIATE")  # read the version under the write lock: two openers cannot both migrate
+@contextlib.contextmanager
+def _write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (the write lock, taken before anything is read) ... COMMIT, or ROLLBACK on any error."""
+    connection.execute("BEGIN IMMEDIATE")
     try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _migrate(connection: sqlite3.Connection, path: Path) -> None:
+    with _write_transaction(connection):  # read the version under the write lock: two openers cannot both migrate
         version = _scalar(connection, "PRAGMA user_version")
         if version > SCHEMA_VERSION:
             raise StoreError(f"{path}: schema version {version} is newer than this Switchboard ({SCHEMA_VERSION})")
@@ -746,10 +757,6 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
             for statement in statements:
                 connection.execute(statement)
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
 
 
 def _close(connection: sqlite3.Connection) -> None:
@@ -933,15 +940,10 @@ def _finish_inbound(
     rows: list[tuple[object, ...]],
     now: float,
 ) -> list[OutboxRecord]:
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(connection):
         records = [_enqueue_outbox(connection, row, now) for row in rows]
         for inbound_id in inbound_ids:
             _mark_inbound(connection, inbound_id, status, error, now, session_key)
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
     return records
 
 
@@ -1004,8 +1006,7 @@ def _request_pairing(
     ttl: float,
     max_pending: int,
 ) -> PairingRecord | None:
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(connection):
         connection.execute("DELETE FROM pairing WHERE status = 'pending' AND expires <= ?", (now,))
         mine = _first(
             connection,
@@ -1013,7 +1014,6 @@ def _request_pairing(
             (channel, account, sender_id),
         )
         if mine is not None:
-            connection.execute("COMMIT")
             return PairingRecord(**dict(mine))
         waiting = _scalar(
             connection,
@@ -1022,7 +1022,6 @@ def _request_pairing(
             account,
         )
         if waiting >= max_pending:
-            connection.execute("COMMIT")
             return None
         code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
         record = PairingRecord(
@@ -1033,18 +1032,13 @@ def _request_pairing(
             "INSERT INTO pairing VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (channel, account, code, sender_id, sender_name, now, now + ttl, "pending"),
         )
-        connection.execute("COMMIT")
         return record
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
 
 
 def _approve_pairing(
     connection: sqlite3.Connection, channel: str, code: str, approved_by: str, now: float
 ) -> PairingRecord | None:
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(connection):
         rows = connection.execute(
             "SELECT * FROM pairing WHERE channel = ? AND status = 'pending' AND expires > ?", (channel, now)
         ).fetchall()
@@ -1054,7 +1048,6 @@ def _approve_pairing(
             if hmac.compare_digest(row["code"].encode(), code.encode()):
                 match = row
         if match is None:
-            connection.execute("COMMIT")
             return None
         connection.execute(
             "UPDATE pairing SET status = 'approved' WHERE channel = ? AND account = ? AND code = ?",
@@ -1064,8 +1057,4 @@ def _approve_pairing(
             "INSERT OR REPLACE INTO allowed_senders VALUES (?, ?, ?, ?, ?)",
             (match["channel"], match["account"], match["sender_id"], approved_by, now),
         )
-        connection.execute("COMMIT")
         return PairingRecord(**(dict(match) | {"status": "approved"}))
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise

@@ -100,7 +100,8 @@ class Conversations:
 def _read_inputs(transcript: Path, workspace: Path | None) -> tuple[list[Message], list[tuple[str, str]]]:
     """What a turn reads from disk, in one trip off the event loop: the session's transcript and the workspace's
     bootstrap files (the workspace is created on first use)."""
-    if workspace is None:
-        return load_transcript(transcript), []
-    workspace.mkdir(parents=True, exist_ok=True)
-    return load_transcript(transcript), load_bootstrap(workspace)
+    bootstrap: list[tuple[str, str]] = []
+    if workspace is not None:
+        workspace.mkdir(parents=True, exist_ok=True)
+        bootstrap = load_bootstrap(workspace)
+    return load_transcript(transcript), bootstrap

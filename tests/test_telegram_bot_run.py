@@ -42,7 +42,7 @@ def config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, strea
 @pytest.fixture
 async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> AsyncIterator[Path]:
     settings = config(tmp_path, fake_llm, fake_telegram, streaming="off")
-    async with bot_run(settings, tmp_path, "channel telegram account main started") as path:
+    async with bot_run(settings, tmp_path, STARTED) as path:
         yield path
 
 
@@ -105,7 +105,7 @@ async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text
     answer = " ".join(f"word{number}" for number in range(60))
     fake_llm.script(Reply.slow(answer, 3.5))
     settings = config(tmp_path, fake_llm, fake_telegram, streaming="partial")
-    async with bot_run(settings, tmp_path, "channel telegram account main started"):
+    async with bot_run(settings, tmp_path, STARTED):
         await tg.private_message("tell me slowly", user_id=OWNER, name="Owner")
         [first] = await tg.wait_sent(OWNER, 1)
         assert answer.startswith(first) and first != answer  # shown while the model was still writing
@@ -163,7 +163,7 @@ async def test_messages_waiting_at_start_are_answered_once(
         await tg.private_message(text, user_id=OWNER + 1 + len(text), name="Early")
     settings = config(tmp_path, fake_llm, fake_telegram, streaming="off")
     settings["channels"]["telegram"]["accounts"]["main"]["dm_policy"] = "open"
-    async with bot_run(settings, tmp_path, "channel telegram account main started"):
+    async with bot_run(settings, tmp_path, STARTED):
         await tg.wait_for(lambda: sum(len(texts) for texts in tg.sent.values()) >= 3, 15)
         await asyncio.sleep(1.5)  # a second run of the same message would answer here
         assert len(fake_llm.requests) == 3

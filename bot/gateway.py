@@ -170,9 +170,8 @@ class Gateway:
     async def _recover(self, leftovers: list[InboundRecord]) -> None:
         for record in leftovers:
             if await self.store.inbound_has_replies(record.id):
-                await self.store.mark_inbound(record.id, "done")  # answered; the outbox finishes the delivery
-                if self._unfinished_previews.pop(record.id, None) is not None:
-                    await self.store.clear_previews([record.id])
+                self._unfinished_previews.pop(record.id, None)
+                await self._close([record.id])  # answered; the outbox finishes the delivery
                 continue
             log.info("re-running message %s from %s left unfinished by the last run", record.message_id, record.channel)
             await self._accept(record, InboundMessage.model_validate(record.payload))
@@ -372,16 +371,14 @@ class Gateway:
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
         except _Interrupted:
+            # unfinished, its streamed message stays recorded too: the next start writes the answer into it
             log.info("turn for %s interrupted by shutdown; the next start runs it again", key)
-            return  # its streamed message too is kept, for the next start to finish
         except Exception as error:
             log.exception("turn for %s failed", key)
             if stream is not None:
                 await stream.abandon()
             replies = self._replies(newest.inbound_id, newest.message, "Sorry, something went wrong on my side.")
             await self._close(inbound_ids, "failed", type(error).__name__, replies=replies, session_key=key)
-        if stream is not None and stream.wrote:
-            await self.store.clear_previews(inbound_ids)
 
     def _streaming_reply(self, newest: Job, inbound_ids: list[int]) -> StreamingReply | None:
         """The reply that streams this turn's answer, if its account streams (or an earlier run of the same turn

@@ -491,8 +491,9 @@ class SqliteStore:
         replies: Sequence[OutboxEntry] = (),
     ) -> list[OutboxRecord]:
         """Record `replies` in the outbox and move the messages to their final `status` (noting the session that
-        answered them), in one transaction: after a crash both happened or neither did. KeyError for an unknown
-        message, ValueError for one already finished; nothing is written then."""
+        answered them, and forgetting their streamed previews), in one transaction: after a crash all of it
+        happened or none did. KeyError for an unknown message, ValueError for one already finished; nothing is
+        written then."""
         rows = [_outbox_row(reply) for reply in replies]
         return await self._call(_finish_inbound, list(inbound_ids), status, error, session_key, rows, self._clock())
 
@@ -579,8 +580,7 @@ class SqliteStore:
     async def clear_previews(self, inbound_ids: list[int]) -> None:
         """The answers to these messages are complete (or were taken back): forget their streamed messages."""
         if inbound_ids:
-            sql = f"DELETE FROM previews WHERE inbound_id IN ({', '.join('?' for _ in inbound_ids)})"
-            await self._call(_execute, sql, tuple(inbound_ids))
+            await self._call(_delete_previews, inbound_ids)
 
     async def previews(self) -> list[PreviewRecord]:
         """Every streamed message whose answer was not completed, oldest first."""
@@ -944,7 +944,14 @@ def _finish_inbound(
         records = [_enqueue_outbox(connection, row, now) for row in rows]
         for inbound_id in inbound_ids:
             _mark_inbound(connection, inbound_id, status, error, now, session_key)
+        _delete_previews(connection, inbound_ids)
     return records
+
+
+def _delete_previews(connection: sqlite3.Connection, inbound_ids: list[int]) -> None:
+    if inbound_ids:
+        placeholders = ", ".join("?" for _ in inbound_ids)
+        connection.execute(f"DELETE FROM previews WHERE inbound_id IN ({placeholders})", inbound_ids)
 
 
 def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:

@@ -39,7 +39,6 @@ class StreamingReply:
         self.limit = adapter.capabilities.max_text_length
         self.interval = adapter.capabilities.edit_interval_seconds
         self.message_id = message_id
-        self.wrote = message_id is not None  # into a platform message, this run's or an earlier one's
         self._on_shown = on_shown
         self._text = ""
         self._shown = ""
@@ -86,13 +85,11 @@ class StreamingReply:
             self._broken = True
         self._shown = text
         self._last = time.monotonic()
-        if first and self.message_id is not None:
-            self.wrote = True
-            if self._on_shown is not None:
-                try:
-                    await self._on_shown(self.message_id)
-                except Exception as error:  # it still streams; only a restart could not finish it in place
-                    log.warning("could not record the streamed message in %s: %s", self.target.channel, error)
+        if first and self.message_id is not None and self._on_shown is not None:
+            try:
+                await self._on_shown(self.message_id)
+            except Exception as error:  # it still streams; only a restart could not finish it in place
+                log.warning("could not record the streamed message in %s: %s", self.target.channel, error)
 
     async def _stop(self) -> None:
         if self._worker is not None:

@@ -415,6 +415,14 @@ async def test_previews_are_kept_across_a_reopen_until_cleared(tmp_path: Path, c
         assert [p.inbound_id for p in await store.previews()] == [second.id]
 
 
+async def test_finishing_a_message_forgets_its_preview(store: SqliteStore) -> None:
+    answered, other = await inbound(store, "1"), await inbound(store, "2")
+    await store.set_preview(answered.id, "telegram", "main", TARGET, "501")
+    await store.set_preview(other.id, "telegram", "main", TARGET, "502")
+    await store.finish_inbound([answered.id], "done")
+    assert [p.inbound_id for p in await store.previews()] == [other.id]
+
+
 async def test_a_pruned_message_takes_its_preview_with_it(store: SqliteStore, clock: Clock) -> None:
     message = await inbound(store, "1")
     await store.set_preview(message.id, "telegram", "main", TARGET, "501")

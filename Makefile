@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= bindings.yaml
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint flaky bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,12 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy bot channels routing agent tools
 
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
+
+# The flake hunt: the whole suite RUNS times, all runs after the first under a CPU hog on every core.
+RUNS ?= 5
+flaky: $(VENV)/.installed-dev
+	$(BIN)/python tests/flake_hunt.py --runs $(RUNS)
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/routing.py

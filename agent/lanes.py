@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, Literal, TypeVar
@@ -45,6 +46,7 @@ class RunControl(Generic[T]):
 Handler = Callable[[str, list[T], RunControl[T]], Awaitable[None]]
 Fold = Callable[[list[T]], T]
 Notify = Callable[[str, T, str], Awaitable[None]]
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def fold_notice(count: int) -> str:
@@ -59,7 +61,7 @@ class _Lane(Generic[T]):
 
     def __init__(self) -> None:
         self.queue: deque[tuple[T, int]] = deque()  # (item, how many messages it stands for)
-        self.last_arrival = float("-inf")  # loop time of the newest item queued behind a turn
+        self.last_arrival = float("-inf")  # clock time of the newest item queued behind a turn
         self.control: RunControl[T] | None = None  # the running turn's, while one runs
         self.worker: asyncio.Task[None] | None = None
 
@@ -75,6 +77,8 @@ class Lanes(Generic[T]):
         notify: Notify[T],
         max_concurrent: int = 4,
         settings: QueueSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
@@ -84,7 +88,10 @@ class Lanes(Generic[T]):
         self._notify = notify
         self._slots = asyncio.Semaphore(max_concurrent)
         self._lanes: dict[str, _Lane[T]] = {}
+        self._clock = clock
+        self._sleep = sleep
         self._running = 0
+        self._waiting = 0
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
 
@@ -101,7 +108,7 @@ class Lanes(Generic[T]):
             lane.worker = asyncio.create_task(self._drive(key, lane), name=f"lane {key}")
             return
         self._enqueue(key, lane, item)
-        lane.last_arrival = asyncio.get_running_loop().time()
+        lane.last_arrival = self._clock()
         if self.settings.mode == "interrupt" and lane.control is not None:
             lane.control.cancel.set()
 
@@ -135,10 +142,17 @@ class Lanes(Generic[T]):
                 if not first and self.settings.mode == "collect":
                     await self._quiet(lane)
                 first = False
-                async with self._slots:
+                self._waiting += 1
+                try:
+                    await self._slots.acquire()
+                finally:
+                    self._waiting -= 1
+                try:
                     if not lane.queue or self._closed:
                         break
                     await self._run(key, lane, self._take_batch(lane))
+                finally:
+                    self._slots.release()
         finally:
             # Queued items stay on close (pending_items); otherwise an idle session leaves nothing behind.
             if not lane.queue and self._lanes.get(key) is lane:
@@ -147,12 +161,11 @@ class Lanes(Generic[T]):
     async def _quiet(self, lane: _Lane[T]) -> None:
         """Wait until `debounce_ms` has passed since the newest arrival (later arrivals extend the wait)."""
         delay = self.settings.debounce_ms / 1000
-        loop = asyncio.get_running_loop()
         while lane.queue:
-            remaining = lane.last_arrival + delay - loop.time()
+            remaining = lane.last_arrival + delay - self._clock()
             if remaining <= 0:
                 return
-            await asyncio.sleep(remaining)
+            await self._sleep(remaining)
 
     def _take_batch(self, lane: _Lane[T]) -> list[T]:
         if self.settings.mode == "followup":
@@ -218,6 +231,10 @@ class Lanes(Generic[T]):
     def running_count(self) -> int:
         """Turns running right now, across all sessions."""
         return self._running
+
+    def waiting_count(self) -> int:
+        """Sessions whose next turn is waiting for a free run slot (all `max_concurrent` are taken)."""
+        return self._waiting
 
     def lane_count(self) -> int:
         """Sessions holding any state: a turn running or items waiting."""

@@ -197,6 +197,7 @@ class Runner:
         provider_factory: ProviderFactory = build_provider,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         server_retry_delay: float = 1.0,
         cancel_grace_seconds: float = 5.0,
         keep_last_turns: int = DEFAULT_KEEP_LAST_TURNS,
@@ -209,6 +210,7 @@ class Runner:
         self._own_client = client is None
         self.provider_factory = provider_factory
         self.wall_clock = wall_clock
+        self.sleep = sleep  # waits out time limits, grace periods and retry delays (tests pass one they control)
         self.server_retry_delay = server_retry_delay
         self.cancel_grace_seconds = cancel_grace_seconds
         self.keep_last_turns = keep_last_turns
@@ -280,25 +282,33 @@ class Runner:
         work = asyncio.create_task(self._attempt_all(run))
         limit = run.spec.timeout_seconds
         try:
-            done, _ = await asyncio.wait({work}, timeout=limit)
-            if not done:
+            if not await self._ends_within(work, limit):
                 run.timed_out = True
                 await self._decide(run, "timeout", reason=f"the run passed its limit of {limit:g} s; stopping it")
                 run.halt()
-                done, _ = await asyncio.wait({work}, timeout=self.cancel_grace_seconds)
-            if not done:
                 grace = self.cancel_grace_seconds
-                await self._decide(run, "timeout", reason=f"the turn did not stop within {grace:g} s; cancelling it")
-                work.cancel()
-                done, _ = await asyncio.wait({work}, timeout=grace)
+                if not await self._ends_within(work, grace):
+                    why = f"the turn did not stop within {grace:g} s; cancelling it"
+                    await self._decide(run, "timeout", reason=why)
+                    work.cancel()
+                    await asyncio.wait({work}, timeout=grace)
         except asyncio.CancelledError:
             work.cancel()
             raise
         finally:
             run.ended_at = self.wall_clock()
             run.turn = None
-        outcome = work.result() if done and not work.cancelled() else None
+        outcome = work.result() if work.done() and not work.cancelled() else None
         return self._timed_out(run, outcome) if run.timed_out else self._finished(run, outcome)
+
+    async def _ends_within(self, work: asyncio.Task[RunOutcome], seconds: float) -> bool:
+        """Wait until `work` ends or `self.sleep(seconds)` does, whichever comes first; whether `work` ended."""
+        timer = asyncio.ensure_future(self.sleep(seconds))
+        try:
+            await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        return work.done()
 
     async def _attempt_all(self, run: _Run) -> RunOutcome:
         spec = run.spec
@@ -389,7 +399,7 @@ class Runner:
                         retried = True
                         again = f"{detail}; trying again in {self.server_retry_delay:g} s"
                         await self._decide(run, "retry", candidate, index, key, error.kind, again)
-                        await self._unless_stopped(run, asyncio.sleep(self.server_retry_delay))
+                        await self._unless_stopped(run, self.sleep(self.server_retry_delay))
                         continue
                     return _Failure(candidate.ref, index, error.kind, detail, _category(error.kind))
                 finally:

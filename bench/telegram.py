@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -90,7 +91,13 @@ async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -
             peak = rss_kib(bot.pid, "VmHWM")
         finally:
             bot.terminate()
-            await asyncio.wait_for(bot.wait(), 30)
+            try:
+                await asyncio.wait_for(bot.wait(), 30)
+            finally:
+                if bot.returncode is None:
+                    bot.kill()
+                    await bot.wait()
+                shutil.rmtree(folder, ignore_errors=True)
         reply_times: dict[int, list[float]] = defaultdict(list)
         for call in telegram.requests:
             if call.method == "sendMessage" and call.params.get("chat_id") in sent_at:

@@ -316,7 +316,7 @@ class Gateway:
         if not code:
             return "Usage: /pair CODE"
         who = owner_key(message.channel, message.sender_id)
-        now = time.monotonic()
+        now = self.clock()
         misses = [at for at in self._pair_misses.get(who, []) if now - at < PAIR_MISS_WINDOW_SECONDS]
         if len(misses) >= PAIR_MAX_MISSES:  # guessing codes is slow: a few wrong tries, then a pause
             return "Too many wrong codes; try again in a few minutes."

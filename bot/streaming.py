@@ -21,7 +21,8 @@ class StreamingReply:
     outbox. A quick answer is never streamed: it goes out whole.
 
     `message_id`: a message an earlier, interrupted run streamed into; this answer is written there instead of
-    in a new message. `on_shown(message_id)` is awaited once, when the first preview has been sent.
+    in a new message. `on_shown(message_id)` is awaited once, when the first preview has been sent. `clock` and
+    `sleep` pace the edits (tests pass a clock they move by hand).
     """
 
     def __init__(
@@ -32,6 +33,8 @@ class StreamingReply:
         thread_id: str | None = None,
         message_id: str | None = None,
         on_shown: Callable[[str], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.adapter = adapter
         self.target = target
@@ -40,10 +43,12 @@ class StreamingReply:
         self.interval = adapter.capabilities.edit_interval_seconds
         self.message_id = message_id
         self._on_shown = on_shown
+        self._clock, self._sleep = clock, sleep
         self._text = ""
         self._shown = ""
         self._last = float("-inf")
         self._changed = asyncio.Event()
+        self._showing = asyncio.Lock()  # held by the editor while it sends or edits a preview
         self._worker: asyncio.Task[None] | None = None
         self._broken = False
 
@@ -55,15 +60,20 @@ class StreamingReply:
         self._changed.set()
         if self._worker is None:
             # The first preview waits one interval: a quick answer goes out whole, as one message.
-            self._last = time.monotonic()
+            self._last = self._clock()
             self._worker = asyncio.create_task(self._edit_loop(), name="streaming-reply")
 
     async def _edit_loop(self) -> None:
         while True:
             await self._changed.wait()
-            await asyncio.sleep(max(0.0, self._last + self.interval - time.monotonic()))
+            await self._pace()
             self._changed.clear()
-            await self._show(self._preview())
+            async with self._showing:
+                await self._show(self._preview())
+
+    async def _pace(self) -> None:
+        """Until one interval has passed since the last preview was shown."""
+        await self._sleep(max(0.0, self._last + self.interval - self._clock()))
 
     def _preview(self) -> str:
         return self._text.strip()[: self.limit]
@@ -84,7 +94,7 @@ class StreamingReply:
             log.warning("streaming preview to %s stopped: %s", self.target.channel, error)
             self._broken = True
         self._shown = text
-        self._last = time.monotonic()
+        self._last = self._clock()
         if first and self.message_id is not None and self._on_shown is not None:
             try:
                 await self._on_shown(self.message_id)
@@ -93,7 +103,13 @@ class StreamingReply:
 
     async def _stop(self) -> None:
         if self._worker is not None:
-            self._worker.cancel()
+            # Not in the middle of a send or edit: one cut short may still reach the chat, unrecorded (a send
+            # whose message id is lost would leave the preview beside the whole answer).
+            try:
+                async with self._showing:
+                    pass
+            finally:
+                self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
             self._worker = None
@@ -109,7 +125,7 @@ class StreamingReply:
         if self.message_id is None or self._broken:
             return chunks
         if chunks[0] != self._shown:
-            await asyncio.sleep(max(0.0, self._last + self.interval - time.monotonic()))  # the final edit counts too
+            await self._pace()  # the final edit keeps the pace too
             await self._show(chunks[0])
             if self._broken:
                 return chunks

@@ -234,9 +234,12 @@ class DiscordAdapter:
     channel = "discord"
     capabilities = CAPABILITIES
 
-    def __init__(self, account: str, settings: DiscordAccount) -> None:
+    def __init__(
+        self, account: str, settings: DiscordAccount, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ) -> None:
         self.account = account
         self.settings = settings
+        self._sleep = sleep  # how start() waits out ready_timeout
         self.bot_username: str | None = None
         self.bot_user_id: str | None = None
         api_base = settings.api_base_url.rstrip("/") + API_PATH if settings.api_base_url else None
@@ -259,10 +262,12 @@ class DiscordAdapter:
         self._worker = asyncio.create_task(self._deliver(), name=f"discord:{self.account}:deliver")
         self._task = asyncio.create_task(self._run(self._client), name=f"discord:{self.account}")
         ready = asyncio.create_task(self._ready.wait())
+        timeout = asyncio.ensure_future(self._sleep(self.settings.ready_timeout))
         try:
-            await asyncio.wait({ready, self._task}, timeout=self.settings.ready_timeout, return_when="FIRST_COMPLETED")
+            await asyncio.wait({ready, timeout, self._task}, return_when="FIRST_COMPLETED")
         finally:
             ready.cancel()
+            timeout.cancel()
         if self._ready.is_set():
             return
         failure: BaseException | None = None

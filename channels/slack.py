@@ -8,8 +8,10 @@ import contextlib
 import contextvars
 import json
 import logging
+import random
 import re
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,6 +40,10 @@ if TYPE_CHECKING:  # the SDK is imported only when a Slack account starts
     from slack_bolt.context.ack.async_ack import AsyncAck
     from slack_bolt.request.async_request import AsyncBoltRequest
     from slack_bolt.response import BoltResponse
+    from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+    from slack_sdk.http_retry.request import HttpRequest
+    from slack_sdk.http_retry.response import HttpResponse
+    from slack_sdk.http_retry.state import RetryState
     from slack_sdk.socket_mode.aiohttp import SocketModeClient
     from slack_sdk.web.async_client import AsyncWebClient
 
@@ -147,6 +153,30 @@ def api_url(base: str | None) -> str:
     return (base or DEFAULT_API_BASE_URL).rstrip("/") + "/api/"
 
 
+def _rate_limit_retries(sleep: Callable[[float], Awaitable[None]]) -> AsyncRetryHandler:
+    """slack_sdk's retry of a 429 (three times at most, each after Retry-After seconds and up to one more), waiting
+    with `sleep`."""
+    from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+
+    class RateLimitRetries(AsyncRateLimitErrorRetryHandler):
+        async def prepare_for_next_attempt_async(
+            self,
+            *,
+            state: RetryState,
+            request: HttpRequest,
+            response: HttpResponse | None = None,
+            error: Exception | None = None,
+        ) -> None:
+            if response is None:
+                raise error or RuntimeError("slack: a retry without a response")
+            state.next_attempt_requested = True
+            retry_after = next((value for name, value in response.headers.items() if name.lower() == "retry-after"), [])
+            await sleep((int(retry_after[0]) if retry_after else 1) + random.random())
+            state.increment_current_attempt()
+
+    return RateLimitRetries(max_retry_count=3)
+
+
 def _attachment(file: Any) -> Attachment | None:
     if not isinstance(file, dict):
         return None
@@ -213,9 +243,12 @@ class SlackAdapter:
     channel = "slack"
     capabilities = CAPABILITIES
 
-    def __init__(self, account: str, settings: SlackAccount) -> None:
+    def __init__(
+        self, account: str, settings: SlackAccount, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ) -> None:
         self.account = account
         self.settings = settings
+        self._sleep = sleep  # how a rate-limited Web API call waits before its retry
         self.bot_username: str | None = None
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
@@ -237,17 +270,14 @@ class SlackAdapter:
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
         from slack_bolt.app.async_app import AsyncApp
-        from slack_sdk.http_retry.builtin_async_handlers import (
-            AsyncConnectionErrorRetryHandler,
-            AsyncRateLimitErrorRetryHandler,
-        )
+        from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
         from slack_sdk.web.async_client import AsyncWebClient
 
         self._on_message, self._on_action = on_message, on_action
         self.client = AsyncWebClient(
             token=self.settings.bot_token.get_secret_value(),
             base_url=api_url(self.settings.api_base_url),
-            retry_handlers=[AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=3)],
+            retry_handlers=[AsyncConnectionErrorRetryHandler(), _rate_limit_retries(self._sleep)],
         )
         auth = await self.client.auth_test()
         self.bot_username = auth.get("user")

@@ -10,7 +10,7 @@ import json
 import logging
 import warnings
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -99,32 +99,52 @@ def _retry_seconds(error: RetryAfter) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-class _Window:
-    """At most `limit` requests in any `period` seconds (a sliding window)."""
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
 
-    def __init__(self, limit: int, period: float) -> None:
+
+class _Window:
+    """At most `limit` requests in any `period` seconds (a sliding window) by `clock`."""
+
+    def __init__(
+        self,
+        limit: int,
+        period: float,
+        clock: Callable[[], float] = _loop_time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.limit, self.period = limit, period
+        self.clock, self.sleep = clock, sleep
         self.times: deque[float] = deque()
 
     async def acquire(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            now = loop.time()
+            now = self.clock()
             while self.times and now - self.times[0] >= self.period:
                 self.times.popleft()
             if len(self.times) < self.limit:
                 self.times.append(now)
                 return
-            await asyncio.sleep(self.period - (now - self.times[0]) + 0.001)
+            await self.sleep(self.period - (now - self.times[0]) + 0.001)
 
 
 class TelegramRateLimiter(BaseRateLimiter[None]):
     """Throttles to Telegram's limits (30 calls/s overall, 20/min per group) and waits out a 429's `retry_after`,
-    pausing every call meanwhile, then tries again (up to `max_retries` times)."""
+    pausing every call meanwhile, then tries again (up to `max_retries` times). Time is the event loop's unless
+    `clock` and `sleep` say otherwise (a test's fake clock)."""
 
-    def __init__(self, overall_per_second: int = 30, group_per_minute: int = 20, max_retries: int = 3) -> None:
+    def __init__(
+        self,
+        overall_per_second: int = 30,
+        group_per_minute: int = 20,
+        max_retries: int = 3,
+        *,
+        clock: Callable[[], float] = _loop_time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.clock, self.sleep = clock, sleep
         # A little over a second per window: network jitter must not push two windows' worth into one.
-        self.overall = _Window(overall_per_second, 1.05)
+        self.overall = _Window(overall_per_second, 1.05, clock, sleep)
         self.group_per_minute = group_per_minute
         self.groups: dict[str, _Window] = {}
         self.max_retries = max_retries
@@ -145,16 +165,15 @@ class TelegramRateLimiter(BaseRateLimiter[None]):
         data: dict[str, Any],
         rate_limit_args: None,
     ) -> bool | dict[str, Any] | list[dict[str, Any]]:
-        loop = asyncio.get_running_loop()
         chat = str(data.get("chat_id", ""))
         attempt = 0
         while True:
-            while (pause := self._paused_until - loop.time()) > 0:
-                await asyncio.sleep(pause)
+            while (pause := self._paused_until - self.clock()) > 0:
+                await self.sleep(pause)
             if endpoint not in _NO_THROTTLE:
                 await self.overall.acquire()
                 if chat.startswith("-") and endpoint != "sendChatAction":
-                    window = self.groups.setdefault(chat, _Window(self.group_per_minute, 60.0))
+                    window = self.groups.setdefault(chat, _Window(self.group_per_minute, 60.0, self.clock, self.sleep))
                     await window.acquire()
             try:
                 return await callback(*args, **kwargs)
@@ -164,7 +183,7 @@ class TelegramRateLimiter(BaseRateLimiter[None]):
                     raise
                 seconds = _retry_seconds(error)
                 log.warning("telegram: %s rate-limited; waiting %.1fs (attempt %d)", endpoint, seconds, attempt)
-                self._paused_until = max(self._paused_until, loop.time() + seconds)
+                self._paused_until = max(self._paused_until, self.clock() + seconds)
 
 
 class _Bot(ExtBot[None]):

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,6 +16,26 @@ from typing import Any
 from fakes.llm import FakeLLM
 
 WAIT = 30.0  # generous: only ever reached when something is broken
+
+
+class FakeClock:
+    """A clock the test moves by hand, for components that take `clock` (and `sleep`): `sleep` moves the clock to the
+    end of the wait at once and records it in `slept`, so time-based behaviour is checked without waiting for it."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += max(seconds, 0.0)
+        await asyncio.sleep(0)
 
 
 async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = WAIT) -> None:
@@ -75,3 +96,17 @@ def asked(llm: FakeLLM) -> list[str]:
         content: Any = request.body["messages"][-1]["content"]
         texts.append(content if isinstance(content, str) else content[-1]["text"])
     return texts
+
+
+def read_state(state_dir: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows straight from a bot's state.db: what the bot itself recorded, the proof that does not depend on timing."""
+    with contextlib.closing(sqlite3.connect(state_dir / "state.db")) as connection:
+        return connection.execute(sql, params).fetchall()
+
+
+def settled(state_dir: Path) -> bool:
+    """The bot's own journal: every message it took in is finished and every reply it owes has been sent. Once
+    this holds after the test's last message was answered (or acknowledged), nothing more is coming."""
+    unfinished = read_state(state_dir, "SELECT count(*) FROM inbound WHERE status IN ('pending', 'running')")
+    unsent = read_state(state_dir, "SELECT count(*) FROM outbox WHERE status = 'pending'")
+    return unfinished[0][0] == unsent[0][0] == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import WAIT, eventually
 
 from bot.approvals import NOT_AUTHORIZED, NOT_PENDING, Approvals
 from bot.config import parse_config
@@ -82,11 +83,9 @@ def click(value: str, who: str = "42") -> ActionEvent:
 
 
 async def shown(courier: Courier) -> str:
-    for _ in range(500):
-        if courier.sent:
-            return courier.sent[-1][1].buttons[0][0].value.split(":")[1]
-        await asyncio.sleep(0.01)
-    raise AssertionError("nothing was shown")
+    """The id of the request once it has been shown (read from its first button)."""
+    await eventually(lambda: bool(courier.sent), "the request to be shown")
+    return courier.sent[-1][1].buttons[0][0].value.split(":")[1]
 
 
 async def test_safe_and_allowlisted_commands_run_without_a_request(store: SqliteStore, tmp_path: Path) -> None:
@@ -118,7 +117,7 @@ async def test_a_request_is_stored_before_it_is_shown_and_only_approvers_decide(
     assert await gate.on_click(click(f"ap:{approval_id}:o", who="7")) == NOT_AUTHORIZED  # the requester is no approver
     assert not waiting.done()
     assert await gate.on_click(click(f"ap:{approval_id}:d")) is None
-    outcome = await asyncio.wait_for(waiting, 5)
+    outcome = await asyncio.wait_for(waiting, WAIT)
     assert not outcome.allowed and outcome.status == "denied"
     assert "Denied" in courier.edits[-1][1].text and courier.edits[-1][1].buttons == []
     assert await gate.on_click(click(f"ap:{approval_id}:o")) == NOT_PENDING  # decided once
@@ -137,7 +136,7 @@ async def test_ask_always_offers_no_allow_always(store: SqliteStore, tmp_path: P
     approval_id = await shown(courier)
     assert [button.label for button in courier.sent[0][1].buttons[0]] == ["Allow once", "Deny"]
     assert await gate.on_click(click(f"ap:{approval_id}:a")) is None  # a forged "always" counts as once
-    assert (await asyncio.wait_for(waiting, 5)).allowed
+    assert (await asyncio.wait_for(waiting, WAIT)).allowed
     assert await store.allowed_commands("main") == []
 
 
@@ -145,15 +144,12 @@ async def test_without_buttons_the_request_says_how_to_answer_in_text(store: Sql
     courier = Courier(buttons=False)
     gate = approvals(store, courier, tmp_path)
     waiting = asyncio.create_task(gate.authorize("rm -rf build", context(tmp_path)))
-    for _ in range(500):
-        if courier.sent:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: bool(courier.sent), "the request to be shown")
     text = courier.sent[0][1].text
     assert courier.sent[0][1].buttons == [] and "/approve " in text
     [record] = await store.pending_approvals()
     assert await gate.on_command(f"{record.id[:4]} allow-once", "telegram:42") == f"Allowed (once): {record.id}."
-    assert (await asyncio.wait_for(waiting, 5)).allowed
+    assert (await asyncio.wait_for(waiting, WAIT)).allowed
 
 
 async def test_a_request_that_could_not_be_shown_is_denied_at_once(store: SqliteStore, tmp_path: Path) -> None:
@@ -186,4 +182,4 @@ async def test_requests_left_by_a_crashed_process_are_expired_at_start(store: Sq
     assert record is not None and record.status == "expired"
     assert courier.edits[-1][0] == "1" and "Expired" in courier.edits[-1][1].text
     assert await restarted.on_click(click(f"ap:{approval_id}:o")) == NOT_PENDING  # its button can never run it
-    assert not (await asyncio.wait_for(waiting, 5)).allowed  # the old waiter sees the expiry too
+    assert not (await asyncio.wait_for(waiting, WAIT)).allowed  # the old waiter sees the expiry too

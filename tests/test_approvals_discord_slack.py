@@ -4,7 +4,6 @@ approver allows it, and the request's message edited to show the outcome without
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ async def test_discord_approval_buttons_refuse_a_stranger_and_run_for_the_owner(
     config = base(tmp_path, fake_llm, f"discord:{dc.alice.id}")
     config["channels"] = {"discord": {"accounts": {"main": {
         "token": dc.token, "api_base_url": dc.root, "gateway_url": dc.gateway_url,
+        # A short guild_ready_timeout only makes start quick: the fake sends the guild before anything needs it.
         "guild_ready_timeout": 0.05, "streaming": "off", "dm_policy": "open",
     }}}}  # fmt: skip
     made = tmp_path / "ws" / "main" / "made-on-discord.txt"
@@ -68,14 +68,16 @@ async def test_discord_approval_buttons_refuse_a_stranger_and_run_for_the_owner(
         _, refusal = dc.interaction_callbacks[0]
         assert refusal["type"] == 4 and refusal["data"]["flags"] == 64  # a message only bob sees
         assert refusal["data"]["content"] == "You are not authorized to approve this."
-        await asyncio.sleep(1.0)
         assert not made.exists() and len(fake_llm.requests) == 1
 
+        # Alice's click must still find the request pending: had bob's counted, hers would be refused as too late.
         await dc.click(card["id"], allow_once, user=dc.alice)
+        await eventually(lambda: len(dc.interaction_callbacks) >= 2, "the answer to alice's click")
+        assert dc.interaction_callbacks[1][1] == {"type": 6}  # taken: no notice for her
         await eventually(lambda: "Done on Discord." in dc.texts(dm), "the final answer")
         assert made.exists() and last_tool_result(fake_llm)["status"] == "ok"
         await eventually(lambda: not dc.messages[card["id"]].get("components"), "the buttons removed")
-        assert "Allowed (once)" in dc.messages[card["id"]]["content"]
+        assert "Allowed (once) by Alice" in dc.messages[card["id"]]["content"]
 
 
 async def test_slack_approval_buttons_refuse_a_stranger_and_run_for_the_owner(
@@ -106,19 +108,19 @@ async def test_slack_approval_buttons_refuse_a_stranger_and_run_for_the_owner(
             ts for (channel, ts), message in slack.messages.items() if channel == where and message.get("blocks")
         )
 
-        await slack.click(message_ts=card_ts, value=allow_once, channel=where, user=SLACK_STRANGER)
+        await slack.click(message_ts=card_ts, value=allow_once, channel=where, user=SLACK_STRANGER, name="stranger")
         await slack.wait_for_calls("chat.postEphemeral", 1)
         ephemeral = slack.calls_to("chat.postEphemeral")[0].body
         assert ephemeral["user"] == SLACK_STRANGER and ephemeral["text"] == "You are not authorized to approve this."
-        await asyncio.sleep(1.0)
         assert not made.exists() and len(fake_llm.requests) == 1
 
-        await slack.click(message_ts=card_ts, value=allow_once, channel=where, user=SLACK_OWNER)
+        # The owner's click must still find the request pending: had the stranger's counted, the card would say so.
+        await slack.click(message_ts=card_ts, value=allow_once, channel=where, user=SLACK_OWNER, name="owner")
         await eventually(lambda: any(body.get("text") == "Done on Slack." for body in slack.posted), "the answer")
         assert made.exists() and last_tool_result(fake_llm)["status"] == "ok"
 
         def outcome_shown() -> bool:
-            message = slack.messages[(where, card_ts)]
-            return "Allowed (once)" in json.dumps(message) and '"actions"' not in json.dumps(message.get("blocks"))
+            message = json.dumps(slack.messages[(where, card_ts)])
+            return "Allowed (once) by owner" in message and '"actions"' not in message
 
         await eventually(outcome_shown, "the request's message updated without buttons")

@@ -75,6 +75,24 @@ def message_id_of(tg: FakeTelegram, data: str, chat: int = OWNER) -> int:
     raise AssertionError(f"no message with the button {data}")
 
 
+def card_of(tg: FakeTelegram, buttons: list[tuple[str, str]], chat: int = OWNER) -> int:
+    """The message showing the approval request behind `buttons`, found by the request's id, which the message
+    keeps when it is edited to show the outcome (an expiry may have taken the buttons away already)."""
+    approval_id = buttons[0][1].split(":")[1]
+    for (chat_id, message_id), stored in tg.messages.items():
+        if chat_id == chat and approval_id in stored.visible:
+            return message_id
+    raise AssertionError(f"no message shows approval request {approval_id}")
+
+
+async def click_answer(tg: FakeTelegram, update: dict[str, Any]) -> dict[str, Any]:
+    """Wait for the answer to a click (answerCallbackQuery), which comes once the click was judged."""
+    query_id = update["callback_query"]["id"]
+    await eventually(lambda: query_id in tg.answered, f"the answer to click {query_id}")
+    [answer] = [call for call in tg.calls("answerCallbackQuery") if call["callback_query_id"] == query_id]
+    return answer
+
+
 def edited_to(tg: FakeTelegram, message_id: int, chat: int = OWNER) -> Callable[[], bool]:
     def check() -> bool:
         stored = tg.messages[(chat, message_id)]
@@ -94,29 +112,30 @@ async def test_only_an_approver_can_allow_and_then_the_command_runs(
     assert all(data.startswith("ap:") and len(data.encode()) <= 64 for _, data in buttons)
     request_text = approval_messages(tg, OWNER)[0]["text"]
     assert "Approval required" in request_text and "touch made.txt &amp;&amp; echo created" in request_text
-    message_id = message_id_of(tg, buttons[0][1])
+    message_id = card_of(tg, buttons)
 
     # Someone who is not an approver taps Allow: an alert, and nothing runs.
-    await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=STRANGER)
-    await eventually(lambda: len(tg.calls("answerCallbackQuery")) >= 1, "the callback answer")
-    refusal = tg.calls("answerCallbackQuery")[0]
+    stranger = await tg.callback_query(
+        buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=STRANGER, name="Stranger"
+    )
+    refusal = await click_answer(tg, stranger)
     assert refusal["text"] == "You are not authorized to approve this." and refusal["show_alert"] in (True, "true")
-    await asyncio.sleep(1.5)
     assert not made.exists() and len(fake_llm.requests) == 1
 
-    # The owner taps Allow once: it runs, the model reads its output, the card shows who allowed it.
-    await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
+    # The owner taps Allow once: the request was still pending (the stranger's click changed nothing), so it
+    # counts; it runs, the model reads its output, the card shows that the owner allowed it.
+    owner = await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER, name="Owner")
+    assert "text" not in await click_answer(tg, owner)  # no notice: the click counted
     await eventually(lambda: "Made the file." in tg.sent[OWNER], "the final answer")
     assert made.exists()
     result = tool_result(fake_llm, 1)
     assert result["status"] == "ok" and "created" in result["output"]
     await eventually(edited_to(tg, message_id), "the approval message edited")
-    assert "Allowed (once)" in tg.messages[(OWNER, message_id)].visible
+    assert "Allowed (once) by Owner" in tg.messages[(OWNER, message_id)].visible
 
     # The same button again (a replay) does nothing.
-    await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
-    await eventually(lambda: len(tg.calls("answerCallbackQuery")) >= 3, "the replayed click's answer")
-    assert "no longer pending" in tg.calls("answerCallbackQuery")[-1]["text"]
+    replay = await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER, name="Owner")
+    assert "no longer pending" in (await click_answer(tg, replay))["text"]
 
 
 async def test_deny_runs_nothing_and_the_model_hears_it(
@@ -125,7 +144,7 @@ async def test_deny_runs_nothing_and_the_model_hears_it(
     tg = fake_telegram
     fake_llm.script(exec_call("touch denied.txt"), "Understood, I did not run it.")
     buttons = await ask_for(tg, "try this", 1)
-    await tg.callback_query(buttons[-1][1], message_id=message_id_of(tg, buttons[-1][1]), chat_id=OWNER, user_id=OWNER)
+    await tg.callback_query(buttons[-1][1], message_id=card_of(tg, buttons), chat_id=OWNER, user_id=OWNER)
     await eventually(lambda: "Understood, I did not run it." in tg.sent.get(OWNER, []), "the final answer")
     assert not (tmp_path / "ws" / "main" / "denied.txt").exists()
     assert tool_result(fake_llm, 1)["status"] == "denied"
@@ -141,13 +160,16 @@ async def test_allow_always_lets_that_exact_command_run_unasked(
         exec_call("touch other.txt"), "Third.",
     )  # fmt: skip
     buttons = await ask_for(tg, "one", 1)
-    await tg.callback_query(buttons[1][1], message_id=message_id_of(tg, buttons[1][1]), chat_id=OWNER, user_id=OWNER)
+    await tg.callback_query(buttons[1][1], message_id=card_of(tg, buttons), chat_id=OWNER, user_id=OWNER)
     await eventually(lambda: "First." in tg.sent.get(OWNER, []), "the first answer")
     await tg.private_message("two", user_id=OWNER, name="Owner")
     await eventually(lambda: "Second, unasked." in tg.sent.get(OWNER, []), "the second answer")
     assert len(approval_messages(tg, OWNER)) == 1  # not asked again
     assert tool_result(fake_llm, 3)["status"] == "ok"
-    await ask_for(tg, "three", 2)  # a different command still asks
+    other = await ask_for(tg, "three", 2)  # a different command still asks
+    await tg.callback_query(other[-1][1], message_id=card_of(tg, other), chat_id=OWNER, user_id=OWNER)  # Deny
+    await eventually(lambda: "Third." in tg.sent.get(OWNER, []), "the third answer")
+    assert tool_result(fake_llm, 5)["status"] == "denied"
     assert not (tmp_path / "ws" / "main" / "other.txt").exists()
 
 
@@ -158,14 +180,15 @@ async def test_an_expired_request_runs_nothing_and_its_buttons_are_gone(
     fake_llm.script(exec_call("touch late.txt"), "Nobody answered.")
     async with bot_run(config(tmp_path, fake_llm, tg, timeout_seconds=2), tmp_path, STARTED):
         buttons = await ask_for(tg, "do it", 1)
-        message_id = message_id_of(tg, buttons[0][1])
+        message_id = card_of(tg, buttons)
         await eventually(lambda: "Nobody answered." in tg.sent.get(OWNER, []), "the final answer")
         assert tool_result(fake_llm, 1)["status"] == "expired"
         await eventually(edited_to(tg, message_id), "the expired message edited")
         assert "Expired" in tg.messages[(OWNER, message_id)].visible
-        await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)  # too late
-        await asyncio.sleep(1.0)
+        late = await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
+        assert "no longer pending" in (await click_answer(tg, late))["text"]  # too late: nothing was decided
     assert not (tmp_path / "ws" / "main" / "late.txt").exists()
+    assert len(fake_llm.requests) == 2
 
 
 async def test_a_restart_leaves_a_pending_request_expired_and_harmless(
@@ -176,15 +199,13 @@ async def test_a_restart_leaves_a_pending_request_expired_and_harmless(
     settings = config(tmp_path, fake_llm, tg)
     async with bot_run(settings, tmp_path, STARTED):
         buttons = await ask_for(tg, "start it", 1)
-        message_id = message_id_of(tg, buttons[0][1])
+        message_id = card_of(tg, buttons)
     fake_llm.script("Fresh start.")
     async with bot_run(settings, tmp_path, STARTED):
         await eventually(edited_to(tg, message_id), "the orphaned request's message edited")
         assert "Expired" in tg.messages[(OWNER, message_id)].visible
-        await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
-        await eventually(lambda: len(tg.calls("answerCallbackQuery")) >= 1, "the late click's answer")
-        assert "no longer pending" in tg.calls("answerCallbackQuery")[-1]["text"]
-        await asyncio.sleep(1.0)
+        late = await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER)
+        assert "no longer pending" in (await click_answer(tg, late))["text"]  # nothing was decided
     assert not (tmp_path / "ws" / "main" / "orphan.txt").exists()
 
 
@@ -208,7 +229,7 @@ async def test_a_button_the_agent_sent_comes_back_to_the_session(
 ) -> None:
     tg = fake_telegram
     send = {"action": "send", "text": "Pick one", "buttons": [[{"label": "Tea", "value": "tea please"}]]}
-    fake_llm.script(Reply.tool_calls(ToolCallSpec("message", send)), "Asked.", "Tea it is.")
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("message", send)), "Asked.", "Tea it is.", "Later.")
     await tg.private_message("offer me a drink", user_id=OWNER, name="Owner")
     await eventually(lambda: "Asked." in tg.sent.get(OWNER, []), "the first answer")
     assert tg.sent[OWNER][0] == "Pick one"
@@ -216,12 +237,15 @@ async def test_a_button_the_agent_sent_comes_back_to_the_session(
         "tea please", message_id=message_id_of(tg, "tea please"), chat_id=OWNER, user_id=OWNER
     )
     await eventually(lambda: "Tea it is." in tg.sent.get(OWNER, []), "the answer to the click")
-    await tg.redeliver(click)  # the same click delivered again: not a second message
-    await asyncio.sleep(1.5)
-    assert len(fake_llm.requests) == 3 and tg.sent[OWNER].count("Tea it is.") == 1
-    last = fake_llm.requests[-1].body["messages"]
-    assert last[-1]["role"] == "user" and "tea please" in json.dumps(last[-1])
-    assert last[0]["role"] == "system" and len(last) > 3  # the same session: the earlier turn is in it
+    again = await tg.redeliver(click)  # the same click delivered again: not a second message
+    await tg.acknowledged(again)
+    # One chat's answers go out in order: an answer to the repeated click would come before this one's.
+    await tg.private_message("and later?", user_id=OWNER, name="Owner")
+    await eventually(lambda: "Later." in tg.sent.get(OWNER, []), "the answer to a later message")
+    assert len(fake_llm.requests) == 4 and tg.sent[OWNER] == ["Pick one", "Asked.", "Tea it is.", "Later."]
+    tea = fake_llm.requests[2].body["messages"]
+    assert tea[-1]["role"] == "user" and "tea please" in json.dumps(tea[-1])
+    assert tea[0]["role"] == "system" and len(tea) > 3  # the same session: the earlier turn is in it
 
 
 async def run_cli(*args: str) -> tuple[int, str]:
@@ -259,9 +283,7 @@ async def test_approvals_can_go_to_the_approvers_dms(
         await eventually(lambda: len(approval_messages(tg, OWNER)) == 1, "the approval in the owner's DM")
         assert approval_messages(tg, tg.group_id) == []  # not shown in the group
         buttons = keyboard(approval_messages(tg, OWNER)[0])
-        await tg.callback_query(
-            buttons[0][1], message_id=message_id_of(tg, buttons[0][1]), chat_id=OWNER, user_id=OWNER
-        )
+        await tg.callback_query(buttons[0][1], message_id=card_of(tg, buttons), chat_id=OWNER, user_id=OWNER)
         await eventually(lambda: "Done for the group." in tg.sent.get(tg.group_id, []), "the answer in the group")
     assert (tmp_path / "ws" / "main" / "from-group.txt").exists()
 

@@ -20,7 +20,7 @@ def write_config(path: Path, llm: FakeLLM, kind: str, **extra: Any) -> Path:
     base_url = llm.openai_base_url if kind == "openai" else llm.url
     config = {
         "defaults": {"model": "fake/model-a", "workspace_root": str(path / "ws")},
-        "providers": {"fake": {"kind": kind, "base_url": base_url, "api_key": SECRET, "timeout_seconds": 10}},
+        "providers": {"fake": {"kind": kind, "base_url": base_url, "api_key": SECRET, "timeout_seconds": 60}},
         **extra,
     }
     file = path / "bindings.yaml"
@@ -41,7 +41,12 @@ async def bot(*args: str, stdin: str | None = None, cwd: Path | None = None) -> 
         cwd=cwd,
         env=env,
     )
-    out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout=60)
+    try:
+        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout=60)
+    finally:
+        if process.returncode is None:  # only when something hung: the test does not leave it running
+            process.kill()
+            await process.wait()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
 

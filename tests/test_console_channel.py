@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from fakes.llm import FakeLLM
+from helpers import eventually
 
 from channels.base import ChatTarget, InboundMessage, OutboundMessage
 from channels.console import ConsoleAdapter
@@ -34,7 +35,12 @@ async def test_bot_run_serves_the_console_until_its_input_ends(tmp_path: Path, f
         sys.executable, "-m", "bot", "run", "--config", str(config),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(b"hello\n\nhow are you?\n"), 60)
+    try:
+        out, err = await asyncio.wait_for(process.communicate(b"hello\n\nhow are you?\n"), 60)
+    finally:
+        if process.returncode is None:  # only when something hung: the test does not leave it running
+            process.kill()
+            await process.wait()
     assert process.returncode == 0, err.decode()
     assert out.decode().splitlines() == ["First answer.", "Second answer."]
     assert [request.body["messages"][-1]["content"][-1]["text"] for request in fake_llm.requests] == [
@@ -55,7 +61,7 @@ async def test_the_console_adapter_delivers_lines_and_prints_replies() -> None:
     out = io.StringIO()
     adapter = ConsoleAdapter(source=io.StringIO("one\n\n  \ntwo\n"), out=out, user="ada")
     await adapter.start(on_message, on_action)  # type: ignore[arg-type]
-    await asyncio.wait_for(adapter.finished.wait(), 5)
+    await eventually(adapter.finished.is_set, "the end of the input")
     assert [(m.text, m.sender_id, m.peer) for m in received] == [
         ("one", "ada", Peer("direct", "ada")),
         ("two", "ada", Peer("direct", "ada")),

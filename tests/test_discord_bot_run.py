@@ -5,7 +5,6 @@ for strangers, bots ignored, 429s waited out, no duplicates, streamed answers ed
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from fakes.discord import CHANNEL_ID, GUILD_ID, OTHER_CHANNEL_ID, ROLE_ID, THREAD_ID, FakeDiscord
 from fakes.llm import FakeLLM, Reply
-from helpers import asked, bot_run
+from helpers import asked, bot_run, eventually, settled
 
 from channels.chunking import chunk_text
 
@@ -37,6 +36,7 @@ async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> A
         "owners": [f"discord:{fake_discord.alice.id}"],
         "channels": {"discord": {"accounts": {"main": {
             "token": fake_discord.token, "api_base_url": fake_discord.root, "gateway_url": fake_discord.gateway_url,
+            # A short guild_ready_timeout only makes start quick: the fake sends the guild before anything needs it.
             "guild_ready_timeout": 0.05, "streaming": "off",
         }}}},
         "session": {"queue": {"mode": "followup"}},
@@ -104,7 +104,7 @@ async def test_strangers_pair_bots_are_ignored_429s_wait_and_nothing_is_answered
     code = re.search(r"pairing code is ([A-Z2-9]{8})", dc.texts(stranger_dm)[0])
     assert code is not None and fake_llm.requests == []
 
-    fake_llm.script("Yes, you may.")
+    fake_llm.script("Yes, you may.", "You're welcome.")
     await dc.dm(f"/pair {code.group(1)}", user=dc.alice)
     await dc.wait_for_posts(1, owner_dm, timeout=WAIT)
     assert dc.texts(owner_dm) == ["Approved Bob."]
@@ -116,13 +116,17 @@ async def test_strangers_pair_bots_are_ignored_429s_wait_and_nothing_is_answered
     message = await dc.dm("may I?", user=dc.bob)
     await dc.dispatch("MESSAGE_CREATE", message)  # the same message delivered again
     await dc.wait_for_posts(3, stranger_dm, timeout=WAIT)
-    await asyncio.sleep(2.0)  # time for a duplicate answer to show up, if there were one
-    assert dc.texts(stranger_dm)[1:] == ["You're approved: I'm listening now.", "Yes, you may."]
+    # A later message in the same chat: the bot takes messages in the order they came, and one chat's turns run
+    # one after another, so a second delivery let through would have reached the model before this one.
+    await dc.dm("thanks", user=dc.bob)
+    await dc.wait_for_posts(4, stranger_dm, timeout=WAIT)
+    await eventually(lambda: settled(bot.parent / "state"), "the bot to have nothing left to do")
+    assert asked(fake_llm) == ["may I?", "thanks"]
+    assert dc.texts(stranger_dm)[1:] == ["You're approved: I'm listening now.", "Yes, you may.", "You're welcome."]
     statuses = [request.status for request in dc.calls("POST", f"/channels/{stranger_dm}/messages")]
-    assert statuses == [200, 200, 429, 200]  # the 429 was waited out and the answer sent once
+    assert statuses == [200, 200, 429, 200, 200]  # the 429 was waited out and the answer sent once
     assert dc.texts(bot_dm) == []
     assert dc.texts(OTHER_CHANNEL_ID) == [] and dc.texts(CHANNEL_ID) == []
-    assert asked(fake_llm) == ["may I?"]
 
 
 async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text(
@@ -138,20 +142,23 @@ async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text
         }}}},  # streaming: partial is the default
         "bindings": [{"agent": "main", "match": {"channel": "discord", "account": "main"}}],
     }  # fmt: skip
-    answer = " ".join(f"word{number}" for number in range(60))
-    fake_llm.script(Reply.slow(answer, 3.5))
+    beginning = " ".join(f"word{number}" for number in range(30))
+    answer = beginning + "".join(f" word{number}" for number in range(30, 60))
+    # The model writes the first half, then waits for the test before it writes the rest.
+    fake_llm.script(Reply.held(beginning, then=answer.removeprefix(beginning)))
     async with bot_run(config, tmp_path, STARTED):
         await dc.dm("tell me slowly", user=dc.alice)
         owner_dm = dc.dm_channel_id(dc.alice)
         await dc.wait_for_posts(1, owner_dm, timeout=WAIT)
         [first] = dc.texts(owner_dm)
-        assert answer.startswith(first) and first != answer  # shown while the model was still writing
+        assert beginning.startswith(first)  # shown while the model was still writing
+        fake_llm.release()
         await dc.wait_for(
             lambda: any(call.body.get("content") == answer for call in dc.calls("PATCH", "/messages/")),
             "the final edit",
             timeout=WAIT,
         )
-        await asyncio.sleep(1.5)  # a second message with the final text, if one were sent, would show up here
+        await eventually(lambda: settled(tmp_path / "state"), "the bot to have nothing left to do")
         edits = [call.body["content"] for call in dc.calls("PATCH", "/messages/")]
         assert edits[-1] == answer and len(edits) == len(set(edits))  # never the same text twice
         assert len(dc.posts(owner_dm)) == 1

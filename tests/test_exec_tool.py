@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import WAIT, FakeClock, eventually
 
 from tools.base import RunInfo, ToolContext, ToolResult, invoke
 from tools.exec import (
@@ -67,26 +70,93 @@ async def run(tool: Any, arguments: dict[str, Any], ctx: ToolContext) -> tuple[T
     return result, result.details
 
 
+def parent_and_group(pid: int | str) -> tuple[int, int] | None:
+    """A live (not zombie) process's parent and process group, from /proc; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+    return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[2]))
+
+
+def live_processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent, process group) of every live process."""
+    found = {int(entry): parent_and_group(entry) for entry in os.listdir("/proc") if entry.isdigit()}
+    return {pid: about for pid, about in found.items() if about is not None}
+
+
+def process_group(pid: int) -> int | None:
+    about = parent_and_group(pid)
+    return None if about is None else about[1]
+
+
 def group_alive(pgid: int) -> bool:
-    """Whether any live (not zombie) process is in process group `pgid`, from /proc."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    """Whether any live process is in process group `pgid`."""
+    return any(group == pgid for _, group in live_processes().values())
 
 
-async def wait_until(condition: Any, timeout: float = 2.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
+def descendants() -> set[int]:
+    """The live processes below this one (orphans of the commands included: the leak check makes this process
+    their new parent)."""
+    processes = live_processes()
+
+    def below_us(pid: int) -> bool:
+        while pid in processes:
+            pid = processes[pid][0]
+            if pid == os.getpid():
+                return True
+        return False
+
+    return {pid for pid in processes if below_us(pid)}
+
+
+@pytest.fixture(autouse=True)
+async def nothing_left_running() -> AsyncIterator[None]:
+    """Each test ends every process it starts, even when it fails: whatever of them is still running after the
+    test (given time to die) is killed here, and fails the test."""
+    before = descendants()
+    yield
+    try:
+        await eventually(lambda: not descendants() - before, "the test's processes to end")
+    finally:
+        for pid in descendants() - before:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def pid_in(path: Path) -> int | None:
+    """The process id a command wrote to `path` (`echo $$ > path`), once it is there."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text else None
+
+
+async def pid_written(path: Path) -> int:
+    await eventually(lambda: pid_in(path) is not None, f"a process id in {path.name}")
+    pid = pid_in(path)
+    assert pid is not None
+    return pid
+
+
+async def group_gone(pgid: int) -> None:
+    await eventually(lambda: not group_alive(pgid), f"process group {pgid} to be gone")
+
+
+@contextlib.asynccontextmanager
+async def calling(tool: ExecTool, arguments: dict[str, Any], ctx: ToolContext) -> AsyncIterator[asyncio.Task[Any]]:
+    """The call as a task; if it is still running when the block ends (a failed test), it is cancelled, which kills
+    its command."""
+    task = asyncio.create_task(invoke(tool, "call_1", arguments, ctx))
+    try:
+        yield task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 # --- foreground -----------------------------------------------------------------------------------------------
@@ -171,21 +241,27 @@ async def test_secrets_do_not_reach_the_command(
 
 
 async def test_timeout_kills_the_group_with_its_grandchildren(ws: Path, processes: ProcessTable) -> None:
-    tool = ExecTool(allow(), processes)
-    command = "echo started; sh -c 'sleep 2; touch late' & sleep 100"
-    result, details = await run(tool, {"command": command, "timeout": 1}, context(ws))
+    waited: list[float] = []
+    grandchild_groups: list[int | None] = []
+
+    async def timeout_once_the_grandchild_runs(seconds: float) -> None:
+        waited.append(seconds)
+        grandchild_groups.append(process_group(await pid_written(ws / "grandchild")))
+
+    tool = ExecTool(allow(), processes, sleep=timeout_once_the_grandchild_runs)
+    command = "echo $$ > pgid; echo started; sh -c 'echo $$ > grandchild; sleep 100' & sleep 100"
+    result, details = await run(tool, {"command": command, "timeout": 5}, context(ws))
     assert result.is_error
-    assert details["status"] == "timeout"
-    assert details["timeout_seconds"] == 1
-    assert details["output"] == "started\n"
-    assert details["duration_ms"] < 3000
-    await asyncio.sleep(3)
-    assert not (ws / "late").exists()
+    assert (details["status"], details["timeout_seconds"], details["output"]) == ("timeout", 5, "started\n")
+    assert waited == [5]
+    pgid = await pid_written(ws / "pgid")
+    assert grandchild_groups == [pgid]  # the grandchild was running, in the shell's group, when the timeout struck
+    await group_gone(pgid)  # and nothing of the group is left to act later
 
 
 async def test_default_timeout_applies(ws: Path, processes: ProcessTable) -> None:
-    tool = ExecTool(allow(), processes, default_timeout=0.3)
-    _, details = await run(tool, {"command": "sleep 10"}, context(ws))
+    tool = ExecTool(allow(), processes, default_timeout=0.3)  # real time: the command would take 300 times longer
+    _, details = await run(tool, {"command": "sleep 100"}, context(ws))
     assert details["status"] == "timeout"
     assert details["timeout_seconds"] == 0.3
 
@@ -223,28 +299,26 @@ def test_output_buffer_short_output_is_whole() -> None:
 
 async def test_cancelling_the_task_kills_the_group(ws: Path, processes: ProcessTable) -> None:
     tool = ExecTool(allow(), processes)
-    task = asyncio.create_task(invoke(tool, "call_1", {"command": "echo $$ > pgid; sleep 30"}, context(ws)))
-    await wait_until(lambda: (ws / "pgid").exists() and (ws / "pgid").read_text().strip())
-    pgid = int((ws / "pgid").read_text())
-    assert group_alive(pgid)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await wait_until(lambda: not group_alive(pgid))
+    async with calling(tool, {"command": "echo $$ > pgid; sleep 100"}, context(ws)) as task:
+        pgid = await pid_written(ws / "pgid")
+        assert group_alive(pgid)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await group_gone(pgid)
 
 
 async def test_cancelled_event_kills_the_group(ws: Path, processes: ProcessTable) -> None:
     tool = ExecTool(allow(), processes)
     ctx = context(ws)
-    task = asyncio.create_task(invoke(tool, "call_1", {"command": "echo $$ > pgid; sleep 30"}, ctx))
-    await wait_until(lambda: (ws / "pgid").exists() and (ws / "pgid").read_text().strip())
-    pgid = int((ws / "pgid").read_text())
-    ctx.cancelled.set()
-    result = await asyncio.wait_for(task, 3)
+    async with calling(tool, {"command": "echo $$ > pgid; sleep 100"}, ctx) as task:
+        pgid = await pid_written(ws / "pgid")
+        ctx.cancelled.set()
+        result = await asyncio.wait_for(task, WAIT)
     assert result.is_error
     assert isinstance(result.details, dict)
     assert result.details["status"] == "cancelled"
-    await wait_until(lambda: not group_alive(pgid))
+    await group_gone(pgid)
 
 
 async def test_invalid_arguments_are_an_error_result(ws: Path, processes: ProcessTable) -> None:
@@ -267,7 +341,7 @@ async def test_background_start_list_read_kill(ws: Path, processes: ProcessTable
     exec_tool = ExecTool(allow(), processes)
     process_tool = ProcessTool(processes)
     ctx = context(ws)
-    result, started = await run(exec_tool, {"command": "echo up; echo $$ > pgid; sleep 30", "background": True}, ctx)
+    result, started = await run(exec_tool, {"command": "echo up; echo $$ > pgid; sleep 100", "background": True}, ctx)
     assert not result.is_error
     assert started["status"] == "running"
     assert re.fullmatch(r"p_[0-9a-f]{8}", started["id"])
@@ -278,18 +352,17 @@ async def test_background_start_list_read_kill(ws: Path, processes: ProcessTable
     assert [(p["id"], p["status"], p["exit_code"]) for p in listed["processes"]] == [(handle, "running", None)]
     assert listed["processes"][0]["command"].startswith("echo up")
 
-    await wait_until(lambda: (ws / "pgid").exists() and (ws / "pgid").read_text().strip())
+    pgid = await pid_written(ws / "pgid")  # written after "up"
     entry = processes.get(handle)
     assert entry is not None
-    await wait_until(lambda: entry.output.total > 0)
+    await eventually(lambda: entry.output.total > 0, "the output to be read")
     _, read = await run(process_tool, {"action": "read", "id": handle}, ctx)
     assert read["status"] == "running"
     assert read["output"] == "up\n"
 
-    pgid = int((ws / "pgid").read_text())
     _, killed = await run(process_tool, {"action": "kill", "id": handle}, ctx)
     assert killed["status"] == "killed"
-    await wait_until(lambda: not group_alive(pgid), timeout=0.5)
+    await group_gone(pgid)
     _, listed = await run(process_tool, {"action": "list"}, ctx)
     assert listed["processes"][0]["status"] == "killed"
 
@@ -301,7 +374,7 @@ async def test_background_exit_code_is_kept(ws: Path, processes: ProcessTable) -
     _, started = await run(exec_tool, {"command": "echo done; exit 4", "background": True}, ctx)
     entry = processes.get(started["id"])
     assert entry is not None
-    await asyncio.wait_for(entry.task, 2)
+    await asyncio.wait_for(entry.task, WAIT)
     _, read = await run(process_tool, {"action": "read", "id": started["id"]}, ctx)
     assert (read["status"], read["exit_code"], read["output"]) == ("exited", 4, "done\n")
     _, killed = await run(process_tool, {"action": "kill", "id": started["id"]}, ctx)
@@ -309,13 +382,20 @@ async def test_background_exit_code_is_kept(ws: Path, processes: ProcessTable) -
     assert "already ended" in killed["note"]
 
 
-async def test_background_timeout(ws: Path, processes: ProcessTable) -> None:
-    exec_tool = ExecTool(allow(), processes)
-    _, started = await run(exec_tool, {"command": "sleep 30", "background": True, "timeout": 1}, context(ws))
-    entry = processes.get(started["id"])
-    assert entry is not None
-    await asyncio.wait_for(entry.task, 3)
-    assert entry.status == "timeout"
+async def test_background_timeout(ws: Path) -> None:
+    clock = FakeClock()  # its sleep ends at once: the timeout passes as soon as the table waits for it
+    table = ProcessTable(sleep=clock.sleep)
+    try:
+        exec_tool = ExecTool(allow(), table)
+        _, started = await run(exec_tool, {"command": "sleep 100", "background": True, "timeout": 7}, context(ws))
+        entry = table.get(started["id"])
+        assert entry is not None
+        await asyncio.wait_for(entry.task, WAIT)
+        assert entry.status == "timeout"
+        assert clock.slept == [7]
+        await group_gone(started["pid"])
+    finally:
+        await table.close()
 
 
 async def test_background_needs_approval_too(ws: Path, processes: ProcessTable) -> None:
@@ -332,7 +412,7 @@ async def test_sessions_do_not_see_each_others_processes(ws: Path, processes: Pr
     exec_tool = ExecTool(allow(), processes)
     process_tool = ProcessTool(processes)
     mine, theirs = context(ws), context(ws, session_key="agent:main:other")
-    _, started = await run(exec_tool, {"command": "sleep 30", "background": True}, mine)
+    _, started = await run(exec_tool, {"command": "sleep 100", "background": True}, mine)
     handle = started["id"]
 
     _, listed = await run(process_tool, {"action": "list"}, theirs)
@@ -356,35 +436,38 @@ async def test_process_read_and_kill_need_an_id(ws: Path, processes: ProcessTabl
 
 async def test_close_kills_every_background_command(ws: Path) -> None:
     table = ProcessTable()
-    exec_tool = ExecTool(allow(), table)
-    pgids = []
-    for n in range(2):
-        _, started = await run(exec_tool, {"command": f"echo $$ > pgid{n}; sleep 30", "background": True}, context(ws))
-        pgids.append(started["pid"])
-    await wait_until(lambda: all((ws / f"pgid{n}").exists() for n in range(2)))
-    await table.close()
+    try:
+        exec_tool = ExecTool(allow(), table)
+        for n in range(2):
+            await run(exec_tool, {"command": f"echo $$ > pgid{n}; sleep 100", "background": True}, context(ws))
+        pgids = [await pid_written(ws / f"pgid{n}") for n in range(2)]
+    finally:
+        await table.close()
     assert [entry.status for entry in table.list(SESSION)] == ["killed", "killed"]
-    await wait_until(lambda: not any(group_alive(pgid) for pgid in pgids), timeout=0.5)
+    for pgid in pgids:
+        await group_gone(pgid)
     with pytest.raises(RuntimeError):
         await table.start("true", session_key=SESSION, cwd=str(ws), timeout=1, output_limit=100)
 
 
 async def test_leftovers_do_not_hold_the_call_and_are_killed(ws: Path, processes: ProcessTable) -> None:
-    tool = ExecTool(allow(), processes)
-    command = "echo $$ > pgid; sleep 30 & echo done"  # the leftover sleep holds the output pipe open
+    tool = ExecTool(allow(), processes)  # the default timeout: 60 s
+    command = "echo $$ > pgid; sleep 600 & echo done"  # the leftover sleep would hold the output pipe for 10 minutes
     _, details = await run(tool, {"command": command}, context(ws))
+    # "ok", not "timeout": the call ended with the shell, long before the leftover would have let go of the pipe
     assert (details["status"], details["exit_code"], details["output"]) == ("ok", 0, "done\n")
-    assert details["duration_ms"] < 1500
-    pgid = int((ws / "pgid").read_text())
-    await wait_until(lambda: not group_alive(pgid), timeout=0.5)
+    await group_gone(await pid_written(ws / "pgid"))
 
 
 async def test_an_escaped_process_holding_the_pipe_does_not_hang_the_call(ws: Path, processes: ProcessTable) -> None:
     tool = ExecTool(allow(), processes)
-    command = "setsid sleep 30 & echo $! > escaped; echo done"  # its own session: out of reach of the group kill
+    command = "setsid sleep 600 & echo $! > escaped; echo done"  # its own session: out of reach of the group kill
     try:
-        _, details = await run(tool, {"command": command}, context(ws))
+        # The call gives up on the pipe after a short wait; had it waited for the pipe, it would take 10 minutes.
+        _, details = await asyncio.wait_for(run(tool, {"command": command}, context(ws)), WAIT)
         assert (details["status"], details["output"]) == ("ok", "done\n")
-        assert details["duration_ms"] < 3000
     finally:
-        os.kill(int((ws / "escaped").read_text()), 9)
+        escaped = pid_in(ws / "escaped")
+        if escaped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(escaped, signal.SIGKILL)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
-from helpers import eventually
+from helpers import WAIT, FakeClock, eventually, read_state
 from pydantic import BaseModel
 
 from agent.messages import AssistantMessage, UserMessage
@@ -23,14 +23,13 @@ from agent.sessions import read_transcript, transcript_for
 from bot.adapters import build_adapters
 from bot.commands import HELP
 from bot.config import Config, parse_config
-from bot.gateway import Gateway
+from bot.gateway import PAIR_MISS_WINDOW_SECONDS, Gateway
 from bot.store import SqliteStore
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, OnAction, OnMessage, OutboundMessage
 from tools.base import Tool, ToolContext, ToolResult, json_result
 from tools.registry import ToolRegistry
 
 DM_KEY = "agent:main:loopback:direct:{}"
-WAIT = 15.0  # generous: only ever reached when something is broken
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
@@ -62,9 +61,14 @@ async def acknowledged(bridge: FakeBridge, update: dict[str, Any]) -> None:
 
 def journal(state_dir: Path) -> dict[str, tuple[str, str | None]]:
     """message id -> (status, error), read straight from state.db."""
-    with sqlite3.connect(state_dir / "state.db") as connection:
-        rows = connection.execute("SELECT message_id, status, error FROM inbound ORDER BY id").fetchall()
+    rows = read_state(state_dir, "SELECT message_id, status, error FROM inbound ORDER BY id")
     return {message_id: (status, error) for message_id, status, error in rows}
+
+
+def outbox_peers(state_dir: Path) -> list[str]:
+    """The peer id of every reply the gateway has recorded for sending, sent or not, read straight from state.db."""
+    rows = read_state(state_dir, "SELECT target FROM outbox ORDER BY id")
+    return [json.loads(target)["peer"]["id"] for (target,) in rows]
 
 
 async def _no_unsent(gateway: Gateway) -> bool:
@@ -96,7 +100,8 @@ class _NoArgs(BaseModel):
 
 
 class GateTool(Tool):
-    """A tool that waits until the test opens it: a run held mid-way, released at a moment the test chooses."""
+    """A tool that waits until the test opens it: a run held mid-way, released at a moment the test chooses.
+    `inside` counts the runs waiting in it right now."""
 
     name = "gate"
     description = "Waits for the gate to open."
@@ -105,10 +110,15 @@ class GateTool(Tool):
     def __init__(self) -> None:
         self.entered = asyncio.Event()
         self.opened = asyncio.Event()
+        self.inside = 0
 
     async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
         self.entered.set()
-        await self.opened.wait()
+        self.inside += 1
+        try:
+            await self.opened.wait()
+        finally:
+            self.inside -= 1
         return json_result({"status": "open"})
 
 
@@ -165,14 +175,24 @@ class Harness:
         runner: Runner | None = None,
         registry: ToolRegistry | None = None,
         before_start: Callable[[SqliteStore], Awaitable[None]] | None = None,
+        clock: FakeClock | None = None,
     ) -> Gateway:
+        """A started gateway; `clock`, if given, is the time of both the gateway and its store."""
         config = config or self.config()
         adapters, skipped = build_adapters(config)
         assert skipped == []
-        store = await SqliteStore.open(self.state_dir)
+        store = await SqliteStore.open(self.state_dir, clock=clock or time.time)
         if before_start is not None:
             await before_start(store)
-        gateway = Gateway(config, store, self.state_dir, [*extra_adapters, *adapters], runner=runner, registry=registry)
+        gateway = Gateway(
+            config,
+            store,
+            self.state_dir,
+            [*extra_adapters, *adapters],
+            runner=runner,
+            registry=registry,
+            clock=clock or time.time,
+        )
         self.running.append((gateway, store))
         await gateway.start()
         return gateway
@@ -292,7 +312,7 @@ async def test_collect_folds_a_burst_during_a_busy_run_into_one_turn(
     key = DM_KEY.format("di")
 
     await bridge.say("first", sender="di")
-    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    await eventually(gate.entered.is_set, "the run to reach the gate")
     for text in ("second", "third", "fourth"):
         await bridge.say(text, sender="di")
     await eventually(lambda: gateway.lanes.depth(key) == 3, "the burst to queue behind the running turn")
@@ -319,7 +339,7 @@ async def test_messages_folded_at_the_queue_cap_are_all_answered_and_closed(
     key = DM_KEY.format("eve")
 
     await bridge.say("first", sender="eve", message_id="q0")
-    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    await eventually(gate.entered.is_set, "the run to reach the gate")
     for number in (1, 2, 3):
         await bridge.say(f"queued {number}", sender="eve", message_id=f"q{number}")
     await bridge.wait_for_sends(1)  # the notice that the oldest were combined
@@ -342,32 +362,26 @@ async def test_messages_folded_at_the_queue_cap_are_all_answered_and_closed(
 async def test_sessions_run_in_parallel_up_to_max_concurrent(
     harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge
 ) -> None:
-    fake_llm.script(*[Reply.stall(2.0, after_text=f"slow answer {n}") for n in range(3)])
-    gateway = await harness.start(harness.config(defaults={"max_concurrent": 2}))
-    peak = 0
+    gate = GateTool()
+    # The first two runs to reach the model call the gate and wait in it; every later model call answers at once.
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("gate")), Reply.tool_calls(ToolCallSpec("gate")), *["answer"] * 3)
+    gateway = await harness.start(harness.config(defaults={"max_concurrent": 2}), registry=ToolRegistry([gate]))
 
-    async def watch() -> None:
-        nonlocal peak
-        while True:
-            peak = max(peak, gateway.lanes.running_count())
-            await asyncio.sleep(0.005)
+    for sender in ("p1", "p2", "p3"):
+        await bridge.say(f"question from {sender}", sender=sender)
+    # In parallel: two runs are in the gate at once, so both started before either finished.
+    await eventually(lambda: gate.inside == 2, "two runs to wait in the gate together")
+    # Never more than two: the third session waits for a slot, and has not reached the model.
+    await eventually(lambda: gateway.lanes.waiting_count() == 1, "the third session to wait for a slot")
+    assert gateway.lanes.running_count() == 2
+    assert len(fake_llm.requests) == 2
+    assert bridge.sent == []
 
-    watcher = asyncio.create_task(watch())
-    try:
-        for sender in ("p1", "p2", "p3"):
-            await bridge.say(f"question from {sender}", sender=sender)
-        await eventually(lambda: len(fake_llm.requests) == 2, "two runs to reach the model")
-        assert gateway.lanes.running_count() == 2
-        await eventually(lambda: gateway.lanes.lane_count() == 3, "the third session to wait for a slot")
-        assert len(fake_llm.requests) == 2  # the third waits while the first two stall
-        assert bridge.sent == []
-
-        await bridge.wait_for_sends(3)
-        assert len(fake_llm.requests) == 3
-        assert peak == 2
-    finally:
-        watcher.cancel()
+    gate.opened.set()  # a slot frees up: the third session runs
+    await bridge.wait_for_sends(3)
     assert sorted(body["target"]["peer"]["id"] for body in bridge.sent) == ["p1", "p2", "p3"]
+    assert texts(bridge) == ["answer"] * 3
+    assert len(fake_llm.requests) == 5  # two model calls for each gated run, one for the third
 
 
 # --- 5. chat commands ---------------------------------------------------------------------------------------------
@@ -480,7 +494,7 @@ async def test_status_reports_agent_model_session_tokens_and_queue(
     assert "answering now" not in status
 
     await bridge.say("hold on", sender="hal")
-    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    await eventually(gate.entered.is_set, "the run to reach the gate")
     await bridge.say("one more", sender="hal")
     await eventually(lambda: gateway.lanes.depth(key) == 1, "the next message to queue")
     await bridge.say("/status", sender="hal")
@@ -554,7 +568,7 @@ async def test_stop_lets_a_run_finish_within_the_grace_period(
     gateway = await harness.start(registry=ToolRegistry([gate]))
 
     await bridge.say("work", sender="lu", message_id="work")
-    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    await eventually(gate.entered.is_set, "the run to reach the gate")
     stopping = asyncio.create_task(harness.stop(gateway, grace=WAIT))
     await eventually(lambda: gateway.lanes.closed, "shutdown to begin")
     # A message that arrives during the grace period is journaled (the adapter acknowledges it), not run now.
@@ -778,13 +792,16 @@ async def test_a_stranger_gets_a_pairing_code_and_is_served_once_an_owner_approv
 
 
 async def test_only_owners_can_approve_and_pending_codes_are_capped(harness: Harness, bridge: FakeBridge) -> None:
-    await harness.start(harness.config(**PAIRING))
+    gateway = await harness.start(harness.config(**PAIRING))
     for number in range(4):
-        await bridge.say("hi", sender=f"stranger{number}")
-    await bridge.wait_for_sends(3)
-    await bridge.say("/pair AAAAAAAA", sender="stranger0")
-    await bridge.wait_for_sends(4)
-    await asyncio.sleep(0.5)
+        await bridge.say("hi", sender=f"stranger{number}", message_id=f"hi{number}")
+    pair = await bridge.say("/pair AAAAAAAA", sender="stranger0")
+    # The adapter hands updates over one at a time: once it is past the last one, every message has been handled,
+    # and each reply is recorded in the outbox in the same step that finishes its message.
+    await acknowledged(bridge, pair)
+    await eventually(lambda: _no_unsent(gateway), "the replies to go out")
+    assert journal(harness.state_dir)["hi3"] == ("done", "ignored: too many pairing requests are waiting")
+    assert outbox_peers(harness.state_dir) == ["stranger0", "stranger1", "stranger2", "stranger0"]
     assert bridge.texts_to("stranger3") == []  # three requests already wait: the fourth gets nothing
     assert bridge.texts_to("stranger0")[-1].startswith("Hi! I don't know you yet")  # /pair from a stranger: no
 
@@ -798,10 +815,13 @@ async def test_an_allowlist_serves_only_the_listed_senders(
         )
     )
     fake_llm.script("Hi friend.")
-    await bridge.say("hello", sender="someone")
+    stranger = await bridge.say("hello", sender="someone", message_id="stranger")
     await bridge.say("hello", sender="friend")
     await bridge.wait_for_sends(1)
-    await asyncio.sleep(0.5)
+    await acknowledged(bridge, stranger)
+    # Turned away as it arrived: its message is finished, with no reply recorded for it and no run.
+    assert journal(harness.state_dir)["stranger"] == ("done", "ignored: sender not in allow_from")
+    assert outbox_peers(harness.state_dir) == ["friend"]
     assert [body["target"]["peer"]["id"] for body in bridge.sent] == ["friend"]
     assert len(fake_llm.requests) == 1
 
@@ -822,9 +842,15 @@ async def test_in_groups_the_bot_answers_only_when_mentioned_or_replied_to(
 
 
 async def test_a_disabled_group_policy_ignores_groups(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge) -> None:
-    await harness.start(harness.config(channels={"loopback": {"accounts": {"default": {"group_policy": "disabled"}}}}))
-    await bridge.say("@bot hi", sender="a", peer=("group", "-100"), was_mentioned=True)
-    await asyncio.sleep(1.0)
+    gateway = await harness.start(
+        harness.config(channels={"loopback": {"accounts": {"default": {"group_policy": "disabled"}}}})
+    )
+    update = await bridge.say("@bot hi", sender="a", peer=("group", "-100"), was_mentioned=True, message_id="hi")
+    await acknowledged(bridge, update)
+    # Finished the moment it arrived: a run would leave it unfinished or failed, and a reply would be in the outbox.
+    assert journal(harness.state_dir)["hi"] == ("done", "ignored: groups are disabled for this account")
+    assert outbox_peers(harness.state_dir) == []
+    assert gateway.lanes.lane_count() == 0
     assert bridge.sent == []
     assert fake_llm.requests == []
 
@@ -840,9 +866,8 @@ async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text
     await harness.start(harness.config(**STREAMING))
     answer = "This answer is streamed in many small pieces, and edited in place until it is complete."
     fake_llm.script(Reply.text(answer))
-    await bridge.say("stream please", sender="s1")
-    await eventually(lambda: any(body["message"]["text"] == answer for _, body in edits_and_sends(bridge)), "final")
-    await asyncio.sleep(1.5)  # no late duplicate
+    await bridge.say("stream please", sender="s1", message_id="stream")
+    await answered_and_delivered(harness, "stream")
     sends = [body for method, body in bridge.calls if method == "send"]
     edits = [body for method, body in bridge.calls if method == "edit"]
     assert len(sends) == 1  # one message, never a second copy of the answer
@@ -859,9 +884,8 @@ async def test_a_streamed_answer_too_long_for_one_message_continues_in_new_ones(
     await harness.start(harness.config(**STREAMING))
     answer = "\n\n".join(f"Paragraph {number}: " + "word " * 150 for number in range(12))  # about 9,000 characters
     fake_llm.script(Reply.text(answer))
-    await bridge.say("a long one", sender="s2")
-    await eventually(lambda: len([1 for m, _ in bridge.calls if m == "send"]) >= 3, "the overflow messages")
-    await asyncio.sleep(1.5)
+    await bridge.say("a long one", sender="s2", message_id="long")
+    await answered_and_delivered(harness, "long")
     sends = [body["message"]["text"] for method, body in bridge.calls if method == "send"]
     edits = [body["message"]["text"] for method, body in bridge.calls if method == "edit"]
     first = edits[-1] if edits else sends[0]
@@ -870,14 +894,22 @@ async def test_a_streamed_answer_too_long_for_one_message_continues_in_new_ones(
     assert " ".join(" ".join(delivered).split()) == " ".join(answer.split())
 
 
+async def answered_and_delivered(harness: Harness, message_id: str) -> None:
+    """Wait until the message's turn is finished and the outbox is empty. After that nothing more can reach the
+    chat for it: a streamed message is edited for the last time before its turn is finished, and the rest of the
+    answer is recorded in the outbox in the same step."""
+    await eventually(lambda: journal(harness.state_dir).get(message_id, ("", None))[0] == "done", "the turn to end")
+    [(gateway, _)] = harness.running
+    await eventually(lambda: _no_unsent(gateway), "the outbox to drain")
+
+
 def edits_and_sends(bridge: FakeBridge) -> list[tuple[str, dict[str, Any]]]:
     return [(method, body) for method, body in bridge.calls if method in ("send", "edit")]
 
 
 def previews(state_dir: Path) -> list[tuple[int, str]]:
     """(inbound id, message id) of every streamed answer recorded as unfinished, read straight from state.db."""
-    with sqlite3.connect(state_dir / "state.db") as connection:
-        return connection.execute("SELECT inbound_id, message_id FROM previews ORDER BY inbound_id").fetchall()
+    return read_state(state_dir, "SELECT inbound_id, message_id FROM previews ORDER BY inbound_id")
 
 
 async def cut_short_then_run_again(harness: Harness, fake_llm: FakeLLM, bridge: FakeBridge, answer: str) -> str:
@@ -932,10 +964,16 @@ async def test_a_recorded_preview_of_a_finished_turn_is_forgotten_at_start(
 
 
 async def test_wrong_pairing_codes_are_rate_limited(harness: Harness, bridge: FakeBridge) -> None:
-    await harness.start(harness.config(**PAIRING))
+    clock = FakeClock()
+    await harness.start(harness.config(**PAIRING), clock=clock)
     for _ in range(6):
         await bridge.say("/pair WRONGCOD", sender="boss")
     await bridge.wait_for_sends(6)
     replies = bridge.texts_to("boss")
     assert replies[:5] == ["No pending request has that code (it may have expired)."] * 5
     assert replies[5] == "Too many wrong codes; try again in a few minutes."
+
+    clock.advance(PAIR_MISS_WINDOW_SECONDS)  # the wrong tries have left the window: guessing may go on
+    await bridge.say("/pair WRONGCOD", sender="boss")
+    await bridge.wait_for_sends(7)
+    assert bridge.texts_to("boss")[6] == "No pending request has that code (it may have expired)."

@@ -5,16 +5,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from helpers import eventually
+from helpers import WAIT, FakeClock, eventually
 from pydantic import ValidationError
 
 from agent.lanes import Lanes, QueueMode, QueueSettings, RunControl
 
-GUARD = 10  # seconds: a hang fails the test instead of blocking the suite
+GUARD = WAIT  # seconds: only a hang reaches it, and it fails the test instead of blocking the suite
 Handler = Callable[[str, list[str], RunControl[str]], Awaitable[None]]
+
+
+class ManualClock(FakeClock):
+    """A FakeClock whose `sleep` lasts until the test has moved the clock past its end, so that the test can act
+    in the middle of a wait; `sleepers` counts the waits in progress."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleepers = 0
+        self._moved = asyncio.Event()
+
+    def advance(self, seconds: float) -> None:
+        super().advance(seconds)
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        end = self.now + seconds
+        self.sleepers += 1
+        try:
+            while self.now < end:
+                await self._moved.wait()
+        finally:
+            self.sleepers -= 1
+
+
+async def shuffle(rng: random.Random, most: int) -> None:
+    """Give way to the other tasks a random number of times (fewer than `most`): arrivals and turns interleave
+    differently with each seed, and the same way on every run."""
+    for _ in range(rng.randrange(most)):
+        await asyncio.sleep(0)
 
 
 def join(items: list[str]) -> str:
@@ -39,16 +72,27 @@ def lanes_for(
     cap: int = 20,
     max_concurrent: int = 4,
     notify: Notices | None = None,
+    clock: FakeClock | None = None,
 ) -> Lanes[str]:
+    """Lanes on `handler`; with `clock`, its time and its sleep (debounce waits) instead of the real ones."""
     settings = QueueSettings(mode=mode, debounce_ms=debounce_ms, cap=cap)
-    return Lanes(handler, fold=join, notify=notify or Notices(), max_concurrent=max_concurrent, settings=settings)
+    return Lanes(
+        handler,
+        fold=join,
+        notify=notify or Notices(),
+        max_concurrent=max_concurrent,
+        settings=settings,
+        clock=clock or time.monotonic,
+        sleep=clock.sleep if clock else asyncio.sleep,
+    )
 
 
 class Held:
-    """A handler that records each turn and keeps chosen turns open until released."""
+    """A handler that records each turn (and when, by `clock`) and keeps chosen turns open until released."""
 
-    def __init__(self, hold: set[int] | None = None) -> None:
+    def __init__(self, hold: set[int] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.hold = {0} if hold is None else hold
+        self.clock = clock
         self.batches: list[tuple[str, list[str]]] = []
         self.controls: list[RunControl[str]] = []
         self.started: list[float] = []
@@ -59,7 +103,7 @@ class Held:
         index = len(self.batches)
         self.batches.append((key, batch))
         self.controls.append(control)
-        self.started.append(asyncio.get_running_loop().time())
+        self.started.append(self.clock())
         if index in self.hold:
             await asyncio.wait_for(self.release.wait(), GUARD)
         self.finished += 1
@@ -112,13 +156,13 @@ async def test_order_within_a_session_under_concurrent_arrivals(mode: QueueMode)
         batches.append(batch)
         if len(batches) == 1:
             await asyncio.wait_for(half_arrived.wait(), GUARD)  # later arrivals really meet a busy session
-        await asyncio.sleep(rng.random() * 0.003)
+        await shuffle(rng, 5)
         active -= 1
 
     lanes = lanes_for(handler, mode, debounce_ms=0, cap=1000)
 
     async def send(number: int) -> None:
-        await asyncio.sleep(rng.random() * 0.02)
+        await shuffle(rng, 40)
         arrived.append(f"m{number}")
         await lanes.submit("k", f"m{number}")  # no await inside submit: arrival order is `arrived`
         if len(arrived) == 30:
@@ -154,9 +198,8 @@ async def test_parallel_across_sessions_up_to_the_limit_and_never_above() -> Non
     sessions = [f"s{number}" for number in range(5)]
     for key in sessions:
         await lanes.submit(key, "hello")
-    await asyncio.wait_for(two_running.wait(), GUARD)
-    for _ in range(20):
-        await asyncio.sleep(0)  # a third run, were the limit broken, would start here
+    await eventually(two_running.is_set, "two turns")
+    await eventually(lambda: lanes.waiting_count() == 3, "the other three sessions to wait for a slot")
     assert lanes.running_count() == 2
     assert started == ["s0", "s1"]
     assert [lanes.busy(key) for key in sessions] == [True, True, False, False, False]
@@ -188,37 +231,43 @@ async def test_a_session_waiting_for_a_slot_keeps_its_order(mode: QueueMode, exp
 
 
 async def test_idle_session_starts_at_once_and_collect_gathers_a_burst_after_the_debounce() -> None:
-    held = Held()
-    lanes = lanes_for(held, "collect", debounce_ms=50)
+    clock = FakeClock(1000.0)
+    held = Held(clock=clock)
+    lanes = lanes_for(held, "collect", debounce_ms=250, clock=clock)
     await lanes.submit("k", "m1")
     await eventually(lambda: lanes.busy("k"), "the first turn")
     assert held.items() == [["m1"]]
-    loop = asyncio.get_running_loop()
+    assert clock.slept == []  # an idle session's first turn waits for nothing
     for item in ["m2", "m3", "m4", "m5"]:
-        await lanes.submit("k", item)
-    last_arrival = loop.time()
+        clock.advance(0.125)
+        await lanes.submit("k", item)  # the last one at 1000.5
     assert lanes.depth("k") == 4
     held.release.set()
     await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
     assert held.items() == [["m1"], ["m2", "m3", "m4", "m5"]]
-    assert held.started[1] >= last_arrival + 0.05  # it waited for quiet, counted from the last arrival
+    assert clock.slept == [0.25]  # it waited for quiet once, counted from the last arrival
+    assert held.started[1] == 1000.75
 
 
 async def test_collect_debounce_restarts_with_each_arrival() -> None:
-    # Generous debounce: m3 must arrive within it for the assertion on batching to hold on a loaded machine.
-    debounce = 0.25
-    held = Held()
-    lanes = lanes_for(held, "collect", debounce_ms=int(debounce * 1000))
+    clock = ManualClock()
+    held = Held(clock=clock)
+    lanes = lanes_for(held, "collect", debounce_ms=250, clock=clock)
     await lanes.submit("k", "m1")
     await eventually(lambda: lanes.busy("k"), "the first turn")
-    await lanes.submit("k", "m2")
+    await lanes.submit("k", "m2")  # at 1000.0: quiet until 1000.25
     held.release.set()
-    await eventually(lambda: held.finished == 1 and not lanes.busy("k"), "the first turn to end")
-    await lanes.submit("k", "m3")  # after the run, during the quiet period that m2 began
-    m3_arrival = asyncio.get_running_loop().time()
+    await eventually(lambda: clock.sleepers == 1, "the first turn to end and the lane to wait for quiet")
+    clock.advance(0.125)
+    await lanes.submit("k", "m3")  # at 1000.125, during the quiet period that m2 began: quiet until 1000.375
+    clock.advance(0.125)  # m2's quiet period is over, m3's is not
+    await eventually(lambda: len(clock.slept) == 2, "the lane to wait on for m3's quiet period")
+    assert clock.slept == [0.25, 0.125]
+    assert held.items() == [["m1"]]
+    clock.advance(0.125)
     await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
     assert held.items() == [["m1"], ["m2", "m3"]]
-    assert held.started[1] >= m3_arrival + debounce
+    assert held.started[1] == 1000.375
 
 
 async def test_followup_runs_each_queued_item_as_its_own_turn() -> None:
@@ -290,11 +339,13 @@ async def test_interrupt_cancels_the_running_turn_and_restarts_with_the_new_item
         log.append(f"start {batch}")
         if len(batches) == 1:
             await asyncio.wait_for(control.cancel.wait(), GUARD)
-            await asyncio.sleep(0.01)  # cleanup takes a moment; the next turn must still wait for it
+            for _ in range(10):
+                await asyncio.sleep(0)  # cleanup gives way to the loop; the next turn must still wait for it
             log.append("cancelled")
         log.append(f"end {batch}")
 
-    lanes = lanes_for(handler, "interrupt", debounce_ms=5000)  # no debounce applies to an interrupt
+    clock = FakeClock()
+    lanes = lanes_for(handler, "interrupt", debounce_ms=5000, clock=clock)
     await lanes.submit("k", "m1")
     await eventually(lambda: lanes.busy("k"), "the first turn")
     await lanes.submit("k", "m2")
@@ -302,6 +353,7 @@ async def test_interrupt_cancels_the_running_turn_and_restarts_with_the_new_item
     await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
     assert batches == [["m1"], ["m2", "m3"]]
     assert log == ["start ['m1']", "cancelled", "end ['m1']", "start ['m2', 'm3']", "end ['m2', 'm3']"]
+    assert clock.slept == []  # no debounce applies to an interrupt
 
 
 # --- the cap ------------------------------------------------------------------------------------------------------
@@ -432,12 +484,12 @@ async def test_close_lets_running_turns_finish_within_grace_and_keeps_the_queue(
     await lanes.submit("other", "o1")
     await eventually(lambda: lanes.running_count() == 2, "both turns")
     closing = asyncio.create_task(lanes.close(grace_seconds=GUARD))
+    finished_when_closed: list[int] = []
+    closing.add_done_callback(lambda _: finished_when_closed.append(held.finished))
     await eventually(lambda: lanes.closed, "close to begin")
-    await asyncio.sleep(0.05)
-    assert not closing.done()  # it waits for the running turns
     held.release.set()  # both turns end on their own, well within the grace period
     await asyncio.wait_for(closing, GUARD)
-    assert held.finished == 2
+    assert finished_when_closed == [2]  # close returned only after both running turns had ended
     assert not any(control.cancel.is_set() for control in held.controls)
     assert held.items() == [["m1"]] and held.items("other") == [
         ["o1"]

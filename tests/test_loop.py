@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import pytest
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
+from helpers import WAIT, FakeClock
 from pydantic import BaseModel
 
 from agent.events import AssistantEvent, LifecycleEvent, RunEvent, ToolEvent
@@ -25,7 +26,6 @@ from tools.hooks import ToolCall as HookedCall
 
 RUN = RunInfo(agent="main", session_key="agent:main:console:direct:me")
 SYSTEM = "You are a careful test agent."
-GUARD = 10  # seconds: a hang fails the test instead of blocking the suite
 
 # --- tools --------------------------------------------------------------------------------------------------------
 
@@ -66,28 +66,53 @@ class SlowArgs(BaseModel):
 
 
 class Slow(Tool):
-    """Sleeps; records when each call started and finished, and whether a stopped call could see the run's cancel."""
+    """Sleeps (by `sleep`: real time unless a test passes a fake clock's); records the calls that finished, and
+    whether a stopped call could see the run's cancel."""
 
     name = "slow"
     description = "Wait a while."
     parameters = SlowArgs
 
-    def __init__(self) -> None:
-        self.started: dict[str, float] = {}
-        self.finished: dict[str, float] = {}
+    def __init__(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.sleep = sleep
+        self.finished: list[str] = []
         self.stopped: dict[str, bool] = {}  # call id -> ctx.cancelled was set when the call was stopped
         self.running = asyncio.Event()
 
     async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
-        self.started[call_id] = time.monotonic()
         self.running.set()
         try:
-            await asyncio.sleep(args.seconds)
+            await self.sleep(args.seconds)
         except asyncio.CancelledError:
             self.stopped[call_id] = ctx.cancelled.is_set()
             raise
-        self.finished[call_id] = time.monotonic()
+        self.finished.append(call_id)
         return json_result({"slept": args.seconds})
+
+
+class WaitArgs(BaseModel):
+    until_done: str | None = None  # the id of another call this one waits for
+
+
+class Wait(Tool):
+    """Logs when each call starts and ends; a call given `until_done` ends only after that other call has ended, so
+    both can end only if they run at the same time."""
+
+    name = "wait"
+    description = "Wait for another call to end."
+    parameters = WaitArgs
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.ended: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
+        self.log.append(f"{call_id} started")
+        if args.until_done is not None:
+            await self.ended[args.until_done].wait()
+        self.log.append(f"{call_id} ended")
+        self.ended[call_id].set()
+        return json_result({"waited_for": args.until_done})
 
 
 class NoArgs(BaseModel):
@@ -145,7 +170,7 @@ class Agent:
         return Turn(provider=self.provider, model="test-model", system=SYSTEM, run=RUN, tools=tools, **fields)
 
     async def ask(self, text: str, *tools: Tool, history: Sequence[Message] = (), **fields: Any) -> TurnResult:
-        return await asyncio.wait_for(run_turn(self.turn(*tools, **fields), history, UserMessage.of(text)), GUARD)
+        return await asyncio.wait_for(run_turn(self.turn(*tools, **fields), history, UserMessage.of(text)), WAIT)
 
     def body(self, index: int) -> dict[str, Any]:
         return cast(dict[str, Any], self.llm.requests[index].body)
@@ -363,17 +388,17 @@ async def test_chained_rounds_feed_each_result_to_the_next_call(agent: Agent) ->
 
 
 async def test_calls_in_one_turn_overlap_yet_results_keep_call_order(agent: Agent) -> None:
-    slow = Slow()
+    wait = Wait()
     agent.llm.script(
         Reply.tool_calls(
-            ToolCallSpec("slow", {"seconds": 0.3}, id="long"), ToolCallSpec("slow", {"seconds": 0.01}, id="short")
+            ToolCallSpec("wait", {"until_done": "short"}, id="long"), ToolCallSpec("wait", {}, id="short")
         ),
         "Both done.",
     )
-    result = await agent.ask("Wait twice.", slow)
+    result = await agent.ask("Wait twice.", wait)  # run one at a time, "long" would wait for "short" forever
     assert result.text == "Both done."
-    assert slow.started["short"] < slow.finished["long"]  # the second began while the first was still running
-    assert slow.finished["short"] < slow.finished["long"]  # and it finished first...
+    # the second began while the first was still running, and it finished first...
+    assert wait.log == ["long started", "short started", "short ended", "long ended"]
     assert [event.call_id for event in agent.tool_events("end")] == ["short", "long"]
     assert [r.call_id for r in tool_results(result.messages)] == ["long", "short"]  # ...yet results keep call order
     assert [sent.call_id for sent in results_sent(agent.kind, agent.body(1))] == ["long", "short"]
@@ -443,11 +468,11 @@ async def test_cancelling_mid_tool_stops_it_and_leaves_a_valid_conversation(agen
         turn.cancel.set()
 
     stopper = asyncio.create_task(stop_once_running())
-    result = await asyncio.wait_for(run_turn(turn, [], UserMessage.of("Take a nap.")), GUARD)
+    result = await asyncio.wait_for(run_turn(turn, [], UserMessage.of("Take a nap.")), WAIT)
     await stopper
     assert result.stop_reason == "cancelled"
     assert slow.stopped == {"nap": True}  # the tool was stopped, and could see that the run was cancelled
-    assert slow.finished == {}
+    assert slow.finished == []
     assert [m.role for m in result.messages] == ["user", "assistant", "tool"]
     [cancelled] = tool_results(result.messages)
     assert cancelled.call_id == "nap"
@@ -477,7 +502,7 @@ async def test_a_call_that_finished_before_the_cancel_keeps_its_real_result(agen
         turn.cancel.set()
 
     stopper = asyncio.create_task(stop_once_running())
-    result = await asyncio.wait_for(run_turn(turn, [], UserMessage.of("Add, then nap.")), GUARD)
+    result = await asyncio.wait_for(run_turn(turn, [], UserMessage.of("Add, then nap.")), WAIT)
     await stopper
     assert result.stop_reason == "cancelled"
     assert add.seen == [AddArgs(a=1, b=1)]
@@ -488,7 +513,7 @@ async def test_a_call_that_finished_before_the_cancel_keeps_its_real_result(agen
 
 
 async def test_cancelling_while_the_model_streams_stops_the_stream(agent: Agent) -> None:
-    agent.llm.script(Reply.stall(60, after_text="Let me think"))
+    agent.llm.script(Reply.held("Let me think"))  # never finished
 
     async def cancel_on_first_words(event: RunEvent) -> None:
         await agent.record(event)
@@ -496,7 +521,7 @@ async def test_cancelling_while_the_model_streams_stops_the_stream(agent: Agent)
             turn.cancel.set()
 
     turn = agent.turn(emit=cancel_on_first_words)
-    result = await asyncio.wait_for(run_turn(turn, [], UserMessage.of("Think hard.")), GUARD)
+    result = await asyncio.wait_for(run_turn(turn, [], UserMessage.of("Think hard.")), WAIT)
     assert result.stop_reason == "cancelled"
     assert result.messages == [UserMessage.of("Think hard.")]  # a half-streamed answer is not kept
     assert agent.lifecycle()[-1] == LifecycleEvent(run_id=result.run_id, phase="end", stop_reason="cancelled")
@@ -663,18 +688,19 @@ async def test_a_rewriting_hook_changes_the_arguments_the_tool_sees(agent: Agent
 
 
 async def test_an_after_hook_sees_the_result_and_how_long_the_call_took(agent: Agent) -> None:
-    hooks = Hooks()
+    clock = FakeClock()
+    hooks = Hooks(clock=clock)
     seen: list[tuple[str, str, float]] = []
 
     @hooks.after_tool_call
     async def audit(call: HookedCall, result: ToolResult, duration: float) -> None:
         seen.append((call.tool, result.text, duration))
 
-    agent.llm.script(Reply.tool_calls(ToolCallSpec("slow", {"seconds": 0.05})), "Rested.")
-    await agent.ask("Rest a little.", Slow(), hooks=hooks)
+    agent.llm.script(Reply.tool_calls(ToolCallSpec("slow", {"seconds": 2.5})), "Rested.")
+    await agent.ask("Rest a little.", Slow(sleep=clock.sleep), hooks=hooks)  # 2.5 s by the hooks' clock
     [(tool, text, duration)] = seen
-    assert (tool, json.loads(text)) == ("slow", {"slept": 0.05})
-    assert duration >= 0.05
+    assert (tool, json.loads(text)) == ("slow", {"slept": 2.5})
+    assert duration == 2.5
 
 
 # --- 11. tool events ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 from aiohttp import web
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, refusing_port
 
 from agent.messages import UserMessage
 from agent.providers.base import Completed, ModelRequest
@@ -110,11 +110,10 @@ async def test_cookies_are_kept_by_httpx_and_sent_once() -> None:
 
 
 async def test_a_refused_connection_is_httpx_connect_error() -> None:
-    async with FakeLLM() as gone:
-        url = gone.url
-    async with provider_client() as client:
-        with pytest.raises(httpx.ConnectError):
-            await client.get(url)
+    with refusing_port() as port:
+        async with provider_client() as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(f"http://127.0.0.1:{port}")
 
 
 async def test_a_body_left_unread_does_not_poison_the_next_call(llm: FakeLLM) -> None:

@@ -3,37 +3,26 @@ message still gets exactly one reply."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import signal
-import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply
-from helpers import eventually
+from helpers import asked, bot_run, eventually, launch_bot
+
+STARTED = "channel loopback account default started"
+BOB = "question from bob, sent while the bot was down"
 
 
-def write_config(path: Path, llm: FakeLLM, bridge: FakeBridge) -> Path:
-    config = {
+def bot_config(path: Path, llm: FakeLLM, bridge: FakeBridge) -> dict[str, Any]:
+    return {
         "defaults": {"model": "fake/model-a", "workspace_root": str(path / "ws")},
         "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url, "timeout_seconds": 60}},
         "channels": {"loopback": {"accounts": {"default": {"url": bridge.url, "poll_timeout": 1}}}},
         "session": {"queue": {"debounce_ms": 0}},
     }
-    file = path / "bindings.yaml"
-    file.write_text(json.dumps(config))
-    return file
-
-
-async def start_bot(config: Path) -> asyncio.subprocess.Process:
-    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", "--config", str(config),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
 
 
 def replies_per_chat(bridge: FakeBridge) -> Counter[str]:
@@ -42,30 +31,35 @@ def replies_per_chat(bridge: FakeBridge) -> Counter[str]:
 
 async def test_a_sigkill_mid_run_loses_nothing_and_answers_once(tmp_path: Path, fake_llm: FakeLLM) -> None:
     async with FakeBridge() as bridge:
-        config = write_config(tmp_path, fake_llm, bridge)
+        config = bot_config(tmp_path, fake_llm, bridge)
         fake_llm.script(Reply.stall(120))  # the first answer never comes: the process dies waiting for it
-        bot = await start_bot(config)
+        bot = await launch_bot(config, tmp_path, STARTED)
         try:
             await bridge.say("question from alice", sender="alice")
             await eventually(lambda: len(fake_llm.requests) == 1, "alice's turn to reach the model")  # mid-run
-            bot.send_signal(signal.SIGKILL)
-            await bot.wait()
         finally:
             if bot.returncode is None:
-                bot.kill()
+                bot.send_signal(signal.SIGKILL)
+            await bot.wait()
         assert bridge.sent == []
 
-        await bridge.say("question from bob, sent while the bot was down", sender="bob")
+        await bridge.say(BOB, sender="bob")
         fake_llm.script("An answer.", "Another answer.")
-        bot = await start_bot(config)
-        try:
+        async with bot_run(config, tmp_path, STARTED):  # stopped with SIGTERM at the end, which must exit 0
             await eventually(lambda: sum(replies_per_chat(bridge).values()) >= 2, "both replies")
-            await asyncio.sleep(2.5)  # time for a duplicate to show up, if there were going to be one
-            assert replies_per_chat(bridge) == {"alice": 1, "bob": 1}
-            assert len(fake_llm.requests) == 3  # alice's turn once before the kill and once after; bob's once
-            bot.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(bot.wait(), 30) == 0
-        finally:
-            if bot.returncode is None:
-                bot.kill()
-                await bot.wait()
+            # One more message in each chat. A chat's turns run one at a time and its replies go out in order, so a
+            # duplicate of an earlier answer (a second run of the turn, or a reply sent twice) would come before
+            # the answer to this one; and a second run queued with it would have been asked together with it.
+            fake_llm.script("A later answer.", "A later answer.")
+            await bridge.say("one more from alice", sender="alice")
+            await bridge.say("one more from bob", sender="bob")
+            await eventually(
+                lambda: all("A later answer." in bridge.texts_to(chat) for chat in ("alice", "bob")),
+                "the answers to the later messages",
+            )
+            assert replies_per_chat(bridge) == {"alice": 2, "bob": 2}
+            # alice's turn once before the kill and once after; bob's once; then one turn for each later message
+            assert len(fake_llm.requests) == 5
+            assert asked(fake_llm)[0] == "question from alice"
+            assert sorted(asked(fake_llm)[1:3]) == ["question from alice", BOB]
+            assert sorted(asked(fake_llm)[3:]) == ["one more from alice", "one more from bob"]

@@ -11,10 +11,11 @@ from typing import Any, Literal, cast
 
 import pytest
 from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
+from helpers import WAIT, FakeClock, eventually
 from pydantic import BaseModel
 
 from agent.compaction import SUMMARY_HEADER, SUMMARY_SYSTEM
-from agent.events import RunEvent
+from agent.events import AssistantEvent, RunEvent
 from agent.keys import NO_KEY, KeyPool, fingerprint
 from agent.loop import Turn
 from agent.messages import AssistantMessage, Message, UserMessage
@@ -25,24 +26,36 @@ from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
 
 RUN = RunInfo(agent="main", session_key="agent:main:console:direct:me")
 SYSTEM = "You are a careful test agent."
-GUARD = 10  # seconds: a hang fails the test instead of blocking the suite
+GRACE = 5.0  # the runner's grace period after a time limit: here it passes only when a test expires it
 K1 = "sk-first-key-1111-aaaa"
 K2 = "sk-second-key-2222-bbbb"
 K3 = "sk-third-key-3333-cccc"
 Kind = Literal["openai", "anthropic"]
 
 
-class Clock:
-    """A monotonic clock the test moves by hand."""
+class Timers:
+    """The runner's waits (time limits, grace periods, retry delays) in the test's hands: a wait of 0 s ends at once,
+    any other only when the test calls `expire`, so no limit strikes by chance on a slow machine."""
 
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.waiting: list[tuple[float, asyncio.Future[None]]] = []
 
-    def __call__(self) -> float:
-        return self.now
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        entry = (seconds, asyncio.get_running_loop().create_future())
+        self.waiting.append(entry)
+        try:
+            await entry[1]
+        finally:
+            self.waiting.remove(entry)
 
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+    async def expire(self, seconds: float) -> None:
+        """End the runner's wait of `seconds` (waiting for it to begin, if need be)."""
+        await eventually(lambda: any(length == seconds for length, _ in self.waiting), f"a wait of {seconds:g} s")
+        for length, ends in self.waiting:
+            if length == seconds and not ends.done():
+                ends.set_result(None)
 
 
 class NoArgs(BaseModel):
@@ -67,7 +80,8 @@ class Count(Tool):
 @dataclass
 class Harness:
     llm: FakeLLM
-    clock: Clock
+    clock: FakeClock
+    timers: Timers
     pool: KeyPool
     runner: Runner
     decisions: list[RunnerEvent] = field(default_factory=list)
@@ -110,7 +124,7 @@ class Harness:
         )
 
     async def ask(self, *candidates: ModelCandidate, **fields: Any) -> RunOutcome:
-        return await asyncio.wait_for(self.runner.run(self.spec(*candidates, **fields)), GUARD)
+        return await asyncio.wait_for(self.runner.run(self.spec(*candidates, **fields)), WAIT)
 
     def keys_sent(self) -> list[str | None]:
         return [sent_key(request) for request in self.llm.requests]
@@ -131,11 +145,13 @@ def sent_key(request: RecordedRequest) -> str | None:
 
 @pytest.fixture
 async def h(fake_llm: FakeLLM) -> AsyncIterator[Harness]:
-    clock = Clock()
+    clock, timers = FakeClock(), Timers()
     pool = KeyPool(clock=clock)
-    runner = Runner(key_pool=pool, server_retry_delay=0, cancel_grace_seconds=0.2)
+    runner = Runner(
+        key_pool=pool, wall_clock=clock, sleep=timers.sleep, server_retry_delay=0, cancel_grace_seconds=GRACE
+    )
     try:
-        yield Harness(fake_llm, clock, pool, runner)
+        yield Harness(fake_llm, clock, timers, pool, runner)
     finally:
         await runner.aclose()
 
@@ -162,7 +178,7 @@ def history_of(turns: int) -> list[Message]:
 
 
 def test_keys_are_taken_in_order_and_a_cooling_key_is_skipped_until_its_cooldown_passes() -> None:
-    clock = Clock()
+    clock = FakeClock()
     pool = KeyPool(clock=clock, auth_cooldown=60)
     assert pool.next_key("p", [K1, K2]) == K1
     assert pool.cool("p", K1, "auth") == 60
@@ -179,7 +195,7 @@ def test_keys_are_taken_in_order_and_a_cooling_key_is_skipped_until_its_cooldown
 
 
 def test_a_provider_without_keys_yields_no_key_which_is_not_none_and_can_cool_too() -> None:
-    clock = Clock()
+    clock = FakeClock()
     pool = KeyPool(clock=clock)
     assert pool.next_key("local", []) == NO_KEY
     assert pool.next_key("local", []) is not None
@@ -190,7 +206,7 @@ def test_a_provider_without_keys_yields_no_key_which_is_not_none_and_can_cool_to
 
 
 def test_rate_limits_double_the_cooldown_until_the_key_succeeds_and_retry_after_wins() -> None:
-    pool = KeyPool(clock=Clock(), rate_limit_cooldown=300, rate_limit_max=1000)
+    pool = KeyPool(clock=FakeClock(), rate_limit_cooldown=300, rate_limit_max=1000)
     assert [pool.cool("p", K1, "rate_limit") for _ in range(4)] == [300, 600, 1000, 1000]
     assert pool.cool("p", K1, "rate_limit", retry_after=7) == 7
     pool.succeeded("p", K1)
@@ -426,12 +442,15 @@ async def test_an_overflow_without_history_cannot_be_compacted_and_moves_on(h: H
 
 
 async def test_a_run_past_its_time_limit_is_stopped_through_the_turns_cancel(h: Harness) -> None:
-    h.llm.script(Reply.stall(60, after_text="Let me think"))
+    h.llm.script(Reply.held("Let me think"))  # never finished
     spec = h.spec(h.candidate("alpha/model-a", api_key=K1), timeout_seconds=0.3)
     run_id = h.runner.start(spec)
-    status = await asyncio.wait_for(h.runner.wait(run_id), GUARD)
+    await eventually(lambda: any(isinstance(e, AssistantEvent) for e in h.run_events), "the model's first words")
+    h.clock.advance(0.3)
+    await h.timers.expire(0.3)  # the limit passes while the model is writing
+    status = await asyncio.wait_for(h.runner.wait(run_id), WAIT)
     assert (status.status, status.done) == ("timeout", True)
-    assert status.ended_at is not None and status.ended_at >= status.started_at
+    assert (status.started_at, status.ended_at) == (1000.0, 1000.3)  # by the runner's clock, at start and at end
     [turn] = h.turns
     assert turn.cancel.is_set()
     outcome = status.outcome
@@ -448,8 +467,11 @@ async def test_a_turn_that_ignores_its_cancel_is_cancelled_after_the_grace_perio
         await never.wait()
         raise AssertionError("unreachable")
 
-    outcome = await h.ask(h.candidate("alpha/model-a"), make_turn=stuck, timeout_seconds=0.1)
-    assert outcome.status == "timeout"
+    run_id = h.runner.start(h.spec(h.candidate("alpha/model-a"), make_turn=stuck, timeout_seconds=0.1))
+    await h.timers.expire(0.1)  # the limit passes: the turn is told to stop...
+    await h.timers.expire(GRACE)  # ...and has not stopped when the grace period is over
+    outcome = (await asyncio.wait_for(h.runner.wait(run_id), WAIT)).outcome
+    assert outcome is not None and outcome.status == "timeout"
     assert outcome.partial_messages == []
     assert h.kinds() == ["timeout", "timeout"]
     assert "cancelling" in h.decisions[1].reason
@@ -468,7 +490,7 @@ async def test_wait_with_a_short_timeout_returns_while_the_run_goes_on(h: Harnes
     assert (early.status, early.done, early.ended_at, early.outcome) == ("timeout", False, None, None)
     assert h.llm.requests == []
     gate.set()
-    final = await asyncio.wait_for(h.runner.wait(run_id), GUARD)
+    final = await asyncio.wait_for(h.runner.wait(run_id), WAIT)
     assert (final.status, final.done, final.error) == ("ok", True, None)
     assert final.outcome is not None and final.outcome.result is not None
     assert final.outcome.result.text == "Done waiting."
@@ -477,12 +499,11 @@ async def test_wait_with_a_short_timeout_returns_while_the_run_goes_on(h: Harnes
 
 
 async def test_cancel_stops_a_running_turn(h: Harness) -> None:
-    h.llm.script(Reply.stall(60))
+    h.llm.script(Reply.held(""))  # never finished
     run_id = h.runner.start(h.spec(h.candidate("alpha/model-a")))
-    while not h.llm.requests:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: h.llm.holding == 1, "the model to be answering")
     assert h.runner.cancel(run_id)
-    status = await asyncio.wait_for(h.runner.wait(run_id), GUARD)
+    status = await asyncio.wait_for(h.runner.wait(run_id), WAIT)
     assert status.status == "ok"
     assert status.outcome is not None and status.outcome.result is not None
     assert status.outcome.result.stop_reason == "cancelled"

@@ -24,7 +24,7 @@ from fakes.slack import (
     post_action,
     post_event,
 )
-from helpers import eventually
+from helpers import FakeClock, asked, eventually
 from slack_sdk.errors import SlackApiError
 
 from bot.config import Config, parse_config
@@ -35,8 +35,6 @@ from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, Outbo
 from channels.markup_slack import markdown_to_mrkdwn
 from channels.slack import CAPABILITIES, SlackAccount, SlackAdapter, build_blocks
 from routing import Peer
-
-WAIT = 15.0  # generous: only ever reached when something is broken
 
 
 class Inbox:
@@ -71,7 +69,9 @@ def account(slack: FakeSlack, **extra: Any) -> SlackAccount:
 
 @pytest.fixture
 async def started(fake_slack: FakeSlack) -> AsyncIterator[tuple[SlackAdapter, Inbox]]:
-    adapter = SlackAdapter("default", account(fake_slack, ping_interval=1))
+    # The default keep-alive (a ping every 10 s, a pong due within 5): a busy machine does not look like a dead
+    # connection, so nothing reconnects unless a test makes it.
+    adapter = SlackAdapter("default", account(fake_slack))
     inbox = Inbox()
     await adapter.start(inbox.on_message, inbox.on_action)
     await fake_slack.wait_connected()
@@ -117,14 +117,18 @@ async def test_start_reads_the_bot_identity_and_opens_socket_mode(
 
 
 async def test_a_dm_is_handed_over_before_the_envelope_is_acked(
-    started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack
+    started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(slack_channel, "ACK_BUDGET_SECONDS", 3600.0)  # the ack waits for the hand-over alone
     _, inbox = started
     inbox.hold = asyncio.Event()
     ts = fake_slack.new_ts()
     envelope = await fake_slack.dm("hi &amp; hello &lt;there&gt;", ts=ts)
     (message,) = await inbox.wait_messages(1)
-    await asyncio.sleep(0.2)
+    # The bot's own message is acked at once, on the same socket: an ack of the DM sent before the hand-over
+    # would have arrived before this one.
+    (own,) = await fake_slack.channel_message("said by the bot", user=BOT_USER_ID, bot_id=BOT_ID)
+    await fake_slack.wait_for_ack(own)
     assert not fake_slack.acked(envelope)  # the gateway has not recorded it yet
     inbox.hold.set()
     assert await fake_slack.wait_for_ack(envelope) == {"envelope_id": envelope}
@@ -146,7 +150,7 @@ async def test_a_slow_hand_over_is_acked_within_slacks_deadline(
     _, inbox = started
     inbox.hold = asyncio.Event()
     envelope = await fake_slack.dm("slow journal")
-    await fake_slack.wait_for_ack(envelope, timeout=2)
+    await fake_slack.wait_for_ack(envelope)  # while the hand-over is still held: only the budget can have sent it
     assert [message.text for message in inbox.messages] == ["slow journal"]
     inbox.hold.set()
 
@@ -180,8 +184,7 @@ async def test_a_mention_delivered_twice_is_handed_over_once(
     envelopes = await fake_slack.channel_message("/status please", mention=True)
     assert len(envelopes) == 2  # the message event and the app_mention event, same ts
     for envelope in envelopes:
-        await fake_slack.wait_for_ack(envelope)
-    await asyncio.sleep(0.1)
+        await fake_slack.wait_for_ack(envelope)  # each is acked after its hand-over (or after being dropped)
     (message,) = inbox.messages
     assert message.was_mentioned
     assert message.text == "/status please"  # the leading mention is how the bot was addressed, not the text
@@ -246,16 +249,16 @@ async def test_malformed_envelopes_are_acked_and_skipped(
 
 
 async def test_a_failed_hand_over_is_not_acked_so_slack_redelivers_it(
-    started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack
+    started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, inbox = started
     inbox.fail = 1
     ts = fake_slack.new_ts()
     first = await fake_slack.dm("important", ts=ts)
-    await asyncio.sleep(0.3)
-    assert not fake_slack.acked(first)
+    await eventually(lambda: f"envelope {first} not acked" in caplog.text, "the adapter to leave it unacked")
     second = await fake_slack.dm("important", ts=ts)  # Slack's retry of the same event
     await fake_slack.wait_for_ack(second)
+    assert not fake_slack.acked(first)  # an ack of it would have come before the second's, on the same socket
     assert [message.message_id for message in inbox.messages] == [ts]
 
 
@@ -363,15 +366,20 @@ async def test_dm_send_edit_delete_react(started: tuple[SlackAdapter, Inbox], fa
     assert fake_slack.calls_to("conversations.open")
 
 
-async def test_a_rate_limit_is_waited_out_and_the_message_sent_once(
-    started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack
-) -> None:
-    adapter, _ = started
-    fake_slack.rate_limited, fake_slack.retry_after = 2, 0
-    target = ChatTarget(channel="slack", peer=Peer("channel", "C0GENERAL"))
-    ts = await adapter.send(target, OutboundMessage(text="after the wait"))
+async def test_a_rate_limit_is_waited_out_and_the_message_sent_once(fake_slack: FakeSlack) -> None:
+    clock = FakeClock()
+    adapter = SlackAdapter("default", account(fake_slack), sleep=clock.sleep)
+    inbox = Inbox()
+    await adapter.start(inbox.on_message, inbox.on_action)
+    try:
+        fake_slack.rate_limit(2, retry_after=30, method="chat.postMessage")
+        target = ChatTarget(channel="slack", peer=Peer("channel", "C0GENERAL"))
+        ts = await adapter.send(target, OutboundMessage(text="after the wait"))
+    finally:
+        await adapter.stop()
     statuses = [call.status for call in fake_slack.calls if call.method == "chat.postMessage"]
     assert statuses == [429, 429, 200]
+    assert len(clock.slept) == 2 and all(30 <= seconds < 31 for seconds in clock.slept)  # Retry-After, then retry
     assert [body["text"] for body in fake_slack.posted] == ["after the wait"]
     assert ts is not None
 
@@ -450,7 +458,7 @@ async def serve(
     running: list[tuple[Gateway, SqliteStore]] = []
 
     async def start(**extra: Any) -> Gateway:
-        adapter = SlackAdapter("default", account(fake_slack, dm_policy="open", ping_interval=1))
+        adapter = SlackAdapter("default", account(fake_slack, dm_policy="open"))
         store = await SqliteStore.open(tmp_path / "state")
         gateway = Gateway(make_config(fake_llm, tmp_path, **extra), store, tmp_path / "state", [adapter])
         running.append((gateway, store))
@@ -485,16 +493,16 @@ async def test_end_to_end_a_thread_reply_stays_in_the_thread_and_a_double_delive
     serve: Callable[..., Awaitable[Gateway]], fake_slack: FakeSlack, fake_llm: FakeLLM
 ) -> None:
     fake_llm.script("in thread", "must not be used")
-    await serve()
+    gateway = await serve()
     root = fake_slack.new_ts()
     envelopes = await fake_slack.thread_reply("what now?", thread_ts=root, mention=True, channel="C0DEV")
     for envelope in envelopes:
-        await fake_slack.wait_for_ack(envelope)
+        await fake_slack.wait_for_ack(envelope)  # both judged: a second delivery let through would be queued now
     await fake_slack.wait_for_calls("chat.postMessage", 1)
-    await asyncio.sleep(0.3)
+    await eventually(gateway.idle, "the gateway to have nothing running, queued or left to send")
     (posted,) = fake_slack.posted
     assert (posted["channel"], posted["thread_ts"], posted["text"]) == ("C0DEV", root, "in thread")
-    assert len(fake_llm.requests) == 1
+    assert asked(fake_llm) == [f"{USER_ID}: what now?"]
 
 
 async def test_end_to_end_a_team_binding_routes_to_its_agent(

@@ -5,10 +5,8 @@ strangers, bots ignored, 429s waited out, no duplicates, long answers in chunks 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 from fakes.llm import FakeLLM, Reply
 from fakes.slack import BOT_USER_ID, TEAM_ID, USER_ID, FakeSlack, dm_channel
-from helpers import asked, bot_run, eventually
+from helpers import asked, bot_run, eventually, read_state, settled
 
 OWNER = "U0OWNER01"  # upper case, as Slack writes user ids
 STRANGER = "U0STRANGE1"
@@ -56,8 +54,7 @@ async def wait_said(slack: FakeSlack, channel: str, count: int) -> list[dict[str
 
 
 def sessions(state_dir: Path) -> dict[str, str]:
-    with sqlite3.connect(state_dir / "state.db") as connection:
-        return dict(connection.execute("SELECT session_key, agent FROM sessions").fetchall())
+    return dict(read_state(state_dir, "SELECT session_key, agent FROM sessions"))
 
 
 async def test_owner_dm_channel_mentions_once_and_threads(bot: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> None:
@@ -85,8 +82,8 @@ async def test_owner_dm_channel_mentions_once_and_threads(bot: Path, fake_llm: F
     [thread_post] = [body for body in slack.posted if body.get("thread_ts")]
     assert thread_post["thread_ts"] == root and thread_post["channel"] == CHANNEL
 
-    await asyncio.sleep(1.0)  # room for a duplicate to show up, if there were one
-    assert [len(said(slack, where)) for where in (dm_channel(OWNER), CHANNEL)] == [1, 2]
+    await eventually(lambda: settled(bot.parent / "state"), "the bot to have nothing left to do")
+    assert [len(said(slack, where)) for where in (dm_channel(OWNER), CHANNEL)] == [1, 2]  # no duplicates
     # the unmentioned message and the second delivery of the mention never reached the model
     assert asked(fake_llm) == ["hi", f"{USER_ID}: what's up?", f"{USER_ID}: and in here?"]
     systems = [request.body["messages"][0]["content"] for request in fake_llm.requests]
@@ -121,7 +118,7 @@ async def test_strangers_pair_bots_are_ignored_and_429s_are_waited_out(
     for envelope in ignored:
         await slack.wait_for_ack(envelope, timeout=WAIT)
 
-    slack.rate_limited, slack.retry_after = 1, 1  # the next Web API call, the answer's chat.postMessage, gets a 429
+    slack.rate_limit(1, retry_after=1, method="chat.postMessage")  # the answer's post gets a 429
     await slack.dm("may I?", user=STRANGER)
     answers = await wait_said(slack, dm_channel(STRANGER), 3)
     assert answers[2]["text"] == "Yes, you may."
@@ -129,7 +126,7 @@ async def test_strangers_pair_bots_are_ignored_and_429s_are_waited_out(
     assert [call.method for call in limited] == ["chat.postMessage"]
     assert limited[0].body["text"] == "Yes, you may."
 
-    await asyncio.sleep(1.0)  # room for a duplicate to show up, if there were one
+    await eventually(lambda: settled(bot.parent / "state"), "the bot to have nothing left to do")
     assert [body["text"] for body in slack.posted].count("Yes, you may.") == 1
     assert len(said(slack, dm_channel(STRANGER))) == 3
     assert said(slack, dm_channel("U0ROBOT01")) == [] and said(slack, "C0GENERAL") == []
@@ -151,26 +148,31 @@ async def test_a_long_answer_arrives_in_chunks_and_a_streamed_one_as_one_message
         "bindings": [{"agent": "main", "match": {"channel": "slack", "account": "main"}}],
     }  # fmt: skip
     long_answer = "\n\n".join(f"Paragraph {number}: " + "word " * 120 for number in range(12))  # ~7,400 characters
-    streamed = " ".join(f"word{number}" for number in range(60))
-    fake_llm.script(long_answer, Reply.slow(streamed, 3.5))
-    async with bot_run(config, tmp_path, "channel slack account main started"):
+    beginning = " ".join(f"word{number}" for number in range(30))
+    streamed = beginning + "".join(f" word{number}" for number in range(30, 60))
+    # The second answer's model writes the first half, then waits for the test before it writes the rest.
+    fake_llm.script(long_answer, Reply.held(beginning, then=streamed.removeprefix(beginning)))
+    async with bot_run(config, tmp_path, "channel slack account main started") as path:
+        state = path.parent / "state"
+
+        def shown() -> list[str]:
+            return [message["text"] for message in said(slack, dm_channel(OWNER))]
+
         await slack.dm("a long one", user=OWNER)
-        await eventually(lambda: len(slack.posted) >= 3, "the long answer's chunks")
-        chunks = [body["text"] for body in slack.posted]
-        assert all(len(chunk) <= 3000 for chunk in chunks)
-        assert " ".join(" ".join(chunks).split()) == " ".join(long_answer.split())  # all of it, in order
+        whole = " ".join(long_answer.split())
+        await eventually(lambda: " ".join(" ".join(shown()).split()) == whole, "the long answer, all of it in order")
+        await eventually(lambda: settled(state), "the long answer sent")
+        chunks = shown()  # the messages as they stand (were the bot slow, the first was streamed, then edited)
+        assert len(chunks) >= 3 and all(len(chunk) <= 3000 for chunk in chunks)
 
         await slack.dm("now slowly", user=OWNER)
-        await eventually(
-            lambda: any(call.body.get("text") == streamed for call in slack.calls if call.method == "chat.update"),
-            "the final edit",
-        )
-        await asyncio.sleep(1.5)  # a second copy of the answer, if one were sent, would show up here
-        first, *edits = [call.body for call in slack.calls if call.method in ("chat.postMessage", "chat.update")][
-            len(chunks) :
-        ]
-        assert streamed.startswith(first["text"]) and first["text"] != streamed  # shown while being written
-        assert [edit["text"] for edit in edits][-1] == streamed
-        assert all(edit["ts"] == edits[0]["ts"] for edit in edits)  # one message, edited in place
-        assert len(slack.posted) == len(chunks) + 1  # and no second message with the final text
-        assert [message["text"] for message in said(slack, dm_channel(OWNER))][-1] == streamed
+        await eventually(lambda: len(shown()) > len(chunks), "the streamed answer's first words")
+        assert beginning.startswith(shown()[-1])  # shown while being written
+        fake_llm.release()
+        await eventually(lambda: shown()[len(chunks) :] == [streamed], "the streamed answer, complete")
+        await eventually(lambda: settled(state), "the streamed answer finished")
+        [ts] = [ts for (_, ts), message in slack.messages.items() if message["text"] == streamed]
+        assert len([body for body in slack.posted if streamed.startswith(body["text"])]) == 1  # one message
+        edits = [call.body["text"] for call in slack.calls_to("chat.update") if call.body["ts"] == ts]
+        assert edits[-1] == streamed and len(edits) == len(set(edits))  # edited in place, never to the same text
+        assert shown() == [*chunks, streamed]  # and no second message with the final text

@@ -12,30 +12,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from helpers import WAIT, FakeClock, eventually
 
 from bot.store import SCHEMA_VERSION, InboundRecord, OutboxEntry, SqliteStore, Store, StoreError
 
 
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_000_000.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def store(tmp_path: Path, clock: Clock) -> AsyncIterator[SqliteStore]:
+async def store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
     opened = await SqliteStore.open(tmp_path, clock=clock)
     yield opened
     await opened.close()
@@ -84,7 +72,7 @@ async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(tmp_path: 
 # --- sessions --------------------------------------------------------------------------------------------------
 
 
-async def test_ensure_session_creates_once_then_returns_the_same_session(store: SqliteStore, clock: Clock) -> None:
+async def test_ensure_session_creates_once_then_returns_the_same_session(store: SqliteStore, clock: FakeClock) -> None:
     assert await store.get_session("agent:main:telegram:direct:7") is None
     created = await store.ensure_session("agent:main:telegram:direct:7", "main")
     assert created.agent == "main"
@@ -101,7 +89,7 @@ async def test_ensure_session_creates_once_then_returns_the_same_session(store: 
     assert await store.count_sessions() == 2
 
 
-async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store: SqliteStore, clock: Clock) -> None:
+async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store: SqliteStore, clock: FakeClock) -> None:
     await store.ensure_session("k", "main")
     clock.advance(10)
     first = await store.touch_session(
@@ -129,7 +117,7 @@ async def test_touching_a_missing_session_or_negative_usage_is_an_error(store: S
         await store.touch_session("k", usage=(-1, 0))
 
 
-async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: SqliteStore, clock: Clock) -> None:
+async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: SqliteStore, clock: FakeClock) -> None:
     old = await store.ensure_session("k", "main")
     await store.touch_session("k", usage=(500, 60), channel="telegram", target=TARGET)
     clock.advance(60)
@@ -156,7 +144,7 @@ async def test_sessions_survive_a_reopen(tmp_path: Path) -> None:
 # --- inbound journal -------------------------------------------------------------------------------------------
 
 
-async def test_the_same_message_twice_is_a_duplicate(store: SqliteStore, clock: Clock) -> None:
+async def test_the_same_message_twice_is_a_duplicate(store: SqliteStore, clock: FakeClock) -> None:
     first = await store.record_inbound("telegram", "default", "42", "1001", {"text": "hi", "from": {"id": 7}})
     assert first is not None
     assert (first.status, first.received, first.payload) == ("pending", clock.now, {"text": "hi", "from": {"id": 7}})
@@ -175,7 +163,7 @@ async def test_same_message_id_elsewhere_is_not_a_duplicate(store: SqliteStore) 
     assert len({base.id, *(record.id for record in others if record)}) == 4
 
 
-async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteStore, clock: Clock) -> None:
+async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteStore, clock: FakeClock) -> None:
     record = await inbound(store, "1")
     await store.mark_inbound(record.id, "running")
     clock.advance(3)
@@ -267,7 +255,12 @@ CRASHING_CHILD = textwrap.dedent(
 
 async def test_a_killed_process_leaves_its_unfinished_work_to_the_next_start(tmp_path: Path) -> None:
     child = await asyncio.create_subprocess_exec(sys.executable, "-c", CRASHING_CHILD, str(tmp_path))
-    assert await asyncio.wait_for(child.wait(), timeout=60) == -signal.SIGKILL
+    try:
+        assert await asyncio.wait_for(child.wait(), timeout=60) == -signal.SIGKILL
+    finally:
+        if child.returncode is None:  # only when it hung: the test does not leave it running
+            child.kill()
+            await child.wait()
     assert (tmp_path / "state.db-wal").stat().st_size > 0  # the rows live only in the write-ahead log
 
     async with await SqliteStore.open(tmp_path) as store:
@@ -279,7 +272,9 @@ async def test_a_killed_process_leaves_its_unfinished_work_to_the_next_start(tmp
         assert await store.record_inbound("telegram", "default", "42", "1", {}) is None  # dedupe survived too
 
 
-async def test_prune_drops_only_old_finished_messages_and_frees_their_keys(store: SqliteStore, clock: Clock) -> None:
+async def test_prune_drops_only_old_finished_messages_and_frees_their_keys(
+    store: SqliteStore, clock: FakeClock
+) -> None:
     old_done, old_failed, old_pending, new_done = [await inbound(store, str(number)) for number in range(4)]
     await store.mark_inbound(old_done.id, "done")
     await store.mark_inbound(old_failed.id, "failed", error="x")
@@ -300,7 +295,7 @@ async def test_prune_drops_only_old_finished_messages_and_frees_their_keys(store
 # --- outbox ----------------------------------------------------------------------------------------------------
 
 
-async def test_outbox_lifecycle_with_a_retry_in_the_future(store: SqliteStore, clock: Clock) -> None:
+async def test_outbox_lifecycle_with_a_retry_in_the_future(store: SqliteStore, clock: FakeClock) -> None:
     message = await inbound(store, "1")
     assert not await store.inbound_has_replies(message.id)
     entry = await store.enqueue_outbox(
@@ -333,7 +328,7 @@ async def test_outbox_lifecycle_with_a_retry_in_the_future(store: SqliteStore, c
         await store.mark_send_failed(entry.id, "late", retry_at=clock.now)
 
 
-async def test_dead_entries_are_never_due_and_unknown_ids_are_errors(store: SqliteStore, clock: Clock) -> None:
+async def test_dead_entries_are_never_due_and_unknown_ids_are_errors(store: SqliteStore, clock: FakeClock) -> None:
     message = await inbound(store, "1")
     entry = await store.enqueue_outbox(
         inbound_id=message.id, channel="slack", account="T1", target={"channel": "C1"}, payload={}, kind="edit"
@@ -352,7 +347,7 @@ async def test_dead_entries_are_never_due_and_unknown_ids_are_errors(store: Sqli
         await store.enqueue_outbox(inbound_id=9999, channel="slack", account="T1", target={}, payload={})
 
 
-async def test_due_and_unsent_outbox_keep_creation_order_across_a_reopen(tmp_path: Path, clock: Clock) -> None:
+async def test_due_and_unsent_outbox_keep_creation_order_across_a_reopen(tmp_path: Path, clock: FakeClock) -> None:
     async with await SqliteStore.open(tmp_path, clock=clock) as store:
         message = await inbound(store, "1")
         entries = [
@@ -369,7 +364,7 @@ async def test_due_and_unsent_outbox_keep_creation_order_across_a_reopen(tmp_pat
         assert [entry.payload["part"] for entry in await store.outbox_for_inbound(message.id)] == [0, 1, 2, 3]
 
 
-async def test_prune_outbox_drops_old_sent_and_dead_entries(store: SqliteStore, clock: Clock) -> None:
+async def test_prune_outbox_drops_old_sent_and_dead_entries(store: SqliteStore, clock: FakeClock) -> None:
     def send(text: str) -> dict[str, str]:
         return {"text": text}
 
@@ -384,7 +379,7 @@ async def test_prune_outbox_drops_old_sent_and_dead_entries(store: SqliteStore, 
     assert [entry.id for entry in await store.unsent_outbox()] == [pending.id]
 
 
-async def test_pruned_messages_leave_their_outbox_entries_unlinked(store: SqliteStore, clock: Clock) -> None:
+async def test_pruned_messages_leave_their_outbox_entries_unlinked(store: SqliteStore, clock: FakeClock) -> None:
     message = await inbound(store, "1")
     entry = await store.enqueue_outbox(inbound_id=message.id, channel="t", account="a", target={}, payload={})
     await store.mark_inbound(message.id, "done")
@@ -397,7 +392,7 @@ async def test_pruned_messages_leave_their_outbox_entries_unlinked(store: Sqlite
 # --- streamed answers still being written ------------------------------------------------------------------------
 
 
-async def test_previews_are_kept_across_a_reopen_until_cleared(tmp_path: Path, clock: Clock) -> None:
+async def test_previews_are_kept_across_a_reopen_until_cleared(tmp_path: Path, clock: FakeClock) -> None:
     async with await SqliteStore.open(tmp_path, clock=clock) as store:
         first, second, third = [await inbound(store, str(number)) for number in (1, 2, 3)]
         await store.set_preview(first.id, "telegram", "main", TARGET, "501")
@@ -423,7 +418,7 @@ async def test_finishing_a_message_forgets_its_preview(store: SqliteStore) -> No
     assert [p.inbound_id for p in await store.previews()] == [other.id]
 
 
-async def test_a_pruned_message_takes_its_preview_with_it(store: SqliteStore, clock: Clock) -> None:
+async def test_a_pruned_message_takes_its_preview_with_it(store: SqliteStore, clock: FakeClock) -> None:
     message = await inbound(store, "1")
     await store.set_preview(message.id, "telegram", "main", TARGET, "501")
     await store.mark_inbound(message.id, "done")
@@ -475,18 +470,27 @@ async def test_sqlite_runs_on_one_worker_thread_never_the_loops(store: SqliteSto
 
 
 async def test_a_write_waiting_on_a_locked_database_does_not_block_the_loop(store: SqliteStore) -> None:
+    loop = asyncio.get_running_loop()
+    executing = asyncio.Event()
+
+    def trace(statement: str) -> None:  # called where the store's statements execute
+        loop.call_soon_threadsafe(executing.set)
+
+    await store._call(sqlite3.Connection.set_trace_callback, trace)  # private: see the test above
     other = sqlite3.connect(store.path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock; the store waits (busy timeout)
-    write = asyncio.create_task(store.record_inbound("telegram", "default", "42", "1", {}))
-    ticks = 0
-    for _ in range(20):
-        await asyncio.sleep(0.01)
-        ticks += 1
-    assert ticks == 20
-    assert not write.done()
-    other.execute("COMMIT")
-    other.close()
-    assert await asyncio.wait_for(write, timeout=10) is not None
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock; the store waits (busy timeout)
+        write = asyncio.create_task(store.record_inbound("telegram", "default", "42", "1", {}))
+        await eventually(executing.is_set, "the write to start")
+        # The write has started and cannot finish while the lock is held (the busy timeout is 5 s, far longer than
+        # this step). That this test runs meanwhile shows it waits off the loop: on the loop, it would have blocked
+        # the loop until the busy timeout gave up, and be done (failed) by now.
+        assert not write.done()
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    assert await asyncio.wait_for(write, timeout=WAIT) is not None
+    await store._call(sqlite3.Connection.set_trace_callback, None)
 
 
 async def test_a_ticker_keeps_ticking_during_500_writes(store: SqliteStore) -> None:

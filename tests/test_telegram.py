@@ -4,8 +4,9 @@ end through a real Gateway (fake LLM, SQLite store in a temporary directory)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram, parse_html
+from helpers import WAIT, FakeClock, asked, eventually
 
 import channels.telegram as telegram_module
 from bot.config import parse_config
@@ -20,10 +22,14 @@ from bot.gateway import Gateway
 from bot.store import SqliteStore
 from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
 from channels.markup_telegram import markdown_to_html
-from channels.telegram import TelegramAccount, TelegramAdapter, TelegramSendError, chat_and_thread
+from channels.telegram import (
+    TelegramAccount,
+    TelegramAdapter,
+    TelegramRateLimiter,
+    TelegramSendError,
+    chat_and_thread,
+)
 from routing import Peer
-
-WAIT = 15.0
 
 
 class Inbox:
@@ -32,7 +38,6 @@ class Inbox:
     def __init__(self) -> None:
         self.messages: list[InboundMessage] = []
         self.actions: list[ActionEvent] = []
-        self.changed = asyncio.Event()
         self.hold: asyncio.Event | None = None
         self.entered = asyncio.Event()
 
@@ -41,22 +46,15 @@ class Inbox:
         if self.hold is not None:
             await self.hold.wait()
         self.messages.append(message)
-        self.changed.set()
 
     async def on_action(self, event: ActionEvent) -> None:
         self.actions.append(event)
-        self.changed.set()
 
-    async def wait(self, condition: Callable[[], bool]) -> None:
-        async def until() -> None:
-            while not condition():
-                self.changed.clear()
-                await self.changed.wait()
-
-        await asyncio.wait_for(until(), WAIT)
+    async def wait(self, condition: Callable[[], bool], what: str) -> None:
+        await eventually(condition, what)
 
     async def message(self, count: int = 1) -> InboundMessage:
-        await self.wait(lambda: len(self.messages) >= count)
+        await self.wait(lambda: len(self.messages) >= count, f"message {count}")
         return self.messages[count - 1]
 
 
@@ -79,6 +77,43 @@ async def started(tg: FakeTelegram) -> AsyncIterator[tuple[TelegramAdapter, Inbo
         yield adapter, inbox
     finally:
         await adapter.stop()
+
+
+@contextlib.asynccontextmanager
+async def started_with(tg: FakeTelegram, limiter: TelegramRateLimiter) -> AsyncIterator[TelegramAdapter]:
+    """An adapter whose rate limiter the test made (on a fake clock)."""
+    adapter = TelegramAdapter("default", settings(tg), rate_limiter=limiter)
+    inbox = Inbox()
+    await adapter.start(inbox.on_message, inbox.on_action)
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+class LimiterOnAFakeClock(TelegramRateLimiter):
+    """The rate limiter on a fake clock, noting the time (by that clock) at which it let each sendMessage go."""
+
+    def __init__(self) -> None:
+        self.fake_clock = FakeClock()
+        super().__init__(clock=self.fake_clock, sleep=self.fake_clock.sleep)
+        self.sends: list[float] = []
+
+    async def process_request(
+        self,
+        callback: Callable[..., Coroutine[Any, Any, bool | dict[str, Any] | list[dict[str, Any]]]],
+        args: Any,
+        kwargs: dict[str, Any],
+        endpoint: str,
+        data: dict[str, Any],
+        rate_limit_args: None,
+    ) -> bool | dict[str, Any] | list[dict[str, Any]]:
+        async def let_go(*call_args: Any, **call_kwargs: Any) -> bool | dict[str, Any] | list[dict[str, Any]]:
+            if endpoint == "sendMessage":
+                self.sends.append(self.fake_clock())
+            return await callback(*call_args, **call_kwargs)
+
+        return await super().process_request(let_go, args, kwargs, endpoint, data, rate_limit_args)
 
 
 def dm(tg: FakeTelegram) -> ChatTarget:
@@ -115,7 +150,7 @@ async def test_group_mentions_and_replies_to_the_bot(tg: FakeTelegram, started: 
     await tg.group_message("what do you think?", mention=True)
     await tg.group_message("and this?", reply_to_bot=int(bot_message))
     await tg.group_message(f"cc @{tg.username.upper()} please")  # no entity, different case
-    await inbox.wait(lambda: len(inbox.messages) == 4)
+    await inbox.wait(lambda: len(inbox.messages) == 4, "the four group messages")
     plain, mentioned, replied, named = inbox.messages
 
     assert plain.peer == Peer("group", str(tg.group_id)) and plain.parent_peer is None
@@ -181,11 +216,13 @@ async def test_malformed_updates_are_skipped_and_the_next_one_arrives(
 async def test_an_update_is_acknowledged_only_after_on_message_returned(
     tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox]
 ) -> None:
-    _, inbox = started
+    adapter, inbox = started
     inbox.hold = asyncio.Event()
     update = await tg.private_message("hold me")
-    await asyncio.wait_for(inbox.entered.wait(), WAIT)
-    await asyncio.sleep(0.5)  # time enough for a poller that confirms early to ask for the next offset
+    await eventually(inbox.entered.is_set, "on_message to be called")
+    # While on_message runs, the offset the adapter's next getUpdates would confirm has not passed the update
+    # (a poller that confirms early moves it when it fetches the batch), and no getUpdates has confirmed it.
+    assert adapter._offset <= update["update_id"]
     assert max(tg.offsets) <= update["update_id"]
     assert inbox.messages == []
     inbox.hold.set()
@@ -208,7 +245,7 @@ async def test_a_button_click_becomes_an_action_and_is_answered(
     }
 
     update = await tg.callback_query("approve:1", message_id=int(message_id))
-    await inbox.wait(lambda: len(inbox.actions) == 1)
+    await inbox.wait(lambda: len(inbox.actions) == 1, "the click")
     action = inbox.actions[0]
     assert action.value == "approve:1" and action.message_id == message_id
     assert action.peer == Peer("direct", str(tg.user_id)) and action.sender_id == str(tg.user_id)
@@ -272,7 +309,7 @@ async def test_chats_in_one_batch_are_recorded_side_by_side_each_in_order(tg: Fa
     adapter = TelegramAdapter("default", settings(tg))
     await adapter.start(record, Inbox().on_action)
     try:
-        await tg.wait_for(lambda: len(seen) == 6, WAIT)
+        await tg.wait_for(lambda: len(seen) == 6, "all six messages")
         assert [text for text in seen if text.startswith("ann")] == ["ann 0", "ann 1", "ann 2"]
         assert [text for text in seen if text.startswith("bo")] == ["bo 0", "bo 1", "bo 2"]
     finally:
@@ -296,7 +333,9 @@ async def test_a_failure_in_one_chat_holds_back_that_chat_only_and_is_delivered_
     adapter = TelegramAdapter("default", settings(tg))
     await adapter.start(flaky, inbox.on_action)
     try:
-        await inbox.wait(lambda: {"ann 0", "ann 1", "bo 0"} <= {message.text for message in inbox.messages})
+        await inbox.wait(
+            lambda: {"ann 0", "ann 1", "bo 0"} <= {message.text for message in inbox.messages}, "all three messages"
+        )
         ann = [message.text for message in inbox.messages if message.sender_id == "1001"]
         assert ann == ["ann 0", "ann 1"]  # "ann 1" waited for the retry of "ann 0"
         await tg.acknowledged(ann_first)
@@ -353,28 +392,25 @@ async def test_edit_delete_react_and_typing(tg: FakeTelegram, started: tuple[Tel
     assert (tg.user_id, int(message_id)) not in tg.messages
 
 
-async def test_a_429_is_waited_out_and_the_message_delivered_once(
-    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox]
-) -> None:
-    adapter, _ = started
-    tg.fail_next("sendMessage", 1, retry_after=1)
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    assert await adapter.send(dm(tg), OutboundMessage(text="patience")) is not None
-    assert loop.time() - began >= 0.9  # it waited as told
+async def test_a_429_is_waited_out_and_the_message_delivered_once(tg: FakeTelegram) -> None:
+    clock = FakeClock()
+    tg.fail_next("sendMessage", 1, retry_after=3)
+    async with started_with(tg, TelegramRateLimiter(clock=clock, sleep=clock.sleep)) as adapter:
+        assert await adapter.send(dm(tg), OutboundMessage(text="patience")) is not None
+    assert clock.slept == [3.0]  # it waited as told, on the limiter's clock
     assert len(tg.calls("sendMessage")) == 2
     assert tg.sent[tg.user_id] == ["patience"]
 
 
-async def test_a_burst_stays_within_telegrams_overall_rate(
-    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox]
-) -> None:
-    adapter, _ = started
-    await asyncio.gather(*(adapter.send(dm(tg), OutboundMessage(text=f"n{i}")) for i in range(40)))
-    times = sorted(call.at for call in tg.requests if call.method == "sendMessage")
-    assert len(times) == 40
-    # Slots are taken when a call starts (1.05 s windows); arrival at the server jitters a little under load.
-    assert all(later - earlier >= 0.9 for earlier, later in zip(times, times[30:], strict=False))
+async def test_a_burst_stays_within_telegrams_overall_rate(tg: FakeTelegram) -> None:
+    limiter = LimiterOnAFakeClock()
+    async with started_with(tg, limiter) as adapter:
+        await asyncio.gather(*(adapter.send(dm(tg), OutboundMessage(text=f"n{i}")) for i in range(40)))
+    assert sorted(tg.sent[tg.user_id]) == sorted(f"n{i}" for i in range(40))
+    assert len(limiter.sends) == 40
+    # Telegram allows 30 messages a second: by the limiter's clock, any 31 sends in a row span a second or more.
+    sends = limiter.sends
+    assert all(later - earlier >= 1.0 for earlier, later in zip(sends, sends[30:], strict=False))
 
 
 async def test_a_text_over_the_limit_is_sent_in_pieces(
@@ -420,7 +456,7 @@ async def test_webhook_mode_checks_the_secret_and_answers_after_on_message(tg: F
                 "text": "via webhook",
             },
         }
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(timeout=WAIT) as client:
             refused = await client.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "wrong"})
             assert refused.status_code == 403 and inbox.messages == []
             ok = await client.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret"})
@@ -474,12 +510,13 @@ async def gateway(
 async def test_end_to_end_a_dm_gets_a_reply(
     tg: FakeTelegram, fake_llm: FakeLLM, gateway: Callable[[], Awaitable[Running]]
 ) -> None:
-    fake_llm.script(Reply.stall(1.5, after_text="Hello, **Ann**!"))  # a model that takes its time
+    fake_llm.script(Reply.held("Hello, **Ann**!"))  # a model that takes its time: until the test releases it
     await gateway()
     await tg.private_message("hi bot")
+    await tg.wait_calls("sendChatAction", 1)  # typing while the model answers
+    fake_llm.release()
     assert await tg.wait_texts(tg.user_id, lambda texts: texts == ["Hello, Ann!"]) == ["Hello, Ann!"]
     assert tg.chat_texts(tg.user_id, visible=False) == ["Hello, <b>Ann</b>!"]
-    assert tg.calls("sendChatAction")  # typing while the model answered
 
 
 async def test_end_to_end_a_long_answer_arrives_in_chunks(
@@ -498,12 +535,13 @@ async def test_end_to_end_a_long_answer_arrives_in_chunks(
 async def test_end_to_end_a_duplicate_delivery_gets_one_reply(
     tg: FakeTelegram, fake_llm: FakeLLM, gateway: Callable[[], Awaitable[Running]]
 ) -> None:
-    fake_llm.script("Only once.")
+    fake_llm.script("Only once.", "Later.")
     await gateway()
     first = await tg.private_message("hello")
     second = await tg.redeliver(first)
     await tg.acknowledged(second)
-    await tg.wait_texts(tg.user_id, lambda texts: texts == ["Only once."])
-    await asyncio.sleep(0.3)
-    assert tg.chat_texts(tg.user_id) == ["Only once."]
-    assert len(fake_llm.requests) == 1
+    # One chat's answers go out in order: an answer to the copy would come before the answer to a later message.
+    await tg.private_message("and later?")
+    await tg.wait_texts(tg.user_id, lambda texts: texts[-1:] == ["Later."])
+    assert tg.chat_texts(tg.user_id) == ["Only once.", "Later."]
+    assert asked(fake_llm) == ["hello", "and later?"]

@@ -4,12 +4,12 @@ timeouts and network errors, and the token never in an error."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
+from fakes.llm import refusing_port
 from telegram import Bot
 from telegram.error import NetworkError, TimedOut
 
@@ -21,10 +21,11 @@ TOKEN = "123456:SECRET-token-value"
 class Recorder:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
-        self.delay = 0.0
+        self.answering = asyncio.Event()  # cleared: requests wait, unanswered, until it is set again
+        self.answering.set()
 
     async def handle(self, request: web.Request) -> web.Response:
-        await asyncio.sleep(self.delay)
+        await self.answering.wait()
         form = await request.post()
         fields = {
             name: (value.file.read() if isinstance(value, web.FileField) else value) for name, value in form.items()
@@ -50,6 +51,7 @@ async def server() -> AsyncIterator[tuple[Recorder, str]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     yield recorder, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    recorder.answering.set()
     await runner.cleanup()
 
 
@@ -80,19 +82,16 @@ async def test_a_file_goes_as_multipart(server: tuple[Recorder, str]) -> None:
 async def test_a_slow_answer_is_timed_out(server: tuple[Recorder, str]) -> None:
     recorder, root = server
     async with bot(root, read_timeout=0.3, write_timeout=0.0) as client:
-        recorder.delay = 2.0
+        recorder.answering.clear()  # no answer until the test is over: the read timeout is the only way out
         with pytest.raises(TimedOut):
             await client.send_message(1, "anyone?")
 
 
 async def test_a_refused_connection_is_a_network_error_without_the_token() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     request = AiohttpRequest()
     await request.initialize()
     try:
-        with pytest.raises(NetworkError) as caught:
+        with refusing_port() as port, pytest.raises(NetworkError) as caught:
             await request.post(f"http://127.0.0.1:{port}/bot{TOKEN}/getMe")
     finally:
         await request.shutdown()

@@ -74,7 +74,7 @@ class Sleeps(Tool):
 
     async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
         self.started.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # nobody sets it
         return json_result("never")
 
 

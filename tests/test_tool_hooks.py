@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+from helpers import FakeClock
 from pydantic import BaseModel
 
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
@@ -202,16 +203,15 @@ async def test_a_before_hook_answering_nonsense_blocks_the_call() -> None:
 # --- after hooks ----------------------------------------------------------------------------------
 
 
-async def test_an_after_hook_sees_the_arguments_the_result_and_the_duration(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [100.0]
-    monkeypatch.setattr("tools.hooks.time.perf_counter", lambda: clock[0])
+async def test_an_after_hook_sees_the_arguments_the_result_and_the_duration() -> None:
+    clock = FakeClock()
 
     class Slow(Echo):
         async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
-            clock[0] += 2.5  # the tool takes 2.5 seconds by the clock the hooks read
+            await clock.sleep(2.5)  # the tool takes 2.5 seconds by the clock the hooks read
             return await super().execute(call_id, args, ctx)
 
-    hooks = Hooks()
+    hooks = Hooks(clock=clock)
     seen: list[tuple[ToolCall, ToolResult, float]] = []
     hooks.before_tool_call(lambda call: Rewrite(arguments={"text": "rewritten"}))
     hooks.after_tool_call(lambda call, result, duration: seen.append((call, result, duration)))

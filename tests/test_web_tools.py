@@ -6,12 +6,12 @@ import ipaddress
 import json
 import re
 import socket
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpcore
 import pytest
+from fakes.llm import refusing_port
 from fakes.web import BRAVE_KEY, FAKE_CLOSE, INJECTION, FakeWeb
 
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, invoke
@@ -186,15 +186,13 @@ async def test_http_errors_are_readable_results(site: FakeWeb, local_fetch: WebF
 
 
 async def test_a_huge_page_is_cut_at_max_chars(site: FakeWeb, local_fetch: WebFetch) -> None:
-    started = time.monotonic()
     data = payload(await call(local_fetch, url=site.url("/huge"), max_chars=5_000))
-    assert time.monotonic() - started < 10
     assert data["truncated"] is True
     assert data["title"] == "Huge"
     text = fenced(data["content"])
     assert 4_000 < len(text) <= 5_000
     assert len(data["content"]) <= 5_000 + 600  # the text plus the wrapper
-    assert "note" in data
+    assert "the text was cut at 5,000 characters" in data["note"]
 
 
 async def test_a_huge_page_is_read_only_up_to_the_byte_cap(site: FakeWeb, dns: FakeDNS) -> None:
@@ -216,10 +214,8 @@ async def test_a_compressed_page_is_decompressed_within_the_cap(site: FakeWeb, d
 
 async def test_a_slow_server_times_out(site: FakeWeb, dns: FakeDNS) -> None:
     tool = WebFetch(allow_loopback_first_hop=True, resolve=dns, timeout=0.3)
-    started = time.monotonic()
-    message = error(await call(tool, url=site.url("/slow")))
+    message = error(await call(tool, url=site.url("/slow")))  # /slow answers only when the server stops
     assert "timed out after 0.3 s" in message
-    assert time.monotonic() - started < 5
 
 
 # --- refusals ---------------------------------------------------------------------------------------------------------
@@ -489,10 +485,9 @@ async def test_a_rate_limit_says_when_to_retry(site: FakeWeb) -> None:
     assert not leaks(result)
 
 
-async def test_an_unreachable_search_api_is_a_readable_error(site: FakeWeb) -> None:
-    port = site.port
-    await site.__aexit__(None, None, None)  # nobody listens there any more
-    result = await call(WebSearch(BraveSearch(BRAVE_KEY, base_url=f"http://127.0.0.1:{port}")), query="x")
+async def test_an_unreachable_search_api_is_a_readable_error() -> None:
+    with refusing_port() as port:
+        result = await call(WebSearch(BraveSearch(BRAVE_KEY, base_url=f"http://127.0.0.1:{port}")), query="x")
     assert "could not reach Brave Search" in error(result)
     assert not leaks(result)
 

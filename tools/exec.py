@@ -41,6 +41,8 @@ class Authorization(BaseModel):
 
 # (command, ctx) -> may it run? It may wait for a person to decide.
 Authorize = Callable[[str, ToolContext], Awaitable[Authorization]]
+# Waits out a command's timeout: asyncio.sleep, or one a test controls.
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def command_environment(cwd: str | None = None) -> dict[str, str]:
@@ -116,9 +118,10 @@ Outcome = Literal["exited", "timeout", "cancelled"]
 class _Job:
     """One started command: its output read as it comes, its process group killable as a whole."""
 
-    def __init__(self, process: asyncio.subprocess.Process, output_limit: int) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, output_limit: int, sleep: Sleep = asyncio.sleep) -> None:
         self.process = process
         self.output = OutputBuffer(output_limit)
+        self.sleep = sleep
         self.started = time.monotonic()
         self._reader = asyncio.create_task(self._pump())
 
@@ -150,17 +153,18 @@ class _Job:
         waiter = asyncio.ensure_future(self.process.wait())  # exited and the pipe closed: the usual end
         exited = asyncio.ensure_future(self._exit())
         stopper = asyncio.ensure_future(cancelled.wait()) if cancelled is not None else None
-        watched: set[asyncio.Future[Any]] = {waiter, exited} if stopper is None else {waiter, exited, stopper}
+        timer = asyncio.ensure_future(self.sleep(timeout)) if timeout is not None else None
+        watched: set[asyncio.Future[Any]] = {w for w in (waiter, exited, stopper, timer) if w is not None}
         try:
-            done, _ = await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             self.abandon()
             waiter.cancel()
             raise
         finally:
-            exited.cancel()
-            if stopper is not None:
-                stopper.cancel()
+            for watcher in (exited, stopper, timer):
+                if watcher is not None:
+                    watcher.cancel()
         ended = waiter in done or exited in done
         outcome: Outcome = "exited" if ended else "cancelled" if stopper in done else "timeout"
         self.kill()
@@ -240,9 +244,10 @@ class BackgroundProcess:
 class ProcessTable:
     """The background commands of all runs, keyed by handle; each handle belongs to one session key."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sleep: Sleep = asyncio.sleep) -> None:
         self._entries: dict[str, BackgroundProcess] = {}
         self._closed = False
+        self.sleep = sleep  # waits out each command's timeout
 
     def running(self, session_key: str) -> int:
         """How many background commands of `session_key` are still running."""
@@ -258,7 +263,7 @@ class ProcessTable:
         handle = "p_" + secrets.token_hex(4)
         while handle in self._entries:
             handle = "p_" + secrets.token_hex(4)
-        job = _Job(await _spawn(command, cwd), output_limit)
+        job = _Job(await _spawn(command, cwd), output_limit, self.sleep)
         entry = BackgroundProcess(handle, command, session_key, cwd, job, timeout)
         self._entries[handle] = entry
         return entry
@@ -347,11 +352,13 @@ class ExecTool(Tool):
         *,
         output_limit: int = 64 * 1024,
         default_timeout: float = 60.0,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.authorize = authorize
         self.processes = processes
         self.output_limit = output_limit
         self.default_timeout = default_timeout
+        self.sleep = sleep  # waits out a foreground command's timeout
 
     async def execute(self, call_id: str, args: ExecArgs, ctx: ToolContext) -> ToolResult:
         # Checked before asking: no one should approve a command that cannot run.
@@ -386,7 +393,7 @@ class ExecTool(Tool):
 
     async def _run(self, args: ExecArgs, ctx: ToolContext, cwd: str) -> ToolResult:
         timeout = args.timeout or self.default_timeout
-        job = _Job(await _spawn(args.command, cwd), self.output_limit)
+        job = _Job(await _spawn(args.command, cwd), self.output_limit, self.sleep)
         try:
             outcome = await job.run(timeout, ctx.cancelled)
         except asyncio.CancelledError:

@@ -60,9 +60,11 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class Hooks:
-    """The registered hooks, run in registration order. Register with `@hooks.before_tool_call` and friends."""
+    """The registered hooks, run in registration order. Register with `@hooks.before_tool_call` and friends.
+    `clock` (seconds) times each call for the after hooks."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self._before: list[BeforeHook] = []
         self._after: list[AfterHook] = []
 
@@ -124,8 +126,8 @@ async def call_tool(
         result = error_result(tool.name, f"blocked: {outcome.reason}")
         await hooks.run_after(call, result, 0.0)
         return result
-    started = time.perf_counter()
+    started = hooks.clock()
     result = await invoke(tool, call_id, outcome.arguments, ctx)
-    duration = time.perf_counter() - started
+    duration = hooks.clock() - started
     await hooks.run_after(outcome, result, duration)
     return result

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from helpers import WAIT, eventually
 
 
 class FakeBridge:
@@ -66,12 +67,8 @@ class FakeBridge:
             self._changed.notify_all()
         return update
 
-    async def wait_for_sends(self, count: int, timeout: float = 20) -> list[dict[str, Any]]:
-        async def enough() -> None:
-            async with self._changed:
-                await self._changed.wait_for(lambda: len(self.sent) >= count)
-
-        await asyncio.wait_for(enough(), timeout)
+    async def wait_for_sends(self, count: int, timeout: float = WAIT) -> list[dict[str, Any]]:
+        await eventually(lambda: len(self.sent) >= count, f"{count} sends to the bridge", timeout)
         return self.sent
 
     async def _updates(self, request: web.Request) -> web.Response:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from aiohttp import WSMsgType, web
+from helpers import WAIT, eventually
 
 BOT_ID = "1100000000000000001"
 APP_ID = BOT_ID
@@ -96,14 +97,12 @@ class FakeDiscord:
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.heartbeats = 0
-        self.guild_ready_delay = 0.0
         self.send_ready = True  # False: IDENTIFY is never answered
         self._ids = itertools.count(1600000000000000001)
         self._sessions: list[_Session] = []
         self._rate_limited = 0
         self._retry_after = 0.05
         self._rate_limit_match: Callable[[str, str], bool] = lambda method, path: True
-        self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -257,8 +256,8 @@ class FakeDiscord:
             "relationships": [],
         }
         await self._send(session, "READY", ready)
-        if self.guild_ready_delay:
-            await asyncio.sleep(self.guild_ready_delay)
+        # The guild comes right after READY, and every event after the guild (`identified`), on the same connection:
+        # however soon discord.py's guild_ready_timeout calls the bot ready, it knows the guild before it needs it.
         await self._send(session, "GUILD_CREATE", self.guild_payload())
         session.identified.set()
 
@@ -266,13 +265,12 @@ class FakeDiscord:
         session.sequence += 1
         await session.ws.send_json({"op": 0, "t": event, "s": session.sequence, "d": data})
 
-    async def _connected(self, timeout: float = 10.0) -> list[_Session]:
-        async def wait() -> None:
-            while not any(session.identified.is_set() for session in self._sessions):
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(wait(), timeout)
+    def _identified(self) -> list[_Session]:
         return [session for session in self._sessions if session.identified.is_set()]
+
+    async def _connected(self) -> list[_Session]:
+        await eventually(lambda: bool(self._identified()), "a bot connected to the fake Discord gateway")
+        return self._identified()
 
     async def dispatch(self, event: str, data: Any) -> None:
         """Send one gateway event (anything, malformed included) to every connected bot."""
@@ -407,11 +405,6 @@ class FakeDiscord:
         self._retry_after = retry_after
         self._rate_limit_match = lambda m, p: (method is None or m == method) and path_contains in p
 
-    async def _record(self, entry: RecordedRequest) -> None:
-        async with self._changed:
-            self.requests.append(entry)
-            self._changed.notify_all()
-
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["path"]
         body: Any = None
@@ -422,12 +415,17 @@ class FakeDiscord:
             except ValueError:
                 body = raw.decode(errors="replace")
         entry = RecordedRequest(request.method, path, dict(request.query), body)
-        response = await self._answer(request.method, path, body, request)
+        echoes: list[dict[str, Any]] = []
+        response = self._answer(request.method, path, body, request, echoes)
         entry.status = response.status
-        await self._record(entry)
+        self.requests.append(entry)  # in the same step as the change it made: a test sees both or neither
+        for message in echoes:  # the bot's own message, back over the gateway before the answer to its post
+            await self.dispatch("MESSAGE_CREATE", message)
         return response
 
-    async def _answer(self, method: str, path: str, body: Any, request: web.Request) -> web.StreamResponse:
+    def _answer(
+        self, method: str, path: str, body: Any, request: web.Request, echoes: list[dict[str, Any]]
+    ) -> web.StreamResponse:
         if request.headers.get("Authorization") != f"Bot {self.token}" and not path.startswith("/interactions/"):
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
         if self._rate_limited > 0 and self._rate_limit_match(method, path):
@@ -449,7 +447,7 @@ class FakeDiscord:
             channel_id = self.dm_channel_id(recipient)
             return _json({"id": channel_id, "type": 1, "recipients": [recipient.payload()], "last_message_id": None})
         if parts[0] == "channels" and len(parts) >= 3:
-            return await self._channel_call(method, parts, body)
+            return self._channel_call(method, parts, body, echoes)
         if parts[0] == "interactions" and len(parts) == 4 and parts[3] == "callback":
             self.interaction_callbacks.append((parts[1], body))
             return _json({"interaction": {"id": parts[1], "type": 3}, "resource": {"type": body.get("type")}})
@@ -468,7 +466,7 @@ class FakeDiscord:
             "flags": 0,
         }
 
-    async def _channel_call(self, method: str, parts: list[str], body: Any) -> web.Response:
+    def _channel_call(self, method: str, parts: list[str], body: Any, echoes: list[dict[str, Any]]) -> web.Response:
         channel_id = parts[1]
         if parts[2] == "typing" and method == "POST":
             return web.Response(status=204)
@@ -487,7 +485,7 @@ class FakeDiscord:
                 message["message_reference"] = body["message_reference"]
             self.messages[message["id"]] = message
             if self.echo_own_messages:
-                await self.dispatch("MESSAGE_CREATE", message)
+                echoes.append(message)
             return _json(message)
         message_id = parts[3] if len(parts) > 3 else ""
         if message_id not in self.messages:
@@ -551,18 +549,11 @@ class FakeDiscord:
     def texts(self, channel_id: str | None = None) -> list[str]:
         return [r.body.get("content") or "" for r in self.posts(channel_id)]
 
-    async def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-        async def wait() -> None:
-            async with self._changed:
-                await self._changed.wait_for(condition)
+    async def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+        await eventually(condition, what, timeout)
 
-        try:
-            await asyncio.wait_for(wait(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}") from None
-
-    async def wait_for_posts(self, count: int, channel_id: str | None = None, timeout: float = 15.0) -> None:
-        await self.wait_for(lambda: len(self.posts(channel_id)) >= count, f"{count} posted messages", timeout)
+    async def wait_for_posts(self, count: int, channel_id: str | None = None, timeout: float = WAIT) -> None:
+        await eventually(lambda: len(self.posts(channel_id)) >= count, f"{count} posted messages", timeout)
 
 
 @pytest.fixture

@@ -10,6 +10,9 @@ Replies are consumed one per request; the same reply renders in whichever protoc
 (`/chat/completions`, also under any prefix such as `/v1`, or `/v1/messages`). When the script runs out the server
 answers 500 saying so, so a test fails instead of hanging. Error bodies for 401 echo the key the client sent, the
 worst a real proxy might do, so that tests can check that the key never reaches an error message.
+
+A model caught mid-answer is `Reply.held(...)`: it writes its first words and goes on only when the test calls
+`llm.release()`, so what a test sees never depends on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,6 +93,8 @@ class Reply:
     stall_seconds: float = 0.0
     chunk_size: int = 3
     frame_delay: float = 0.0  # seconds between the frames of the stream's body
+    hold: bool = False  # after `answer`, wait for FakeLLM.release() (or the server's stop); then `then` and the end
+    then: str = ""
 
     @classmethod
     def text(cls, text: str, *, stop: NeutralStop = "end_turn", usage: tuple[int, int] = (21, 8)) -> Reply:
@@ -97,7 +103,8 @@ class Reply:
 
     @classmethod
     def slow(cls, text: str, seconds: float, *, pieces: int = 10) -> Reply:
-        """Text in `pieces` chunks spread over `seconds`, as a model writing at human speed."""
+        """Text in `pieces` chunks spread over `seconds`, as a model writing at human speed. Pacing only: on a busy
+        machine the client may see all of it at once, so a test that must catch the answer unfinished uses held()."""
         size = max(1, -(-len(text) // pieces))
         return cls(answer=text, chunk_size=size, frame_delay=seconds / pieces)
 
@@ -147,6 +154,13 @@ class Reply:
         return cls(answer=after_text, ending="error", error_type=error_type, error_message=message)
 
     @classmethod
+    def held(cls, text: str, *, then: str = "") -> Reply:
+        """`text`, then nothing until the test calls `release()` on the server (an answer still being written for
+        exactly as long as the test needs), then `then` and the end. When the server stops first, the stream just
+        stops, as a stall's does."""
+        return cls(answer=text, hold=True, then=then)
+
+    @classmethod
     def stall(cls, seconds: float, *, after_text: str = "") -> Reply:
         """Headers and `after_text`, then silence for `seconds` (cut short when the server stops), then the end."""
         return cls(answer=after_text, ending="stall", stall_seconds=seconds)
@@ -176,16 +190,24 @@ def _anthropic_frame(event: str, payload: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps({'type': event, **payload})}\n\n".encode()
 
 
-def _openai_frames(reply: Reply, model: str, include_usage: bool) -> tuple[list[bytes], list[bytes]]:
-    """(the body of the stream, its closing frames)."""
+def _text_pieces(reply: Reply) -> tuple[list[str], int]:
+    """The chunks of the reply's text (`answer`, then a held reply's `then`), and how many of them are `answer`."""
+    first = _pieces(reply.answer, reply.chunk_size)
+    return first + _pieces(reply.then, reply.chunk_size), len(first)
+
+
+def _openai_frames(reply: Reply, model: str, include_usage: bool) -> tuple[list[bytes], int, list[bytes]]:
+    """(the body of the stream, the number of its frames that come before a hold, its closing frames)."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         header = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model}
         return _openai_frame(header | {"choices": [choice]})
 
+    pieces, answered = _text_pieces(reply)
     body = [chunk({"role": "assistant", "content": ""})]
-    body += [chunk({"content": piece}) for piece in _pieces(reply.answer, reply.chunk_size)]
+    held_at = len(body) + answered
+    body += [chunk({"content": piece}) for piece in pieces]
     for index, call in enumerate(reply.calls):
         first = {"index": index, "id": call.id or f"call_{index + 1}", "type": "function"}
         body.append(chunk({"tool_calls": [first | {"function": {"name": call.name, "arguments": ""}}]}))
@@ -198,11 +220,11 @@ def _openai_frames(reply: Reply, model: str, include_usage: bool) -> tuple[list[
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         closing.append(_openai_frame({"id": "chatcmpl-fake", "model": model, "choices": [], "usage": usage}))
     closing.append(b"data: [DONE]\n\n")
-    return body, closing
+    return body, held_at, closing
 
 
-def _anthropic_frames(reply: Reply, model: str) -> tuple[list[bytes], list[bytes]]:
-    """(the body of the stream, its closing frames)."""
+def _anthropic_frames(reply: Reply, model: str) -> tuple[list[bytes], int, list[bytes]]:
+    """(the body of the stream, the number of its frames that come before a hold, its closing frames)."""
     message: dict[str, Any] = {
         "id": "msg_fake",
         "type": "message",
@@ -214,12 +236,15 @@ def _anthropic_frames(reply: Reply, model: str) -> tuple[list[bytes], list[bytes
         "usage": {"input_tokens": reply.usage[0], "output_tokens": 1},
     }
     body = [_anthropic_frame("message_start", {"message": message})]
+    held_at = len(body)
     index = 0
-    if reply.answer:
+    pieces, answered = _text_pieces(reply)
+    if pieces:
         text_block = {"type": "text", "text": ""}
         body.append(_anthropic_frame("content_block_start", {"index": 0, "content_block": text_block}))
         body.append(_anthropic_frame("ping", {}))
-        for piece in _pieces(reply.answer, reply.chunk_size):
+        held_at = len(body) + answered
+        for piece in pieces:
             delta = {"type": "text_delta", "text": piece}
             body.append(_anthropic_frame("content_block_delta", {"index": 0, "delta": delta}))
         body.append(_anthropic_frame("content_block_stop", {"index": 0}))
@@ -239,7 +264,7 @@ def _anthropic_frames(reply: Reply, model: str) -> tuple[list[bytes], list[bytes
         ),
         _anthropic_frame("message_stop", {}),
     ]
-    return body, closing
+    return body, held_at, closing
 
 
 def _sent_key(request: web.Request) -> str:
@@ -268,6 +293,8 @@ class FakeLLM:
         self.requests: list[RecordedRequest] = []
         self._replies: deque[Reply] = deque()
         self._stopping = asyncio.Event()
+        self._releases = asyncio.Semaphore(0)
+        self.holding = 0  # held replies waiting for release() right now
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -288,6 +315,10 @@ class FakeLLM:
     def script(self, *replies: Reply | str) -> None:
         """Queue replies, one per coming request; a plain string is a text reply."""
         self._replies.extend(Reply.text(reply) if isinstance(reply, str) else reply for reply in replies)
+
+    def release(self) -> None:
+        """Let one held reply write the rest: the one that has waited longest, or else the next to reach its hold."""
+        self._releases.release()
 
     def provider_config(self, kind: Protocol, **settings: Any) -> ProviderConfig:
         """A ProviderConfig pointing at this server (keys, timeout and so on as keyword arguments)."""
@@ -343,20 +374,30 @@ class FakeLLM:
         model = body.get("model", "") if isinstance(body, dict) else ""
         if protocol == "openai":
             include_usage = isinstance(body, dict) and bool((body.get("stream_options") or {}).get("include_usage"))
-            frames, closing = _openai_frames(reply, model, include_usage)
+            frames, held_at, closing = _openai_frames(reply, model, include_usage)
         else:
-            frames, closing = _anthropic_frames(reply, model)
-        return await self._stream(request, protocol, reply, frames, closing)
+            frames, held_at, closing = _anthropic_frames(reply, model)
+        return await self._stream(request, protocol, reply, frames, held_at if reply.hold else None, closing)
 
     async def _stream(
-        self, request: web.Request, protocol: Protocol, reply: Reply, frames: list[bytes], closing: list[bytes]
+        self,
+        request: web.Request,
+        protocol: Protocol,
+        reply: Reply,
+        frames: list[bytes],
+        held_at: int | None,
+        closing: list[bytes],
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        for frame in frames:
+        for number, frame in enumerate(frames):
+            if number == held_at and not await self._hold():
+                return response  # the server stopped before the release
             await response.write(frame)
             if reply.frame_delay:
                 await asyncio.sleep(reply.frame_delay)
+        if held_at == len(frames) and not await self._hold():
+            return response
         if reply.ending == "cut":
             assert request.transport is not None
             request.transport.abort()  # no end of the chunked body: the client sees a broken connection
@@ -378,6 +419,29 @@ class FakeLLM:
         for frame in closing:
             await response.write(frame)
         return response
+
+    async def _hold(self) -> bool:
+        """Wait for a `release()` (True) or the server's stop (False)."""
+        self.holding += 1
+        released = asyncio.ensure_future(self._releases.acquire())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({released, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.holding -= 1
+            stopping.cancel()
+            if not released.done():
+                released.cancel()
+        return released.done() and not released.cancelled()
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections while the block runs: bound but never listening, so nothing
+    else on the machine can start listening there meanwhile (as it could on a stopped server's freed port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 @pytest.fixture

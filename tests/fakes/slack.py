@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlencode
 import aiohttp
 import pytest
 from aiohttp import web
+from helpers import WAIT, eventually
 
 BOT_TOKEN = "xoxb-fake-bot-token"
 APP_TOKEN = "xapp-fake-app-token"
@@ -63,12 +64,12 @@ class FakeSlack:
         self.acks: list[dict[str, Any]] = []  # every frame the client sent on the socket
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> the message as posted
         self.reactions: list[tuple[str, str, str]] = []  # (channel, ts, name)
-        self.rate_limited = 0  # answer this many coming Web API calls with 429
-        self.retry_after = 0  # seconds, in the Retry-After header of those answers
         self.connections = 0  # socket connections accepted so far
+        self._rate_limited = 0
+        self._retry_after = 0
+        self._rate_limited_method: str | None = None
         self._sockets: list[web.WebSocketResponse] = []
         self._connected = asyncio.Event()
-        self._changed = asyncio.Condition()
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -105,20 +106,6 @@ class FakeSlack:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def _wait(self, condition: Any, what: str, timeout: float) -> None:
-        async def waiting() -> None:
-            async with self._changed:
-                await self._changed.wait_for(condition)
-
-        try:
-            await asyncio.wait_for(waiting(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"FakeSlack: timed out waiting for {what}") from None
-
     # --- Web API --------------------------------------------------------------------------------------------------
 
     def calls_to(self, method: str) -> list[ApiCall]:
@@ -130,9 +117,13 @@ class FakeSlack:
         """The bodies of every chat.postMessage that was accepted, in order."""
         return [call.body for call in self.calls_to("chat.postMessage") if call.ok]
 
-    async def wait_for_calls(self, method: str, count: int, timeout: float = 15.0) -> list[ApiCall]:
-        await self._wait(lambda: len(self.calls_to(method)) >= count, f"{count} calls to {method}", timeout)
+    async def wait_for_calls(self, method: str, count: int, timeout: float = WAIT) -> list[ApiCall]:
+        await eventually(lambda: len(self.calls_to(method)) >= count, f"{count} calls to {method}", timeout)
         return self.calls_to(method)
+
+    def rate_limit(self, calls: int, *, retry_after: int = 0, method: str | None = None) -> None:
+        """Answer the next `calls` Web API calls (of `method` only, if given) with 429 and this Retry-After."""
+        self._rate_limited, self._retry_after, self._rate_limited_method = calls, retry_after, method
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         raw = await request.read()
@@ -147,15 +138,13 @@ class FakeSlack:
         method = request.match_info["method"]
         headers = {name.lower(): value for name, value in request.headers.items()}
         body = await self._body(request)
-        if self.rate_limited > 0:
-            self.rate_limited -= 1
+        if self._rate_limited > 0 and self._rate_limited_method in (None, method):
+            self._rate_limited -= 1
             self.calls.append(ApiCall(method, headers, body, 429))
-            await self._notify()
             error = {"ok": False, "error": "ratelimited"}
-            return web.json_response(error, status=429, headers={"Retry-After": str(self.retry_after)})
+            return web.json_response(error, status=429, headers={"Retry-After": str(self._retry_after)})
         answer = self._answer(method, headers, body)
         self.calls.append(ApiCall(method, headers, body, 200, bool(answer.get("ok"))))
-        await self._notify()
         return web.json_response(answer)
 
     def _answer(self, method: str, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
@@ -282,24 +271,20 @@ class FakeSlack:
                 if frame.type == aiohttp.WSMsgType.TEXT:
                     with contextlib.suppress(ValueError):
                         self.acks.append(json.loads(frame.data))
-                    await self._notify()
         finally:
             self._sockets.remove(socket)
             if not self._sockets:
                 self._connected.clear()
         return socket
 
-    async def wait_connected(self, timeout: float = 15.0) -> None:
-        try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
-        except TimeoutError:
-            raise AssertionError("FakeSlack: no Socket Mode connection") from None
+    async def wait_connected(self, timeout: float = WAIT) -> None:
+        await eventually(self._connected.is_set, "a Socket Mode connection to the fake Slack", timeout)
 
     def acked(self, envelope_id: str) -> bool:
         return any(ack.get("envelope_id") == envelope_id for ack in self.acks)
 
-    async def wait_for_ack(self, envelope_id: str, timeout: float = 15.0) -> dict[str, Any]:
-        await self._wait(lambda: self.acked(envelope_id), f"the ack of envelope {envelope_id}", timeout)
+    async def wait_for_ack(self, envelope_id: str, timeout: float = WAIT) -> dict[str, Any]:
+        await eventually(lambda: self.acked(envelope_id), f"the ack of envelope {envelope_id}", timeout)
         return next(ack for ack in self.acks if ack.get("envelope_id") == envelope_id)
 
     async def send_frame(self, frame: dict[str, Any] | str) -> None:
@@ -401,10 +386,12 @@ class FakeSlack:
         value: str,
         channel: str = "C0GENERAL",
         user: str = USER_ID,
+        name: str = "ann",
         action_id: str = "sb:0:0",
         thread_ts: str | None = None,
     ) -> str:
-        """A block_actions click on a button of one of the bot's messages; returns the envelope id."""
+        """A block_actions click by `user` (whose username is `name`) on a button of one of the bot's messages;
+        returns the envelope id."""
         container: dict[str, Any] = {
             "type": "message",
             "message_ts": message_ts,
@@ -415,7 +402,7 @@ class FakeSlack:
             container["thread_ts"] = thread_ts
         payload: dict[str, Any] = {
             "type": "block_actions",
-            "user": {"id": user, "username": "ann", "name": "ann", "team_id": self.team_id},
+            "user": {"id": user, "username": name, "name": name, "team_id": self.team_id},
             "api_app_id": APP_ID,
             "token": "verification-token",
             "container": container,
@@ -435,7 +422,7 @@ class FakeSlack:
                     "block_id": "blk1",
                     "text": {"type": "plain_text", "text": "Button", "emoji": True},
                     "value": value,
-                    "action_ts": f"{time.time():.6f}",
+                    "action_ts": self._new_ts(),  # unique, as Slack's are: a redelivery repeats it
                 }
             ],
         }

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from helpers import WAIT, eventually
 
 TOKEN = "123456:TEST-token"
 BOT_ID = 123456
@@ -116,7 +117,7 @@ class Call:
 
     method: str
     params: dict[str, Any]
-    at: float = field(default_factory=time.monotonic)
+    at: float = field(default_factory=time.monotonic)  # for bench/telegram.py's latencies; tests never time calls
 
 
 @dataclass
@@ -154,6 +155,7 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self._port = 0
         # Like Telegram, answer 429 to sends beyond `max_per_second` (None: no limit); `rate_limited` counts them.
+        # By the wall clock, so for bench/telegram.py only: a test on it would depend on the machine's speed.
         self.max_per_second: float | None = None
         self.rate_limited = 0
         self._recent_sends: collections.deque[float] = collections.deque()
@@ -173,11 +175,9 @@ class FakeTelegram:
         stored = sorted((m for m in self.messages.values() if m.chat_id == chat_id), key=lambda m: m.message_id)
         return [m.visible if visible else m.text for m in stored]
 
-    async def wait_texts(
-        self, chat_id: int, condition: Callable[[list[str]], bool], timeout: float = 15.0
-    ) -> list[str]:
+    async def wait_texts(self, chat_id: int, condition: Callable[[list[str]], bool]) -> list[str]:
         """Wait until the chat's current bot messages satisfy `condition` (streamed replies are edited in place)."""
-        await self.wait_for(lambda: condition(self.chat_texts(chat_id)), timeout)
+        await self.wait_for(lambda: condition(self.chat_texts(chat_id)), f"the bot's messages in chat {chat_id}")
         return self.chat_texts(chat_id)
 
     def calls(self, method: str) -> list[dict[str, Any]]:
@@ -187,24 +187,25 @@ class FakeTelegram:
         """Answer the next `times` calls of `method` with 429 Too Many Requests."""
         self._failures[method] += [retry_after] * times
 
-    async def wait_for(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
-        async def satisfied() -> None:
-            async with self._changed:
-                await self._changed.wait_for(condition)
+    async def wait_for(
+        self, condition: Callable[[], bool], what: str = "a condition on the fake Telegram", timeout: float = WAIT
+    ) -> None:
+        """`eventually(condition)`: the deadline is generous, never a test of speed."""
+        await eventually(condition, what, timeout)
 
-        await asyncio.wait_for(satisfied(), timeout)
-
-    async def wait_sent(self, chat_id: int, count: int, timeout: float = 15.0) -> list[str]:
-        await self.wait_for(lambda: len(self.sent.get(chat_id, [])) >= count, timeout)
+    async def wait_sent(self, chat_id: int, count: int) -> list[str]:
+        await self.wait_for(lambda: len(self.sent.get(chat_id, [])) >= count, f"{count} messages sent to {chat_id}")
         return self.sent[chat_id]
 
-    async def wait_calls(self, method: str, count: int, timeout: float = 15.0) -> list[dict[str, Any]]:
-        await self.wait_for(lambda: len(self.calls(method)) >= count, timeout)
+    async def wait_calls(self, method: str, count: int) -> list[dict[str, Any]]:
+        await self.wait_for(lambda: len(self.calls(method)) >= count, f"{count} calls of {method}")
         return self.calls(method)
 
-    async def acknowledged(self, update: dict[str, Any], timeout: float = 15.0) -> None:
+    async def acknowledged(self, update: dict[str, Any]) -> None:
         """Wait until a getUpdates asked for an offset past `update` (the bot confirmed it)."""
-        await self.wait_for(lambda: max(self.offsets, default=0) > update["update_id"], timeout)
+        await self.wait_for(
+            lambda: max(self.offsets, default=0) > update["update_id"], f"update {update['update_id']} confirmed"
+        )
 
     # --- updates --------------------------------------------------------------------------------------------------
 
@@ -312,9 +313,9 @@ class FakeTelegram:
         )
 
     async def callback_query(
-        self, data: str, *, message_id: int, chat_id: int | None = None, user_id: int | None = None
+        self, data: str, *, message_id: int, chat_id: int | None = None, user_id: int | None = None, name: str = "Ann"
     ) -> dict[str, Any]:
-        """A tap on an inline button of the bot's message `message_id`."""
+        """A tap on an inline button of the bot's message `message_id` by `user_id` called `name`."""
         chat_id = chat_id or self.user_id
         chat = self.chats.get(chat_id) or {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"}
         stored = self.messages.get((chat_id, message_id))
@@ -329,7 +330,7 @@ class FakeTelegram:
             message.update(message_thread_id=stored.thread_id, is_topic_message=True)
         query = {
             "id": str(next(self._query_ids)),
-            "from": self._user(user_id or self.user_id, "Ann"),
+            "from": self._user(user_id or self.user_id, name),
             "chat_instance": "ci-1",
             "data": data,
             "message": message,

@@ -1,0 +1,134 @@
+"""The leak check (a pytest plugin): after the suite, no process it started is still running and no temporary file or
+folder is left outside pytest's own; otherwise the run fails and names what leaked and which test started it."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+GRACE = 10.0  # seconds a process may take to finish exiting after the last test; only a leak outlives it
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class Leftover:
+    pid: int
+    command: str
+    started: float  # seconds since boot
+
+
+class LeakCheck:
+    """Makes this process the parent of every orphan it leaves (Linux's child subreaper), so nothing it started can
+    slip away by double-forking, and gives the tests a temporary folder of their own to look into afterwards."""
+
+    def __init__(self) -> None:
+        self.subreaper = _become_subreaper()
+        os.environ.setdefault(
+            "PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir()
+        )  # pytest's own folders stay where they are
+        self.scratch = Path(tempfile.mkdtemp(prefix="switchboard-tests-"))
+        os.environ["TMPDIR"] = str(self.scratch)  # for the processes the tests start
+        tempfile.tempdir = str(self.scratch)  # for this one
+        self.tests: list[tuple[float, str]] = []  # (seconds since boot when it began, test id)
+
+    @pytest.hookimpl
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.tests.append((_since_boot(), nodeid))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        problems = [f"process {p.pid} ({p.command}), started during {self._test_at(p.started)}" for p in self._wait()]
+        problems += [f"temporary {path}" for path in sorted(self.scratch.iterdir())]
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        tempfile.tempdir = None
+        if not problems:
+            return
+        reporter = session.config.pluginmanager.getplugin("terminalreporter")
+        heading = "LEAK CHECK FAILED: the suite left behind (processes now killed, files removed):"
+        for line in ["", heading, *(f"  {problem}" for problem in problems)]:
+            reporter.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _wait(self) -> list[Leftover]:
+        """The processes still running under this one after GRACE seconds, each killed once named."""
+        deadline = time.monotonic() + GRACE
+        while (left := _descendants(os.getpid())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for process in left:
+            _kill(process.pid)
+        return left
+
+    def _test_at(self, started: float) -> str:
+        # /proc counts a start time in whole clock ticks, so it reads up to one tick early.
+        during = [test for began, test in self.tests if began <= started + 1 / os.sysconf("SC_CLK_TCK")]
+        return during[-1] if during else "collection"
+
+
+def _become_subreaper() -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not Linux: orphans go to init, and only direct descendants are seen
+        return False
+
+
+def _since_boot() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _descendants(root: int) -> list[Leftover]:
+    """Live processes below `root`, from /proc; zombies that were reparented here are reaped on the way."""
+    parents: dict[int, int] = {}
+    details: dict[int, Leftover] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(entry)
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ..., starttime is 20th
+        if fields[0] == "Z":
+            if int(fields[1]) == root:
+                _reap(pid)
+            continue
+        parents[pid] = int(fields[1])
+        name = command.strip()[:200] or stat[stat.index("(") : stat.rindex(")") + 1]  # a kernel thread has no cmdline
+        details[pid] = Leftover(pid, name, int(fields[19]) / ticks)
+    found = []
+    for pid in details:
+        ancestor = parents.get(pid)
+        while ancestor is not None and ancestor != root:
+            ancestor = parents.get(ancestor)
+        if ancestor == root:
+            found.append(details[pid])
+    return sorted(found, key=lambda leftover: leftover.pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):  # not our child: its own parent reaps it
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    _reap(pid)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.name == "posix" and Path("/proc").is_dir():
+        config.pluginmanager.register(LeakCheck(), "leak-check")

@@ -308,6 +308,30 @@ async def test_cancelling_the_task_kills_the_group(ws: Path, processes: ProcessT
     await group_gone(pgid)
 
 
+async def test_a_call_cancelled_while_its_command_starts_kills_the_command(
+    ws: Path, processes: ProcessTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command runs from the moment its process exists, before asyncio has connected its pipes; a cancel in that
+    # window must not leave it running. Here the window stays open until the test has cancelled.
+    connected = asyncio.Event()
+    start = asyncio.create_subprocess_exec
+
+    async def slow_to_connect(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await start(*args, **kwargs)
+        await connected.wait()
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_to_connect)
+    tool = ExecTool(allow(), processes)
+    async with calling(tool, {"command": "echo $$ > pgid; sleep 100"}, context(ws)) as task:
+        pgid = await pid_written(ws / "pgid")
+        task.cancel()
+        connected.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await group_gone(pgid)
+
+
 async def test_cancelled_event_kills_the_group(ws: Path, processes: ProcessTable) -> None:
     tool = ExecTool(allow(), processes)
     ctx = context(ws)

@@ -97,19 +97,32 @@ class OutputBuffer:
 
 
 async def _spawn(command: str, cwd: str) -> asyncio.subprocess.Process:
-    """Start `command` under /bin/sh in `cwd`, in its own process group, with stdout and stderr as one pipe."""
+    """Start `command` under /bin/sh in `cwd`, in its own process group, with stdout and stderr as one pipe.
+
+    The command runs as soon as the process exists, before its pipes are connected; a cancellation in between
+    would otherwise leave it (and whatever it started) running with nobody to stop it, so its group is killed.
+    """
     await asyncio.to_thread(Path(cwd).mkdir, parents=True, exist_ok=True)
-    return await asyncio.create_subprocess_exec(
-        SHELL,
-        "-c",
-        command,
-        cwd=cwd,
-        env=command_environment(cwd),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            SHELL,
+            "-c",
+            command,
+            cwd=cwd,
+            env=command_environment(cwd),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
     )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            process = await starting
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
 
 
 Outcome = Literal["exited", "timeout", "cancelled"]

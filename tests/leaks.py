@@ -61,10 +61,11 @@ class LeakCheck:
     def _wait(self) -> list[Leftover]:
         """The processes still running under this one after GRACE seconds, each killed once named."""
         deadline = time.monotonic() + GRACE
-        while (left := _descendants(os.getpid())) and time.monotonic() < deadline:
+        while (left := descendants()) and time.monotonic() < deadline:
             time.sleep(0.05)
         for process in left:
-            _kill(process.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
         return left
 
     def _test_at(self, started: float) -> str:
@@ -84,49 +85,34 @@ def _since_boot() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def _descendants(root: int) -> list[Leftover]:
-    """Live processes below `root`, from /proc; zombies that were reparented here are reaped on the way."""
+def descendants(root: int | None = None) -> list[Leftover]:
+    """Live (not zombie) processes below `root` (default: this process), from /proc."""
+    root = os.getpid() if root is None else root
     parents: dict[int, int] = {}
     details: dict[int, Leftover] = {}
     ticks = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
             command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # gone meanwhile
             continue
-        pid = int(entry)
         fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ..., starttime is 20th
-        if fields[0] == "Z":
-            if int(fields[1]) == root:
-                _reap(pid)
+        if fields[0] in ("Z", "X"):
             continue
+        pid = int(entry)
         parents[pid] = int(fields[1])
         name = command.strip()[:200] or stat[stat.index("(") : stat.rindex(")") + 1]  # a kernel thread has no cmdline
         details[pid] = Leftover(pid, name, int(fields[19]) / ticks)
-    found = []
-    for pid in details:
-        ancestor = parents.get(pid)
-        while ancestor is not None and ancestor != root:
-            ancestor = parents.get(ancestor)
-        if ancestor == root:
-            found.append(details[pid])
-    return sorted(found, key=lambda leftover: leftover.pid)
 
+    def below_root(pid: int) -> bool:
+        while pid in parents:
+            pid = parents[pid]
+            if pid == root:
+                return True
+        return False
 
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):  # not our child: its own parent reaps it
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    _reap(pid)
+    return sorted((details[pid] for pid in details if below_root(pid)), key=lambda leftover: leftover.pid)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from helpers import WAIT, FakeClock, eventually
+from leaks import descendants
 
 from tools.base import RunInfo, ToolContext, ToolResult, invoke
 from tools.exec import (
@@ -96,31 +97,22 @@ def group_alive(pgid: int) -> bool:
     return any(group == pgid for _, group in live_processes().values())
 
 
-def descendants() -> set[int]:
-    """The live processes below this one (orphans of the commands included: the leak check makes this process
-    their new parent)."""
-    processes = live_processes()
-
-    def below_us(pid: int) -> bool:
-        while pid in processes:
-            pid = processes[pid][0]
-            if pid == os.getpid():
-                return True
-        return False
-
-    return {pid for pid in processes if below_us(pid)}
+def running_below_us() -> set[int]:
+    """The live processes below this one, orphans of the commands included (the leak check makes this process their
+    new parent)."""
+    return {process.pid for process in descendants()}
 
 
 @pytest.fixture(autouse=True)
 async def nothing_left_running() -> AsyncIterator[None]:
     """Each test ends every process it starts, even when it fails: whatever of them is still running after the
     test (given time to die) is killed here, and fails the test."""
-    before = descendants()
+    before = running_below_us()
     yield
     try:
-        await eventually(lambda: not descendants() - before, "the test's processes to end")
+        await eventually(lambda: not running_below_us() - before, "the test's processes to end")
     finally:
-        for pid in descendants() - before:
+        for pid in running_below_us() - before:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

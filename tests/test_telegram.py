@@ -94,9 +94,9 @@ async def started_with(tg: FakeTelegram, limiter: TelegramRateLimiter) -> AsyncI
 class LimiterOnAFakeClock(TelegramRateLimiter):
     """The rate limiter on a fake clock, noting the time (by that clock) at which it let each sendMessage go."""
 
-    def __init__(self) -> None:
+    def __init__(self, overall_per_second: int = 30) -> None:
         self.fake_clock = FakeClock()
-        super().__init__(clock=self.fake_clock, sleep=self.fake_clock.sleep)
+        super().__init__(overall_per_second, clock=self.fake_clock, sleep=self.fake_clock.sleep)
         self.sends: list[float] = []
 
     async def process_request(
@@ -402,15 +402,26 @@ async def test_a_429_is_waited_out_and_the_message_delivered_once(tg: FakeTelegr
     assert tg.sent[tg.user_id] == ["patience"]
 
 
-async def test_a_burst_stays_within_telegrams_overall_rate(tg: FakeTelegram) -> None:
-    limiter = LimiterOnAFakeClock()
+def at_most_30_a_second(sends: list[float]) -> bool:
+    """Telegram allows 30 messages a second: any 31 sends in a row span a second or more."""
+    return all(later - earlier >= 1.0 for earlier, later in zip(sends, sends[30:], strict=False))
+
+
+async def burst(tg: FakeTelegram, limiter: LimiterOnAFakeClock) -> list[float]:
+    """40 messages sent at once; when (by the limiter's clock) each was let go."""
     async with started_with(tg, limiter) as adapter:
         await asyncio.gather(*(adapter.send(dm(tg), OutboundMessage(text=f"n{i}")) for i in range(40)))
     assert sorted(tg.sent[tg.user_id]) == sorted(f"n{i}" for i in range(40))
     assert len(limiter.sends) == 40
-    # Telegram allows 30 messages a second: by the limiter's clock, any 31 sends in a row span a second or more.
-    sends = limiter.sends
-    assert all(later - earlier >= 1.0 for earlier, later in zip(sends, sends[30:], strict=False))
+    return limiter.sends
+
+
+async def test_a_burst_stays_within_telegrams_overall_rate(tg: FakeTelegram) -> None:
+    assert at_most_30_a_second(await burst(tg, LimiterOnAFakeClock()))
+
+
+async def test_the_rate_check_catches_a_limiter_that_lets_31_through_in_a_second(tg: FakeTelegram) -> None:
+    assert not at_most_30_a_second(await burst(tg, LimiterOnAFakeClock(overall_per_second=31)))
 
 
 async def test_a_text_over_the_limit_is_sent_in_pieces(

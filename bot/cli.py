@@ -75,14 +75,15 @@ def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     import asyncio
     import logging
 
+    from bot.config import secrets_of
+    from bot.redaction import configure_logging
     from bot.serve import serve
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    redactor = configure_logging(logging.DEBUG if verbose else logging.INFO)
     if not verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
     config = _load(config_path)
+    redactor.add(secrets_of(config))
     for warning in config.warnings:
         click.echo(f"warning: {warning.render(config_path)}", err=True)
     sys.exit(asyncio.run(serve(config, _state_dir(config_path, state_dir))))
@@ -165,9 +166,12 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
     import logging
 
     from bot.chat import run_chat
+    from bot.config import secrets_of
+    from bot.redaction import configure_logging
 
-    logging.basicConfig(level=logging.ERROR)  # the answer, or one line saying why not: no decision log here
+    redactor = configure_logging(logging.ERROR)  # the answer, or one line saying why not: no decision log here
     config = _load(config_path)
+    redactor.add(secrets_of(config))
     sys.exit(
         asyncio.run(
             run_chat(config, _state_dir(config_path, state_dir), _agent(config, agent) if agent else None, message)

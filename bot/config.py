@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -14,7 +15,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, providers_from_env, split_model
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
-from bot.env_vars import substitute_env
+from bot.env_vars import Substitution, substitute_env
+from bot.redaction import Redactor
 from bot.yaml_tree import parse_yaml
 from routing import Binding as RoutingBinding
 from routing import (
@@ -398,6 +400,25 @@ def _unknown_providers(config: Config) -> list[tuple[Loc, str]]:
 SECRET_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "api_key", "api_keys", "webhook_secret"})
 
 
+def secrets_of(config: Config) -> list[str]:
+    """Every credential the config holds (channel tokens and secrets, provider keys): what the logs must not show."""
+    providers = {name: provider.model_dump() for name, provider in (config.providers or {}).items()}
+    return _secret_values({"channels": config.channels, "providers": providers})
+
+
+def _secret_values(data: Any) -> list[str]:
+    if isinstance(data, dict):
+        found = []
+        for key, value in data.items():
+            if key in SECRET_KEYS:
+                values = value if isinstance(value, list) else [value]
+                found += [str(item) for item in values if item]
+            else:
+                found += _secret_values(value)
+        return found
+    return [value for item in data for value in _secret_values(item)] if isinstance(data, list) else []
+
+
 def _secret_paths(data: Any, path: Loc = ()) -> list[Loc]:
     """Where the file holds a non-empty credential (under channels and providers)."""
     found: list[Loc] = []
@@ -468,14 +489,24 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
         issues += [issue for issue in found if issue.path not in missing]
     issues += [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _cross_checks(env.data, config)]
     if issues or config is None:
-        raise ConfigError(file, issues)
+        raise ConfigError(file, _without_env_values(issues, env))
     config._unset_credentials = unset_credentials
-    config._warnings = [
-        ConfigIssue(tree.line_of(path), format_path(path), "a secret written into the file; use ${VAR} instead")
-        for path in _secret_paths(tree.data)
-        if path not in env.from_env
-    ] + [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _unreachable_bindings(config)]
+    config._warnings = _without_env_values(
+        [
+            ConfigIssue(tree.line_of(path), format_path(path), "a secret written into the file; use ${VAR} instead")
+            for path in _secret_paths(tree.data)
+            if path not in env.from_env
+        ]
+        + [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _unreachable_bindings(config)],
+        env,
+    )
     return config
+
+
+def _without_env_values(issues: list[ConfigIssue], env: Substitution) -> list[ConfigIssue]:
+    """The issues, with any value the environment supplied replaced: a message must not repeat a secret."""
+    redactor = Redactor(env.values)
+    return [dataclasses.replace(issue, message=redactor.redact(issue.message)) for issue in issues]
 
 
 def load_config(path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:

@@ -19,6 +19,7 @@ class Substitution:
 
     data: Any
     from_env: set[Path] = field(default_factory=set)
+    values: set[str] = field(default_factory=set)  # what the environment supplied: never repeated in an error
     missing: dict[Path, list[str]] = field(default_factory=dict)
 
 
@@ -44,6 +45,7 @@ def _walk(value: Any, path: Path, environ: Mapping[str, str], result: Substituti
         result.from_env.add(path)
         found = environ.get(name)
         if found:
+            result.values.add(found)
             return found
         if default is not None:
             return default

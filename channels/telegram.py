@@ -193,23 +193,6 @@ class _Bot(ExtBot[None]):
         return await self._post("getUpdates", data, read_timeout=timeout + 10)
 
 
-class _RedactToken(logging.Filter):
-    """httpx logs every request URL, and Bot API URLs carry the token: replace it before anything is written."""
-
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self.token = token
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if self.token in message:
-            record.msg, record.args = message.replace(self.token, "<token>"), None
-        return True
-
-
-_REDACTED_LOGGERS = ("httpx", "telegram", "telegram.ext", "telegram.request")
-
-
 def _chat_key(raw: dict[str, Any], update_id: int) -> object:
     """The chat an update belongs to, read from the raw JSON; an update without one stands alone."""
     query = raw.get("callback_query")
@@ -283,15 +266,12 @@ class TelegramAdapter:
         self._failures: dict[int, int] = {}  # update id -> times on_message raised for it
         self._task: asyncio.Task[None] | None = None
         self._webhook: asyncio.Server | None = None
-        self._redact = _RedactToken(settings.token)
         self._on_message: OnMessage | None = None
         self._on_action: OnAction | None = None
 
     # --- start and stop -----------------------------------------------------------------------------------------
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
-        for name in _REDACTED_LOGGERS:
-            logging.getLogger(name).addFilter(self._redact)
         self._on_message, self._on_action = on_message, on_action
         await self.bot.initialize()  # getMe: who we are, for mentions and /cmd@name
         me = self.bot.bot
@@ -324,8 +304,6 @@ class TelegramAdapter:
             self._webhook = None
         with contextlib.suppress(Exception):
             await self.bot.shutdown()
-        for name in _REDACTED_LOGGERS:
-            logging.getLogger(name).removeFilter(self._redact)
 
     # --- receiving ----------------------------------------------------------------------------------------------
 

@@ -53,16 +53,18 @@ async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str,
         await asyncio.sleep(0.01)
 
 
-async def launch_bot(config: dict[str, Any], folder: Path, started: str) -> asyncio.subprocess.Process:
-    """A real `bot run` process on `config` (written to folder/bindings.yaml), returned once its log shows
-    `started`. Its log goes to folder/bot.log (a pipe nobody reads could fill up and stall the bot)."""
+async def launch_bot(
+    config: dict[str, Any], folder: Path, started: str, *args: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """A real `bot run` process on `config` (written to folder/bindings.yaml) with `args` and `env` added, returned
+    once its log shows `started`. Its log goes to folder/bot.log (a pipe nobody reads could fill up and stall it)."""
     path = folder / "bindings.yaml"
     path.write_text(json.dumps(config))
     log_path = folder / "bot.log"
-    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")} | (env or {})
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "run", "--config", str(path),
+            sys.executable, "-m", "bot", "run", *args, "--config", str(path),
             stdout=asyncio.subprocess.DEVNULL, stderr=log, env=env,
         )  # fmt: skip
     try:
@@ -75,9 +77,11 @@ async def launch_bot(config: dict[str, Any], folder: Path, started: str) -> asyn
 
 
 @contextlib.asynccontextmanager
-async def bot_run(config: dict[str, Any], folder: Path, started: str) -> AsyncIterator[Path]:
+async def bot_run(
+    config: dict[str, Any], folder: Path, started: str, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[Path]:
     """launch_bot, as a context: stopped with SIGTERM at the end, which must exit 0; yields the config's path."""
-    process = await launch_bot(config, folder, started)
+    process = await launch_bot(config, folder, started, *args, env=env)
     log_path = folder / "bot.log"
     try:
         yield folder / "bindings.yaml"

@@ -261,7 +261,8 @@ class Approvals:
         parts = args.split()
         if len(parts) != 2 or parts[1].lower() not in _WORDS:
             return "Usage: /approve <id> allow-once|allow-always|deny"
-        matches = await self.store.find_approvals(parts[0].lower())
+        # Only requests `who` may decide count: anyone else gets the same answer whether or not one exists.
+        matches = [match for match in await self.store.find_approvals(parts[0].lower()) if who in match.approvers]
         if not matches:
             return NOT_PENDING
         if len(matches) > 1:

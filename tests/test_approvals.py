@@ -152,6 +152,27 @@ async def test_without_buttons_the_request_says_how_to_answer_in_text(store: Sql
     assert (await asyncio.wait_for(waiting, WAIT)).allowed
 
 
+async def test_approve_by_text_tells_a_non_approver_nothing_about_pending_requests(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    gate = approvals(store, Courier(buttons=False), tmp_path)
+    waiting = [asyncio.create_task(gate.authorize(f"rm -rf build{n}", context(tmp_path))) for n in range(2)]
+    await eventually(lambda: _pending(store, 2), "two pending requests")
+    first, second = await store.pending_approvals()
+    prefixes = [first.id, second.id[:4], "zzzz"]  # a whole id, a prefix, no request at all
+    words = ("allow-once", "allow-always", "deny")
+    answers = {await gate.on_command(f"{prefix} {word}", "telegram:666") for prefix in prefixes for word in words}
+    assert answers == {NOT_PENDING}
+    assert [record.status for record in await store.pending_approvals()] == ["pending", "pending"]
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def _pending(store: SqliteStore, count: int) -> bool:
+    return len(await store.pending_approvals()) == count
+
+
 async def test_a_request_that_could_not_be_shown_is_denied_at_once(store: SqliteStore, tmp_path: Path) -> None:
     outcome = await approvals(store, Courier(broken=True), tmp_path).authorize("rm -rf build", context(tmp_path))
     assert not outcome.allowed and "could not be shown" in outcome.reason

@@ -216,9 +216,11 @@ async def test_approve_command_is_the_text_fallback(
     fake_llm.script(exec_call("touch by-text.txt"), "Done by text.")
     buttons = await ask_for(tg, "go", 1)
     approval_id = buttons[0][1].split(":")[1]
+    # A stranger learns nothing: a real request's id and a made-up one get the same answer.
     await tg.private_message(f"/approve {approval_id[:6]} allow-once", user_id=STRANGER, name="Stranger")
-    await eventually(lambda: bool(tg.sent.get(STRANGER)), "the stranger's answer")
-    assert tg.sent[STRANGER][-1] == "You are not authorized to approve this."
+    await tg.private_message("/approve 0000ff allow-once", user_id=STRANGER, name="Stranger")
+    await eventually(lambda: len(tg.sent.get(STRANGER, [])) == 2, "the stranger's answers")
+    assert tg.sent[STRANGER] == ["This approval request is unknown or no longer pending."] * 2
     await tg.private_message(f"/approve {approval_id[:6]} once", user_id=OWNER, name="Owner")
     await eventually(lambda: "Done by text." in tg.sent.get(OWNER, []), "the final answer")
     assert (tmp_path / "ws" / "main" / "by-text.txt").exists()

@@ -8,7 +8,7 @@ from bot.store import Store
 from channels.base import AccountSettings, InboundMessage
 
 PAIRING_TTL_SECONDS = 3600.0
-MAX_PENDING_PAIRINGS = 3
+MAX_PENDING_PAIRINGS = 10  # per account; a new request then replaces the oldest
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,6 @@ async def _direct(message: InboundMessage, settings: AccountSettings, store: Sto
         ttl=PAIRING_TTL_SECONDS,
         max_pending=MAX_PENDING_PAIRINGS,
     )
-    if request is None:
-        return Verdict(False, "ignored: too many pairing requests are waiting")
     reply = (
         f"Hi! I don't know you yet. Your pairing code is {request.code} (valid for one hour). Ask the bot's "
         f"owner to approve it: `bot pairing approve {message.channel} {request.code}`, or /pair {request.code} "

@@ -236,7 +236,7 @@ class Store(Protocol):
 
     async def request_pairing(
         self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
-    ) -> PairingRecord | None: ...
+    ) -> PairingRecord: ...
     async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None: ...
     async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool: ...
     async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]: ...
@@ -590,8 +590,9 @@ class SqliteStore:
 
     async def request_pairing(
         self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
-    ) -> PairingRecord | None:
-        """The sender's pending code (a new one if it has none); None when `max_pending` others are waiting."""
+    ) -> PairingRecord:
+        """The sender's pending code (a new one if it has none). Each sender holds at most one; when `max_pending`
+        others are waiting, the oldest of them is dropped to make room, so strangers cannot use the slots up."""
         return await self._call(
             _request_pairing, channel, account, sender_id, sender_name, self._clock(), ttl, max_pending
         )
@@ -1012,7 +1013,7 @@ def _request_pairing(
     now: float,
     ttl: float,
     max_pending: int,
-) -> PairingRecord | None:
+) -> PairingRecord:
     with _write_transaction(connection):
         connection.execute("DELETE FROM pairing WHERE status = 'pending' AND expires <= ?", (now,))
         mine = _first(
@@ -1022,14 +1023,11 @@ def _request_pairing(
         )
         if mine is not None:
             return PairingRecord(**dict(mine))
-        waiting = _scalar(
-            connection,
-            "SELECT COUNT(*) FROM pairing WHERE channel = ? AND account = ? AND status = 'pending'",
-            channel,
-            account,
+        connection.execute(  # all but the newest max_pending - 1 waiting requests make room for this one
+            "DELETE FROM pairing WHERE channel = ? AND account = ? AND code IN (SELECT code FROM pairing"
+            " WHERE channel = ? AND account = ? AND status = 'pending' ORDER BY created DESC LIMIT -1 OFFSET ?)",
+            (channel, account, channel, account, max(0, max_pending - 1)),
         )
-        if waiting >= max_pending:
-            return None
         code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
         record = PairingRecord(
             channel=channel, account=account, code=code, sender_id=sender_id, sender_name=sender_name,

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from agent.messages import AssistantMessage, UserMessage
 from agent.runner import Runner, RunOutcome, RunSpec
 from agent.sessions import read_transcript, transcript_for
+from bot.access import MAX_PENDING_PAIRINGS
 from bot.adapters import build_adapters
 from bot.commands import HELP
 from bot.config import Config, parse_config
@@ -791,18 +792,20 @@ async def test_a_stranger_gets_a_pairing_code_and_is_served_once_an_owner_approv
     assert bridge.texts_to("stranger")[-1] == "Welcome!"
 
 
-async def test_only_owners_can_approve_and_pending_codes_are_capped(harness: Harness, bridge: FakeBridge) -> None:
+async def test_only_owners_can_approve_and_strangers_cannot_use_up_the_pairing_codes(
+    harness: Harness, bridge: FakeBridge
+) -> None:
     gateway = await harness.start(harness.config(**PAIRING))
-    for number in range(4):
-        await bridge.say("hi", sender=f"stranger{number}", message_id=f"hi{number}")
+    strangers = [f"stranger{number}" for number in range(MAX_PENDING_PAIRINGS + 2)]
+    for stranger in strangers:
+        await bridge.say("hi", sender=stranger, message_id=f"hi-{stranger}")
     pair = await bridge.say("/pair AAAAAAAA", sender="stranger0")
     # The adapter hands updates over one at a time: once it is past the last one, every message has been handled,
     # and each reply is recorded in the outbox in the same step that finishes its message.
     await acknowledged(bridge, pair)
     await eventually(lambda: _no_unsent(gateway), "the replies to go out")
-    assert journal(harness.state_dir)["hi3"] == ("done", "ignored: too many pairing requests are waiting")
-    assert outbox_peers(harness.state_dir) == ["stranger0", "stranger1", "stranger2", "stranger0"]
-    assert bridge.texts_to("stranger3") == []  # three requests already wait: the fourth gets nothing
+    assert outbox_peers(harness.state_dir) == [*strangers, "stranger0"]  # more strangers than slots: each has a code
+    assert all(bridge.texts_to(stranger)[0].startswith("Hi! I don't know you yet") for stranger in strangers)
     assert bridge.texts_to("stranger0")[-1].startswith("Hi! I don't know you yet")  # /pair from a stranger: no
 
 

@@ -511,3 +511,25 @@ async def test_a_ticker_keeps_ticking_during_500_writes(store: SqliteStore) -> N
     # Were the writes run on the loop, the ticker could not run between them; off the loop it runs during each.
     assert ticks >= 500
     assert len(await store.unfinished_inbound()) == 500
+
+
+# --- pairing ------------------------------------------------------------------------------------------------------
+
+
+async def test_a_sender_keeps_one_pairing_code_and_new_senders_always_get_one(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    async def ask(sender: str) -> str:
+        return (await store.request_pairing("telegram", "main", sender, None, ttl=3600, max_pending=3)).code
+
+    first = await ask("stranger1")
+    assert await ask("stranger1") == first  # asking again is the same request
+    for number in (2, 3):
+        clock.advance(1)
+        await ask(f"stranger{number}")
+    clock.advance(1)
+    newcomer = await ask("newcomer")  # three are waiting: the oldest makes room, nobody is turned away
+    waiting = {record.sender_id: record.code for record in await store.pending_pairings("telegram")}
+    assert waiting == {"stranger2": waiting["stranger2"], "stranger3": waiting["stranger3"], "newcomer": newcomer}
+    assert await store.approve_pairing("telegram", first, "telegram:1") is None  # the dropped code is void
+    assert await store.approve_pairing("telegram", newcomer, "telegram:1") is not None

@@ -8,6 +8,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -458,7 +459,8 @@ class TelegramAdapter:
                 piece = (message.parse_entity(entity) if message.text else message.parse_caption_entity(entity)).lower()
                 if piece == handle or piece.endswith(handle):
                     return True
-        return handle in text.lower()
+        # Without an entity: the whole handle, not a prefix of a longer one (`@fake_botnet` is not `@fake_bot`).
+        return re.search(rf"(?<![\w@]){re.escape(handle)}(?!\w)", text, re.IGNORECASE) is not None
 
     async def _action(self, query: CallbackQuery) -> None:
         notice = None

@@ -160,6 +160,38 @@ async def test_group_mentions_and_replies_to_the_bot(tg: FakeTelegram, started: 
     assert named.was_mentioned is True
 
 
+@pytest.mark.parametrize(
+    ("text", "addressed"),
+    [
+        ("@{name}net can you hear me?", False),  # another bot whose name starts with ours
+        ("@{name}_2 hello", False),
+        ("write to me@{name} please", False),  # part of an address, not a mention
+        ("@@{name}", False),
+        ("hey @{name}, a question", True),
+        ("(@{name}) and you?", True),
+        ("@{upper}", True),
+    ],
+)
+async def test_a_mention_without_an_entity_is_the_whole_handle(
+    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox], text: str, addressed: bool
+) -> None:
+    _, inbox = started
+    await tg.group_message(text.format(name=tg.username, upper=tg.username.upper()))
+    message = await inbox.message()
+    assert message.was_mentioned is addressed
+
+
+@pytest.mark.parametrize("handle", ["@{name}net", "@{name}"])
+async def test_a_mention_entity_counts_only_for_our_own_handle(
+    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox], handle: str
+) -> None:
+    _, inbox = started
+    text = handle.format(name=tg.username) + " hi"
+    await tg.group_message(text, entities=[{"type": "mention", "offset": 0, "length": len(text) - 3}])
+    message = await inbox.message()
+    assert message.was_mentioned is (handle == "@{name}")
+
+
 async def test_sender_is_bot_comes_from_the_sender(tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox]) -> None:
     _, inbox = started
     await tg.private_message("beep", user_id=4004, name="Robo", is_bot=True)

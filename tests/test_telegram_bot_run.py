@@ -62,6 +62,7 @@ async def test_owner_dm_group_mentions_topics_and_chunks(
     assert await tg.wait_sent(OWNER, 1) == ["Hello owner."]
 
     await tg.group_message("just chatting")  # no mention: ignored
+    await tg.group_message(f"@{tg.username}net are you there?")  # another bot whose name starts with ours: ignored
     await tg.group_message("what's up?", mention=True)
     await tg.wait_sent(tg.group_id, 1)
     await tg.topic_message("in the topic", mention=True)

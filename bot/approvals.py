@@ -230,7 +230,9 @@ class Approvals:
         _, _, rest = event.value.partition(":")
         approval_id, _, code = rest.partition(":")
         decision = _CODES.get(code)
-        if decision is None or not approval_id:
+        record = await self.store.get_approval(approval_id) if decision is not None and approval_id else None
+        if decision is None or record is None or not _shown_on(record, event):
+            # Not a button of this request's own card: one the agent sent can look the same, but decides nothing.
             return NOT_PENDING
         return await self.decide(approval_id, decision, owner_key(event.channel, event.sender_id), event.sender_name)
 
@@ -282,6 +284,16 @@ class Approvals:
                 expired += 1
                 await self._show_outcome(settled)
         return expired
+
+
+def _shown_on(record: ApprovalRecord, event: ActionEvent) -> bool:
+    """Whether the clicked message is one this request was shown in (the approvals module sent it)."""
+    return any(
+        shown.get("message_id") == event.message_id
+        and shown.get("target", {}).get("channel") == event.channel
+        and shown.get("target", {}).get("account") == event.account
+        for shown in record.messages
+    )
 
 
 def _buttons(record: ApprovalRecord) -> list[list[Button]]:

@@ -76,12 +76,17 @@ def _chat(message: InboundMessage) -> str:
     return f"{message.peer.kind}:{message.peer.id}{thread}"
 
 
+def _said(message: InboundMessage) -> str:
+    """What the person said; a click on one of the agent's buttons is marked as that button's value."""
+    return f"[tapped the button with the value: {message.text}]" if message.button else message.text
+
+
 def _fold(jobs: list[Job]) -> Job:
     """Many queued messages folded into one: the newest message's place, every text kept in order."""
     newest = jobs[-1]
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
-    lines += [f"{job.message.sender_name or job.message.sender_id}: {job.message.text}" for job in jobs]
-    message = newest.message.model_copy(update={"text": "\n".join(lines)})
+    lines += [f"{job.message.sender_name or job.message.sender_id}: {_said(job.message)}" for job in jobs]
+    message = newest.message.model_copy(update={"text": "\n".join(lines), "button": False})
     folded = tuple(inbound_id for job in jobs for inbound_id in job.inbound_ids if inbound_id != newest.inbound_id)
     return Job(newest.inbound_id, message, newest.agent, newest.session_key, folded)
 
@@ -240,6 +245,7 @@ class Gateway:
                 reply_to=event.message_id,
                 reply_to_bot=True,  # a click on the bot's button is addressed to the bot
                 thread_id=event.thread_id,
+                button=True,
             )
         )
         return None
@@ -263,6 +269,8 @@ class Gateway:
         await self.lanes.submit(route.session_key, job)
 
     def _parse_command(self, message: InboundMessage) -> Command | None:
+        if message.button:
+            return None  # a button's value is what the agent wrote: `/approve …` in it is text, not a command
         adapter = self.adapters.get((message.channel, message.account))
         username: str | None = getattr(adapter, "bot_username", None)
         command = parse_command(message.text, username)
@@ -593,6 +601,6 @@ class Gateway:
 def _user_message(*jobs: Job) -> UserMessage:
     """One user message for a batch; in groups (or with several senders) each line names its sender."""
     if len(jobs) == 1 and jobs[0].message.peer.kind == "direct":
-        return UserMessage(content=[TextBlock(text=jobs[0].message.text)])
-    lines = [f"{job.message.sender_name or job.message.sender_id}: {job.message.text}" for job in jobs]
+        return UserMessage(content=[TextBlock(text=_said(jobs[0].message))])
+    lines = [f"{job.message.sender_name or job.message.sender_id}: {_said(job.message)}" for job in jobs]
     return UserMessage(content=[TextBlock(text="\n".join(lines))])

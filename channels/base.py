@@ -98,6 +98,7 @@ class InboundMessage(BaseModel):
     thread_id: str | None = None
     was_mentioned: bool = False
     attachments: list[Attachment] = Field(default_factory=list)
+    button: bool = False  # a click on a button the agent sent: `text` is its value, data and never a command
 
     def routing_input(self) -> RoutingInput:
         return RoutingInput(

@@ -152,6 +152,26 @@ async def test_without_buttons_the_request_says_how_to_answer_in_text(store: Sql
     assert (await asyncio.wait_for(waiting, WAIT)).allowed
 
 
+async def test_a_look_alike_approval_button_on_any_other_message_decides_nothing(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    courier = Courier()
+    gate = approvals(store, courier, tmp_path)
+    waiting = asyncio.create_task(gate.authorize("rm -rf build", context(tmp_path)))
+    approval_id = await shown(courier)
+    card = click(f"ap:{approval_id}:o")
+    look_alikes = [
+        card.model_copy(update={"message_id": "99"}),  # a message the agent sent, with the same button value
+        card.model_copy(update={"channel": "discord"}),  # the card's message id, on another platform
+        card.model_copy(update={"account": "other"}),  # or another account
+    ]
+    for event in look_alikes:
+        assert await gate.on_click(event) == NOT_PENDING
+    assert [record.status for record in await store.pending_approvals()] == ["pending"]
+    assert await gate.on_click(card) is None  # the card itself still decides
+    assert (await asyncio.wait_for(waiting, WAIT)).allowed
+
+
 async def test_approve_by_text_tells_a_non_approver_nothing_about_pending_requests(
     store: SqliteStore, tmp_path: Path
 ) -> None:

@@ -234,14 +234,15 @@ class Approvals:
         if decision is None or record is None or not _shown_on(record, event):
             # Not a button of this request's own card: one the agent sent can look the same, but decides nothing.
             return NOT_PENDING
-        return await self.decide(approval_id, decision, owner_key(event.channel, event.sender_id), event.sender_name)
+        return await self.decide(record, decision, owner_key(event.channel, event.sender_id), event.sender_name)
 
     async def decide(
-        self, approval_id: str, decision: ApprovalDecision, who: str, name: str | None = None
+        self, record: ApprovalRecord, decision: ApprovalDecision, who: str, name: str | None = None
     ) -> str | None:
-        """Record an approver's decision; a sentence for `who` when it did not count (None when it did)."""
-        record = await self.store.get_approval(approval_id)
-        if record is None or record.status != "pending" or record.expires <= self.clock():
+        """Record an approver's decision on `record` (as read just now); a sentence for `who` when it did not count
+        (None when it did)."""
+        approval_id = record.id
+        if record.status != "pending" or record.expires <= self.clock():
             return NOT_PENDING
         if who not in record.approvers:
             log.warning("approval %s: %s is not an approver; nothing changes", approval_id, who)
@@ -269,7 +270,7 @@ class Approvals:
             return NOT_PENDING
         if len(matches) > 1:
             return f"More than one pending request starts with {parts[0]}: give more of the id."
-        refusal = await self.decide(matches[0].id, _WORDS[parts[1].lower()], who, name)
+        refusal = await self.decide(matches[0], _WORDS[parts[1].lower()], who, name)
         return refusal or f"{_OUTCOMES[_WORDS[parts[1].lower()]]}: {matches[0].id}."
 
     async def expire_orphans(self, orphans: list[ApprovalRecord] | None = None) -> int:

@@ -403,36 +403,28 @@ SECRET_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "a
 def secrets_of(config: Config) -> list[str]:
     """Every credential the config holds (channel tokens and secrets, provider keys): what the logs must not show."""
     providers = {name: provider.model_dump() for name, provider in (config.providers or {}).items()}
-    return _secret_values({"channels": config.channels, "providers": providers})
+    return [str(value) for _, value in _secrets({"channels": config.channels, "providers": providers})]
 
 
-def _secret_values(data: Any) -> list[str]:
-    if isinstance(data, dict):
-        found = []
-        for key, value in data.items():
-            if key in SECRET_KEYS:
-                values = value if isinstance(value, list) else [value]
-                found += [str(item) for item in values if item]
-            else:
-                found += _secret_values(value)
-        return found
-    return [value for item in data for value in _secret_values(item)] if isinstance(data, list) else []
-
-
-def _secret_paths(data: Any, path: Loc = ()) -> list[Loc]:
+def _secret_paths(data: Any) -> list[Loc]:
     """Where the file holds a non-empty credential (under channels and providers)."""
-    found: list[Loc] = []
+    return [path for path, _ in _secrets(data)]
+
+
+def _secrets(data: Any, path: Loc = ()) -> list[tuple[Loc, Any]]:
+    """(where, value) of every non-empty credential under channels and providers; a list's items one by one."""
+    found: list[tuple[Loc, Any]] = []
     if isinstance(data, dict):
         for key, value in data.items():
             here = (*path, key)
             if key in SECRET_KEYS and path[:1] in (("channels",), ("providers",)):
                 values = value if isinstance(value, list) else [value]
-                found += [(*here, i) if isinstance(value, list) else here for i, v in enumerate(values) if v]
+                found += [((*here, i) if isinstance(value, list) else here, v) for i, v in enumerate(values) if v]
             else:
-                found += _secret_paths(value, here)
+                found += _secrets(value, here)
     elif isinstance(data, list):
         for index, item in enumerate(data):
-            found += _secret_paths(item, (*path, index))
+            found += _secrets(item, (*path, index))
     return found
 
 

@@ -31,10 +31,9 @@ class LeakCheck:
     slip away by double-forking, and gives the tests a temporary folder of their own to look into afterwards."""
 
     def __init__(self) -> None:
-        self.subreaper = _become_subreaper()
-        os.environ.setdefault(
-            "PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir()
-        )  # pytest's own folders stay where they are
+        _become_subreaper()
+        # pytest's own folders stay where they are; everything else the tests make goes into `scratch`
+        os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
         self.scratch = Path(tempfile.mkdtemp(prefix="switchboard-tests-"))
         os.environ["TMPDIR"] = str(self.scratch)  # for the processes the tests start
         tempfile.tempdir = str(self.scratch)  # for this one
@@ -74,11 +73,9 @@ class LeakCheck:
         return during[-1] if during else "collection"
 
 
-def _become_subreaper() -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0  # type: ignore[no-any-return]
-    except (OSError, AttributeError):  # not Linux: orphans go to init, and only direct descendants are seen
-        return False
+def _become_subreaper() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: orphans go to init; only descendants are seen
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _since_boot() -> float:

@@ -22,7 +22,7 @@ class FakeBridge:
         self.offsets: list[int] = []
         self._ids = itertools.count(1)
         self._message_ids = itertools.count(1000)
-        self._changed = asyncio.Condition()
+        self._new_updates = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
         self.fail_sends = 0  # answer this many sends with HTTP 500 first
@@ -62,9 +62,9 @@ class FakeBridge:
         return await self.push({"update_id": number, "message": message})
 
     async def push(self, update: dict[str, Any]) -> dict[str, Any]:
-        async with self._changed:
+        async with self._new_updates:
             self.updates.append(update)
-            self._changed.notify_all()
+            self._new_updates.notify_all()
         return update
 
     async def wait_for_sends(self, count: int, timeout: float = WAIT) -> list[dict[str, Any]]:
@@ -79,9 +79,9 @@ class FakeBridge:
         def ready() -> list[dict[str, Any]]:
             return [update for update in self.updates if int(update.get("update_id", -1)) >= offset]
 
-        async with self._changed:
+        async with self._new_updates:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(lambda: bool(ready())), timeout)
+                await asyncio.wait_for(self._new_updates.wait_for(lambda: bool(ready())), timeout)
             return web.json_response({"updates": ready()})
 
     async def _method(self, request: web.Request) -> web.Response:
@@ -90,9 +90,7 @@ class FakeBridge:
         if method == "send" and self.fail_sends > 0:
             self.fail_sends -= 1
             return web.json_response({"error": "try again"}, status=500)
-        async with self._changed:
-            self.calls.append((method, body))
-            self._changed.notify_all()
+        self.calls.append((method, body))
         return web.json_response({"ok": True, "message_id": str(next(self._message_ids))})
 
     async def __aenter__(self) -> FakeBridge:

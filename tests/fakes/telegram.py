@@ -151,7 +151,7 @@ class FakeTelegram:
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(5000)
         self._query_ids = itertools.count(1)
-        self._changed = asyncio.Condition()
+        self._new_updates = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
         # Like Telegram, answer 429 to sends beyond `max_per_second` (None: no limit); `rate_limited` counts them.
@@ -214,9 +214,9 @@ class FakeTelegram:
 
     async def raw_update(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue any update as is (give it an update_id unless it has one or it is meant to lack one)."""
-        async with self._changed:
+        async with self._new_updates:
             self.updates.append(update)
-            self._changed.notify_all()
+            self._new_updates.notify_all()
         return update
 
     async def redeliver(self, update: dict[str, Any]) -> dict[str, Any]:
@@ -379,9 +379,7 @@ class FakeTelegram:
             params = await self._params(request)
         except (ValueError, json.JSONDecodeError):
             return self._error(400, "Bad Request: can't parse request body")
-        async with self._changed:
-            self.requests.append(Call(method, params))
-            self._changed.notify_all()
+        self.requests.append(Call(method, params))
         if self._failures.get(method):
             retry_after = self._failures[method].pop(0)
             return self._error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
@@ -420,17 +418,14 @@ class FakeTelegram:
         return self._ok(True)
 
     async def _m_answercallbackquery(self, params: dict[str, Any]) -> web.Response:
-        async with self._changed:
-            self.answered.append(str(params.get("callback_query_id")))
-            self._changed.notify_all()
+        self.answered.append(str(params.get("callback_query_id")))
         return self._ok(True)
 
     async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
         timeout = min(float(params.get("timeout") or 0), 30)
-        async with self._changed:
-            self.offsets.append(offset)
-            self._changed.notify_all()
+        self.offsets.append(offset)
+        async with self._new_updates:
             if offset:  # Telegram forgets what the bot confirmed
                 self.updates = [
                     u for u in self.updates if not isinstance(u.get("update_id"), int) or u["update_id"] >= offset
@@ -440,7 +435,7 @@ class FakeTelegram:
                 return [u for u in self.updates if not isinstance(u.get("update_id"), int) or u["update_id"] >= offset]
 
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(lambda: bool(ready())), timeout)
+                await asyncio.wait_for(self._new_updates.wait_for(lambda: bool(ready())), timeout)
             found = ready()[: int(params.get("limit") or 100)]
             # an update without a numeric id can never be confirmed: hand it out once
             self.updates = [u for u in self.updates if isinstance(u.get("update_id"), int) or u not in found]
@@ -503,10 +498,8 @@ class FakeTelegram:
             reply_markup=params.get("reply_markup"),
             thread_id=params.get("message_thread_id"),
         )
-        async with self._changed:
-            self.messages[(chat_id, stored.message_id)] = stored
-            self.sent[chat_id].append(text)
-            self._changed.notify_all()
+        self.messages[(chat_id, stored.message_id)] = stored
+        self.sent[chat_id].append(text)
         return self._ok(self._render(stored))
 
     async def _m_editmessagetext(self, params: dict[str, Any]) -> web.Response:
@@ -524,10 +517,8 @@ class FakeTelegram:
                 "Bad Request: message is not modified: specified new message content and reply markup are exactly "
                 "the same as a current content and reply markup of the message",
             )
-        async with self._changed:
-            stored.text, stored.visible, stored.reply_markup = text, visible, markup
-            stored.parse_mode = params.get("parse_mode")
-            self._changed.notify_all()
+        stored.text, stored.visible, stored.reply_markup = text, visible, markup
+        stored.parse_mode = params.get("parse_mode")
         return self._ok(self._render(stored))
 
     async def _m_editmessagereplymarkup(self, params: dict[str, Any]) -> web.Response:
@@ -543,9 +534,7 @@ class FakeTelegram:
         key = (params.get("chat_id"), params.get("message_id"))
         if key not in self.messages:
             return self._error(400, "Bad Request: message to delete not found")
-        async with self._changed:
-            del self.messages[key]
-            self._changed.notify_all()
+        del self.messages[key]
         return self._ok(True)
 
     async def __aenter__(self) -> FakeTelegram:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= bindings.yaml
 
-.PHONY: run test lint flaky bench clean
+.PHONY: run test lint flaky bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,22 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy bot channels routing agent tools
 
-test: lint
+# The tests run real programs: bubblewrap (the sandbox), git (the exec policy's repository checks) and prlimit.
+# Whatever is missing is installed with apt-get, as root or through sudo.
+SYSTEM_PACKAGES := bwrap:bubblewrap git:git prlimit:util-linux
+system-packages:
+	@missing=; for pair in $(SYSTEM_PACKAGES); do \
+		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	else echo "missing:$$missing; install them (apt-get install$$missing) as root" >&2; exit 1; fi; \
+	command -v apt-get >/dev/null 2>&1 || { echo "missing:$$missing, and there is no apt-get: install them" >&2; exit 1; }; \
+	echo "installing$$missing"; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null
+	@for pair in $(SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null 2>&1 || \
+		{ echo "$${pair#*:} could not be installed" >&2; exit 1; }; done
+
+test: lint system-packages
 	$(BIN)/pytest --durations=15
 
 # The flake hunt: the whole suite RUNS times, all runs after the first under a CPU hog on every core.

@@ -84,8 +84,6 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
             result.usage = result.usage + completed.usage
             answer = completed.message
             streamed = dispatch == "native"  # its text already went out as deltas
-            if dispatch == "native" and not answer.tool_calls and xml_dispatch.has_tool_markup(answer.text):
-                dispatch = "xml"  # the model writes calls as text: answer it in kind for the rest of the run
             calls, malformed, visible = _calls_in(answer, dispatch)
             added.append(
                 AssistantMessage(text=answer.text, tool_calls=answer.tool_calls if dispatch == "native" else [])

@@ -17,11 +17,6 @@ _CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL | re.IGNORECA
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 
 
-def has_tool_markup(text: str) -> bool:
-    """Whether an answer (even from a native-tools request) contains XML tool calls."""
-    return "<tool_call>" in text.lower()
-
-
 def instructions(tools: Sequence[ToolSpec]) -> str:
     """The system-prompt section that teaches the format and lists each tool with its JSON Schema."""
     lines = [

@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal
 
 from bot.access import owner_key
@@ -65,8 +66,11 @@ class Approvals:
         *,
         terminal: TerminalAsk | None = None,
         clock: Callable[[], float] = time.time,
+        state_dir: Path | None = None,
     ) -> None:
         self.config = config
+        # The bot's own files: a command that names them never runs, whoever approves it.
+        self.protected = [str(path.resolve()) for path in (config.file, state_dir) if path is not None]
         self.store = store
         self.courier = courier
         self.terminal = terminal
@@ -79,8 +83,13 @@ class Approvals:
         """May `command` run for this run? Asks a person when the policy says so (and waits for the answer)."""
         run = ctx.run
         settings = self.config.exec_for(run.agent)
-        stored = [AllowEntry(executable=path, args=args) for path, args in await self.store.allowed_commands(run.agent)]
-        verdict = evaluate(command, settings, stored, path=os.environ.get("PATH"), cwd=run.workspace)
+        stored = [
+            AllowEntry(executable=path, args=args, sha256=digest)
+            for path, args, digest in await self.store.allowed_commands(run.agent)
+        ]
+        verdict = evaluate(
+            command, settings, stored, path=os.environ.get("PATH"), cwd=run.workspace, protected=self.protected
+        )
         if verdict.decision == "allow":
             return Authorization(allowed=True, status="allowed", reason=verdict.reason)
         if verdict.decision == "deny":
@@ -127,7 +136,7 @@ class Approvals:
             return Authorization(allowed=False, status="denied", reason=f"denied by {who or 'an approver'}")
         if record.decision == "allow-always":
             for entry in verdict.always:
-                await self.store.allow_command(record.agent, entry.executable, entry.args, who)
+                await self.store.allow_command(record.agent, entry.executable, entry.args, who, entry.sha256)
         return Authorization(allowed=True, status="allowed", reason=_OUTCOMES[record.decision or ""], decided_by=who)
 
     # --- asking -----------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from channels.console import console_user
 from routing import Peer, RoutingInput
 from tools.base import RunInfo
 from tools.builtins import builtin_registry
+from tools.sandbox import sandbox_for
 
 
 class ChatFailed(Exception):
@@ -66,10 +67,12 @@ async def open_session(
         sender_is_owner=True,
         capabilities=CONSOLE,
         workspace=str(config.workspace(agent)),
+        sandbox=sandbox_for(config.agent(agent).sandbox, channel="console", is_owner=True, peer_kind=peer.kind),
     )
     state_dir.mkdir(parents=True, exist_ok=True)
     store = await SqliteStore.open(state_dir)
-    approvals = Approvals(config, store, terminal=ask_on_terminal if sys.stdin.isatty() else None)
+    terminal = ask_on_terminal if sys.stdin.isatty() else None
+    approvals = Approvals(config, store, terminal=terminal, state_dir=state_dir)
     conversations = Conversations(config, store, state_dir, Runner(), builtin_registry(authorize=approvals.authorize))
     return ChatSession(conversations, agent, session_key, run, peer)
 

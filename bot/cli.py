@@ -11,6 +11,7 @@ import click
 
 if TYPE_CHECKING:
     from bot.config import Config
+    from bot.config_errors import ConfigIssue
     from bot.store import ApprovalDecision, ApprovalStatus
 
 CONFIG_OPTION = click.option(
@@ -46,18 +47,22 @@ def _agent(config: Config, agent: str | None) -> str:
     return wanted
 
 
-def _load(config_path: str) -> Config:
-    """Load the config or print every error and exit 1."""
-    from bot.config import load_config
+def _load(config_path: str, state_dir: Path | None = None) -> Config:
+    """Load the config or print every error and exit 1; with the state directory the bot will use, a workspace
+    that holds it or the config file is an error too (the agent could rewrite its own rules)."""
+    from bot.config import load_config, workspace_conflicts
     from bot.config_errors import ConfigError
 
     try:
-        return load_config(config_path)
+        config = load_config(config_path)
+        if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
+            raise ConfigError(config_path, conflicts)
     except ConfigError as error:
         click.echo(str(error), err=True)
         count = len(error.issues)
         click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
         sys.exit(1)
+    return config
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,11 +87,12 @@ def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     redactor = configure_logging(logging.DEBUG if verbose else logging.INFO)
     if not verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
-    config = _load(config_path)
+    state = _state_dir(config_path, state_dir)
+    config = _load(config_path, state)
     redactor.add(secrets_of(config))
     for warning in config.warnings:
         click.echo(f"warning: {warning.render(config_path)}", err=True)
-    sys.exit(asyncio.run(serve(config, _state_dir(config_path, state_dir))))
+    sys.exit(asyncio.run(serve(config, state)))
 
 
 @cli.command()
@@ -145,12 +151,36 @@ def config() -> None:
     """Inspect the bindings file."""
 
 
+def _sandbox_warnings(config: Config) -> list[ConfigIssue]:
+    """An agent whose commands are sandboxed but whose sandbox cannot run here: they would all be refused."""
+    from bot.config_errors import ConfigIssue
+    from tools.sandbox import process_limit_enforced, sandbox_problem_sync
+
+    found = []
+    for index, agent in enumerate(config.agents):
+        settings = agent.sandbox
+        if settings.mode == "off":
+            continue
+        problem = sandbox_problem_sync(settings)
+        if problem is not None:
+            message = f"agent {agent.id!r}: its sandboxed commands will be refused: {problem}"
+            found.append(ConfigIssue(None, f"agents[{index}].sandbox", message))
+        elif settings.backend == "bwrap" and not process_limit_enforced():
+            message = (
+                f"agent {agent.id!r}: max_processes cannot be enforced: the bot runs as root and cannot make a "
+                "pids cgroup (run the bot as another user)"
+            )
+            found.append(ConfigIssue(None, f"agents[{index}].sandbox", message))
+    return found
+
+
 @config.command("check")
 @CONFIG_OPTION
-def config_check(config_path: str) -> None:
+@STATE_OPTION
+def config_check(config_path: str, state_dir: str | None) -> None:
     """Exit 0 if the bindings file is valid; otherwise print every error and exit 1."""
-    loaded = _load(config_path)
-    for warning in loaded.warnings:
+    loaded = _load(config_path, _state_dir(config_path, state_dir))
+    for warning in loaded.warnings + _sandbox_warnings(loaded):
         click.echo(f"warning: {warning.render(config_path)}", err=True)
     click.echo(f"{config_path}: valid ({len(loaded.agents)} agents, {len(loaded.bindings)} bindings)")
 
@@ -170,13 +200,10 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
     from bot.redaction import configure_logging
 
     redactor = configure_logging(logging.ERROR)  # the answer, or one line saying why not: no decision log here
-    config = _load(config_path)
+    state = _state_dir(config_path, state_dir)
+    config = _load(config_path, state)
     redactor.add(secrets_of(config))
-    sys.exit(
-        asyncio.run(
-            run_chat(config, _state_dir(config_path, state_dir), _agent(config, agent) if agent else None, message)
-        )
-    )
+    sys.exit(asyncio.run(run_chat(config, state, _agent(config, agent) if agent else None, message)))
 
 
 @cli.command("tools")
@@ -192,6 +219,7 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
     from tools.base import RunInfo
     from tools.builtins import NoChats, builtin_registry
     from tools.policy import render_policy
+    from tools.sandbox import sandbox_for
 
     config = _load(config_path)
     agent_id = _agent(config, agent)
@@ -203,8 +231,12 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
         model: str | None = model_refs(config, agent_id)[0]
     except SetupError:
         model = None
+    channel = channel.strip().lower()
+    settings = config.agent(agent_id).sandbox
+    peer_kind = target.kind if target else None
+    sandbox = sandbox_for(settings, channel=channel, is_owner=not not_owner, peer_kind=peer_kind)
     run = RunInfo(
-        agent=agent_id, session_key="-", channel=channel.strip().lower(), sender_is_owner=not not_owner, model=model
+        agent=agent_id, session_key="-", channel=channel, sender_is_owner=not not_owner, model=model, sandbox=sandbox
     )
     result = policy_for(config, builtin_registry(messenger=NoChats()), run, peer=target)
     click.echo(f"agent: {agent_id}  model: {model or '(none)'}  channel: {run.channel}")

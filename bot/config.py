@@ -6,7 +6,7 @@ import dataclasses
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -30,6 +30,7 @@ from routing import (
 )
 from tools.exec_policy import ExecSettings
 from tools.policy import AgentToolsConfig, ToolsConfig
+from tools.sandbox import SandboxSettings
 
 DEFAULT_CONFIG = "bindings.yaml"
 _CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -135,6 +136,7 @@ class AgentConfig(_Section):
     tools: AgentToolsConfig | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
     exec: ExecConfig = Field(default_factory=ExecConfig)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
 
 class Defaults(_Section):
@@ -219,6 +221,8 @@ class Config(_Section):
     # Secrets written into the file instead of `${VAR}`: `bot config check` warns about each.
     _warnings: list[ConfigIssue] = PrivateAttr(default_factory=list)
     _workspaces: dict[str, Path] = PrivateAttr(default_factory=dict)
+    _file: Path | None = PrivateAttr(default=None)  # the file it was loaded from
+    _line_of: Callable[[Loc], int | None] | None = PrivateAttr(default=None)  # where each key is written
 
     @model_validator(mode="before")
     @classmethod
@@ -255,6 +259,11 @@ class Config(_Section):
             path = Path(own) if own else Path(self.defaults.workspace_root) / agent_id
             self._workspaces[agent_id] = (self._base_dir / path.expanduser()).resolve()
         return self._workspaces[agent_id]
+
+    @property
+    def file(self) -> Path | None:
+        """The file the config was loaded from (None when it was parsed from text)."""
+        return self._file
 
     @property
     def warnings(self) -> list[ConfigIssue]:
@@ -483,6 +492,7 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
     if issues or config is None:
         raise ConfigError(file, _without_env_values(issues, env))
     config._unset_credentials = unset_credentials
+    config._line_of = tree.line_of
     config._warnings = _without_env_values(
         [
             ConfigIssue(tree.line_of(path), format_path(path), "a secret written into the file; use ${VAR} instead")
@@ -513,5 +523,27 @@ def load_config(path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | 
     except OSError as error:
         raise ConfigError(file, [ConfigIssue(None, "", f"cannot read: {error.strerror}")]) from None
     config = parse_config(text, file, environ)
-    config._base_dir = Path(path).resolve().parent
+    config._file = Path(path).resolve()
+    config._base_dir = config._file.parent
     return config
+
+
+def workspace_conflicts(config: Config, state_dir: Path) -> list[ConfigIssue]:
+    """Agents whose workspace holds the config file or the state directory (or lies inside the state directory):
+    the agent's own tools could rewrite its policy, its approvals or its transcripts there."""
+    own = [("the state directory", Path(os.path.realpath(state_dir)))]
+    if config.file is not None:
+        own.insert(0, ("the config file", Path(os.path.realpath(config.file))))
+    found = []
+    for index, agent in enumerate(config.agents):
+        workspace = Path(os.path.realpath(config.workspace(agent.id)))
+        for what, path in own:
+            if path.is_relative_to(workspace) or (what == "the state directory" and workspace.is_relative_to(path)):
+                loc: Loc = ("agents", index, "workspace") if agent.workspace else ("defaults", "workspace_root")
+                message = (
+                    f"agent {agent.id!r}: the workspace {workspace} holds {what} {path}, so the agent could rewrite "
+                    "its own rules; give it a folder of its own (e.g. workspace: workspaces/" + agent.id + ")"
+                )
+                line = config._line_of(loc) if config._line_of is not None else None
+                found.append(ConfigIssue(line, format_path(loc), message))
+    return found

@@ -16,6 +16,7 @@ from typing import Literal
 from agent.events import discard
 from agent.lanes import Lanes, RunControl
 from agent.messages import TextBlock, UserMessage
+from agent.prompt import quoted_name
 from agent.runner import Runner, RunOutcome
 from bot.access import check_access, owner_key
 from bot.assemble import SetupError, model_refs
@@ -38,6 +39,7 @@ from routing import Peer
 from tools.base import RunInfo
 from tools.hooks import Hooks
 from tools.registry import ToolRegistry
+from tools.sandbox import sandbox_for
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +83,18 @@ def _said(message: InboundMessage) -> str:
     return f"[tapped the button with the value: {message.text}]" if message.button else message.text
 
 
+def _line(message: InboundMessage) -> str:
+    """One person's message in a batch: their name quoted as data, then what they said with every further line
+    indented, so neither a name nor a text can start a line that looks like another speaker's."""
+    said = _said(message).replace("\n", "\n  ")
+    return f"{quoted_name(message.sender_name, message.sender_id)}: {said}"
+
+
 def _fold(jobs: list[Job]) -> Job:
     """Many queued messages folded into one: the newest message's place, every text kept in order."""
     newest = jobs[-1]
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
-    lines += [f"{job.message.sender_name or job.message.sender_id}: {_said(job.message)}" for job in jobs]
+    lines += [_line(job.message) for job in jobs]
     message = newest.message.model_copy(update={"text": "\n".join(lines), "button": False})
     folded = tuple(inbound_id for job in jobs for inbound_id in job.inbound_ids if inbound_id != newest.inbound_id)
     return Job(newest.inbound_id, message, newest.agent, newest.session_key, folded)
@@ -115,7 +124,7 @@ class Gateway:
         self.store = store
         self.state_dir = state_dir
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
-        self.approvals = Approvals(config, store, self, clock=clock)
+        self.approvals = Approvals(config, store, self, clock=clock, state_dir=state_dir)
         self.processes = ProcessTable()
         registry = registry or builtin_registry(
             messenger=self, authorize=self.approvals.authorize, processes=self.processes
@@ -428,16 +437,19 @@ class Gateway:
         """Run the agent on the batch; returns the text to send ("" for none)."""
         sender = jobs[-1].message
         adapter = self.adapters.get((sender.channel, sender.account))
+        is_owner = owner_key(sender.channel, sender.sender_id) in self._owners
+        sandbox = self.config.agent(jobs[-1].agent).sandbox
         run = RunInfo(
             agent=jobs[-1].agent,
             session_key=key,
             channel=sender.channel,
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
-            sender_is_owner=owner_key(sender.channel, sender.sender_id) in self._owners,
+            sender_is_owner=is_owner,
             workspace=str(self.config.workspace(jobs[-1].agent)),
             target=sender.target(),
             reply_to=sender.message_id if not sender.message_id.startswith("click:") else None,
+            sandbox=sandbox_for(sandbox, channel=sender.channel, is_owner=is_owner, peer_kind=sender.peer.kind),
             **({"capabilities": adapter.capabilities} if adapter is not None else {}),
         )
 
@@ -602,5 +614,5 @@ def _user_message(*jobs: Job) -> UserMessage:
     """One user message for a batch; in groups (or with several senders) each line names its sender."""
     if len(jobs) == 1 and jobs[0].message.peer.kind == "direct":
         return UserMessage(content=[TextBlock(text=_said(jobs[0].message))])
-    lines = [f"{job.message.sender_name or job.message.sender_id}: {_said(job.message)}" for job in jobs]
+    lines = [_line(job.message) for job in jobs]
     return UserMessage(content=[TextBlock(text="\n".join(lines))])

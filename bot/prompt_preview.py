@@ -14,6 +14,7 @@ from bot.config import Config
 from channels.base import CONSOLE, Capabilities
 from tools.base import RunInfo
 from tools.builtins import NoChats, builtin_registry
+from tools.sandbox import sandbox_for
 
 # Previewing needs the provider's kind and model options, not its key: pretend every well-known key is set.
 _ANY_KEY = {name: "(preview)" for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
@@ -37,6 +38,7 @@ async def preview(config: Config, agent: str, channel: str) -> str:
         capabilities=CONSOLE if channel == "console" else Capabilities(),
         workspace=str(config.workspace(agent)),
         model=model,
+        sandbox=sandbox_for(config.agent(agent).sandbox, channel=channel, is_owner=True, peer_kind="direct"),
     )
     policy = policy_for(config, builtin_registry(messenger=NoChats()), run)
     bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)

@@ -250,9 +250,9 @@ class Store(Protocol):
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None: ...
-    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...]]]: ...
+    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]: ...
     async def allow_command(
-        self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None
+        self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None, sha256: str | None = None
     ) -> None: ...
 
     async def close(self) -> None: ...
@@ -374,6 +374,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             created REAL NOT NULL
         )""",
     ),
+    # "Allow always" on a script (`python3 build.py`) pins the script's content: NULL for any other command.
+    ("ALTER TABLE exec_allowed ADD COLUMN sha256 TEXT",),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -647,13 +649,21 @@ class SqliteStore:
         """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
         return await self._call(_decide_approval, approval_id, status, decision, decided_by)
 
-    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...]]]:
-        """The exact commands "Allow always" stored for an agent: (resolved executable, arguments)."""
+    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
+        """The exact commands "Allow always" stored for an agent: (resolved executable, arguments, script SHA-256)."""
         return await self._call(_allowed_commands, agent)
 
-    async def allow_command(self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None) -> None:
-        sql = "INSERT OR IGNORE INTO exec_allowed VALUES (?, ?, ?, ?, ?)"
-        await self._call(_execute, sql, (agent, executable, json.dumps(list(args)), approved_by, self._clock()))
+    async def allow_command(
+        self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None, sha256: str | None = None
+    ) -> None:
+        """Store an exact command; approving it again (a rewritten script) replaces the recorded SHA-256."""
+        sql = (
+            "INSERT INTO exec_allowed (agent, executable, args, approved_by, created, sha256) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (agent, executable, args) DO UPDATE"
+            " SET sha256 = excluded.sha256, approved_by = excluded.approved_by, created = excluded.created"
+        )
+        params = (agent, executable, json.dumps(list(args)), approved_by, self._clock(), sha256)
+        await self._call(_execute, sql, params)
 
     def _cutoff(self, older_than_seconds: float) -> float:
         if older_than_seconds < 0:
@@ -801,9 +811,9 @@ def _decide_approval(
     return None if row is None else _approval(row)
 
 
-def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[str, tuple[str, ...]]]:
-    rows = connection.execute("SELECT executable, args FROM exec_allowed WHERE agent = ?", (agent,))
-    return [(row["executable"], tuple(json.loads(row["args"]))) for row in rows]
+def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
+    rows = connection.execute("SELECT executable, args, sha256 FROM exec_allowed WHERE agent = ?", (agent,))
+    return [(row["executable"], tuple(json.loads(row["args"])), row["sha256"]) for row in rows]
 
 
 def _dumps(value: dict[str, Any]) -> str:

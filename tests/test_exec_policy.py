@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from bot.store import SCHEMA_VERSION, SqliteStore
 from tools.exec_policy import (
     DEFAULT_SAFE_BINS,
     AllowEntry,
@@ -37,6 +42,14 @@ def bin_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def path(bin_dir: Path) -> str:
     return str(bin_dir)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """The agent's workspace: not a git repository."""
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
 
 
 def program(bin_dir: Path, name: str) -> str:
@@ -312,8 +325,8 @@ def test_an_allowlisted_program_with_harmless_redirects_runs(command: str, path:
         "git log | head -n 5 | wc -l",
     ],
 )
-def test_safe_bins_run_as_stdin_filters(command: str, path: str) -> None:
-    verdict = evaluate(command, allowing("git"), path=path)
+def test_safe_bins_run_as_stdin_filters(command: str, path: str, ws: Path) -> None:
+    verdict = evaluate(command, allowing("git"), path=path, cwd=str(ws))
 
     assert verdict.decision == "allow", verdict.reason
 
@@ -348,13 +361,14 @@ def test_safe_bins_are_configurable(path: str) -> None:
     assert evaluate("wc -l", settings, path=path).decision == "ask"
 
 
-def test_a_config_rule_matches_its_args_glob(path: str) -> None:
-    settings = ExecSettings(allowlist=[AllowRule(executable="git", args="status*")])
+def test_a_config_rule_matches_its_args_globs_one_whole_argument_each(path: str, ws: Path) -> None:
+    settings = ExecSettings(allowlist=[AllowRule(executable="git", args="status **")])
 
-    assert evaluate("git status", settings, path=path).decision == "allow"
-    assert evaluate("git status -s", settings, path=path).decision == "allow"
-    assert evaluate("git push", settings, path=path).decision == "ask"
-    assert evaluate("git", settings, path=path).decision == "ask"
+    assert evaluate("git status", settings, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate("git status -s", settings, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate("git statusx", settings, path=path, cwd=str(ws)).decision == "ask"
+    assert evaluate("git push", settings, path=path, cwd=str(ws)).decision == "ask"
+    assert evaluate("git", settings, path=path, cwd=str(ws)).decision == "ask"
 
 
 def test_a_config_rule_with_empty_args_allows_only_no_arguments(path: str) -> None:
@@ -364,12 +378,12 @@ def test_a_config_rule_with_empty_args_allows_only_no_arguments(path: str) -> No
     assert evaluate("whoami --help", settings, path=path).decision == "ask"
 
 
-def test_a_config_rule_by_absolute_path_matches_the_resolved_program(bin_dir: Path, path: str) -> None:
+def test_a_config_rule_by_absolute_path_matches_the_resolved_program(bin_dir: Path, path: str, ws: Path) -> None:
     settings = ExecSettings(allowlist=[AllowRule(executable=program(bin_dir, "git"))])
 
-    assert evaluate("git status", settings, path=path).decision == "allow"
-    assert evaluate(f"{program(bin_dir, 'git')} status", settings, path=path).decision == "allow"
-    assert evaluate("git status", settings, path="/nonexistent").decision == "ask"
+    assert evaluate("git status", settings, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate(f"{program(bin_dir, 'git')} status", settings, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate("git status", settings, path="/nonexistent", cwd=str(ws)).decision == "ask"
 
 
 def test_a_config_rule_by_bare_name_does_not_match_another_path(bin_dir: Path, tmp_path: Path, path: str) -> None:
@@ -382,14 +396,15 @@ def test_a_config_rule_by_bare_name_does_not_match_another_path(bin_dir: Path, t
     assert evaluate(f"{bin_dir}/../evil/git status", allowing("git"), path=path).decision == "ask"
 
 
-def test_stored_entries_match_the_exact_program_and_arguments(bin_dir: Path, path: str) -> None:
+def test_stored_entries_match_the_exact_program_and_arguments(bin_dir: Path, path: str, ws: Path) -> None:
     stored = [AllowEntry(executable=program(bin_dir, "git"), args=("status", "-s"))]
+    cwd = str(ws)
 
-    assert evaluate("git status -s", ExecSettings(), stored, path=path).decision == "allow"
-    assert evaluate("git 'status' \"-s\"", ExecSettings(), stored, path=path).decision == "allow"
-    assert evaluate("git status", ExecSettings(), stored, path=path).decision == "ask"
-    assert evaluate("git status -s -v", ExecSettings(), stored, path=path).decision == "ask"
-    assert evaluate("git status -s", ExecSettings(), stored, path="/nonexistent").decision == "ask"
+    assert evaluate("git status -s", ExecSettings(), stored, path=path, cwd=cwd).decision == "allow"
+    assert evaluate("git 'status' \"-s\"", ExecSettings(), stored, path=path, cwd=cwd).decision == "allow"
+    assert evaluate("git status", ExecSettings(), stored, path=path, cwd=cwd).decision == "ask"
+    assert evaluate("git status -s -v", ExecSettings(), stored, path=path, cwd=cwd).decision == "ask"
+    assert evaluate("git status -s", ExecSettings(), stored, path="/nonexistent", cwd=cwd).decision == "ask"
 
 
 # --- Settings -----------------------------------------------------------------------------------------------------
@@ -417,7 +432,7 @@ def test_security_full_with_ask_always_still_asks(path: str) -> None:
     assert verdict.offer_always is False
 
 
-def test_ask_off_denies_what_would_ask_and_says_why(path: str) -> None:
+def test_ask_off_denies_what_would_ask_and_says_why(path: str, ws: Path) -> None:
     settings = allowing("cat", ask="off")
 
     risky = evaluate("cat $HOME/.ssh/id_rsa", settings, path=path)
@@ -428,7 +443,7 @@ def test_ask_off_denies_what_would_ask_and_says_why(path: str) -> None:
     assert "exec.ask: off" in risky.reason
     assert unlisted.decision == "deny"
     assert "`rm -rf build` is not on the allowlist" in unlisted.reason
-    assert evaluate("cat notes.txt", settings, path=path).decision == "allow"
+    assert evaluate("cat notes.txt", settings, path=path, cwd=str(ws)).decision == "allow"
 
 
 def test_ask_always_asks_even_for_allowlisted_commands_without_allow_always(path: str) -> None:
@@ -459,7 +474,7 @@ def test_settings_defaults_and_validation() -> None:
 
     assert (settings.security, settings.ask, settings.approvers) == ("allowlist", "on-miss", None)
     assert settings.safe_bins == list(DEFAULT_SAFE_BINS)
-    assert AllowRule(executable="git").args == "*"
+    assert AllowRule(executable="git").args == "**"
     with pytest.raises(ValidationError):
         ExecSettings.model_validate({"allowlist": [{"executable": "git", "argz": "*"}]})
     with pytest.raises(ValidationError):
@@ -479,9 +494,9 @@ def test_settings_defaults_and_validation() -> None:
         ("sh -c 'git status -s'", "git", ("status", "-s")),
         ("env A=1 git log", "git", ("log",)),
         ("A=1 git log", "git", ("log",)),
-        ("nohup make build", "make", ("build",)),
-        ("timeout 5 make", "make", ()),
-        ("nice -n 5 make", "make", ()),
+        ("nohup ls build", "ls", ("build",)),
+        ("timeout 5 ls", "ls", ()),
+        ("nice -n 5 ls", "ls", ()),
         ("xargs rm -f", "rm", ("-f",)),
         ("env A=1 bash -lc 'timeout 5 whoami'", "whoami", ()),
         ("sh -c \"git commit -m 'a b'\"", "git", ("commit", "-m", "a b")),
@@ -561,7 +576,426 @@ def test_a_relative_program_resolves_only_against_the_given_cwd(tmp_path: Path, 
     script.chmod(0o755)
 
     assert evaluate("./run.sh", ExecSettings(), path=path).always == []
-    entry = AllowEntry(executable=str(script), args=())
+    entry = AllowEntry(executable=str(script), args=(), sha256=hashlib.sha256(b"#!/bin/sh\n").hexdigest())
     assert evaluate("./run.sh", ExecSettings(), path=path, cwd=str(tmp_path)).always == [entry]
     assert evaluate("./run.sh", ExecSettings(), [entry], path=path, cwd=str(tmp_path)).decision == "allow"
     assert evaluate("./run.sh", ExecSettings(), [entry], path=path).decision == "ask"
+
+
+# --- Fail closed: options, files and abbreviations ----------------------------------------------------------------
+
+KNOWN = allowing("cat", "sort", "wc", "head", "tail", "grep", "find", "ls", "uniq", "cut", "git")
+
+
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        ("sort --files0-fr=/proc/self/environ", "--files0-from reads the file list from a file"),
+        ("sort --files0-f /proc/1/environ", "--files0-from"),
+        ("wc --files0-from=list.txt", "--files0-from"),
+        ("wc --files0=list.txt", "--files0-from"),
+        ("sort --compress-prog=sh", "--compress-program runs a program"),
+        ("sort --compress-program sh", "--compress-program"),
+        ("sort --outp=out.txt", "--output writes the output to a file"),
+        ("sort -o out.txt", "-o writes"),
+        ("sort -ro out.txt", "-o writes"),
+        ("sort -T /tmp", "-T writes"),
+        ("sort --f x", "--f is ambiguous"),
+        ("tail --fil x", "--fil is not an option known for tail"),
+        ("cut --c=1", "--c is ambiguous"),
+        ("grep -f /proc/self/environ x", "-f reads /proc/self/environ"),
+        ("grep --exclude-fr=/etc/passwd -r x", "--exclude-from reads /etc/passwd"),
+        ("grep -R secret .", "-R follows symbolic links"),
+        ("find . -exec id ';'", "-exec runs a command"),
+        ("find . -execdir id '{}' +", "-execdir runs"),
+        ("find . -ok rm '{}' ';'", "-ok runs"),
+        ("find . -delete", "-delete deletes files"),
+        ("find . -fprint out.txt", "-fprint writes"),
+        ("find . -fls out.txt", "-fls writes"),
+        ("find -L .", "-L follows symbolic links"),
+        ("find . -newer /etc/shadow", "-newer reads /etc/shadow"),
+        ("uniq in.txt out.txt", "uniq writes the file out.txt"),
+        ("ls -L", "-L follows symbolic links"),
+        ("head -n lots", "-n lots is not a number"),
+        ("cut -f x", "-f x is not a list of fields"),
+    ],
+)
+def test_options_that_read_write_or_run_ask_and_the_reason_names_the_option(
+    command: str, named: str, path: str, ws: Path
+) -> None:
+    verdict = evaluate(command, KNOWN, path=path, cwd=str(ws))
+
+    assert verdict.decision == "ask"
+    assert named in verdict.reason
+
+
+def test_the_reason_is_one_sentence_naming_the_abbreviated_option(path: str, ws: Path) -> None:
+    verdict = evaluate("sort --files0-from=/proc/self/environ", KNOWN, path=path, cwd=str(ws))
+
+    assert verdict.reason == (
+        "`sort --files0-from=/proc/self/environ` needs approval (--files0-from reads the file list from a file)."
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat /proc/self/environ",
+        "cat /proc/1/environ",
+        f"cat /proc/{os.getpid()}/environ",
+        "cat /sys/class/net/lo/address",
+        "cat /dev/sda",
+        "head -c 10 /dev/urandom",
+        "cat /etc/passwd",
+        "cat ../outside.txt",
+        "cat sub/../../outside.txt",
+        "wc -l < /proc/self/environ",
+        "wc -l < ../outside.txt",
+        "grep -r x /etc",
+        "ls /",
+        "git diff /etc/passwd /dev/null",
+        "git log -- ../outside.txt",
+    ],
+)
+def test_files_outside_the_workspace_or_under_proc_sys_dev_ask(command: str, path: str, ws: Path) -> None:
+    verdict = evaluate(command, KNOWN, path=path, cwd=str(ws))
+
+    assert verdict.decision == "ask", verdict.reason
+
+
+def test_a_symlink_in_the_workspace_pointing_outside_asks(path: str, ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("s")
+    (ws / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (ws / "env").symlink_to("/proc/self/environ")
+
+    assert evaluate("cat link.txt", KNOWN, path=path, cwd=str(ws)).decision == "ask"
+    assert evaluate("cat env", KNOWN, path=path, cwd=str(ws)).decision == "ask"
+    assert evaluate("wc -l < link.txt", KNOWN, path=path, cwd=str(ws)).decision == "ask"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat notes.txt",
+        "cat ./sub/../notes.txt",
+        "cat /dev/null",
+        "wc -l < notes.txt",
+        "sort -k 2 -t , notes.txt | uniq -c | head -n 3",
+        "grep -rn TODO .",
+        "grep -e x -f patterns.txt notes.txt",
+        "find . -name '*.py' -type f -print",
+        "ls -la sub",
+        "cut -d: -f1,3 notes.txt",
+    ],
+)
+def test_allowlisted_known_programs_read_files_inside_the_workspace(command: str, path: str, ws: Path) -> None:
+    (ws / "notes.txt").write_text("a\n")
+    (ws / "sub").mkdir()
+
+    verdict = evaluate(command, KNOWN, path=path, cwd=str(ws))
+
+    assert verdict.decision == "allow", verdict.reason
+
+
+def test_without_a_workspace_every_file_argument_asks(path: str) -> None:
+    assert evaluate("cat notes.txt", KNOWN, path=path).decision == "ask"
+
+
+def test_a_safe_bin_given_a_file_is_judged_like_any_other_program(path: str, ws: Path) -> None:
+    default = evaluate("head -n 5 notes.txt", ExecSettings(), path=path, cwd=str(ws))
+    allowlisted = evaluate("head -n 5 notes.txt", allowing("head"), path=path, cwd=str(ws))
+
+    assert default.decision == "ask"
+    assert "safe bins run unasked only when they read standard input" in default.reason
+    assert allowlisted.decision == "allow"
+    assert evaluate("head -n 5 /etc/passwd", allowing("head"), path=path, cwd=str(ws)).decision == "ask"
+
+
+def test_a_safe_bin_not_in_the_program_table_is_not_trusted(path: str, ws: Path) -> None:
+    settings = ExecSettings(safe_bins=["jq"])
+
+    assert evaluate("jq .", settings, path=path, cwd=str(ws)).decision == "ask"
+
+
+def test_a_cd_makes_later_relative_files_unknown_unless_it_stays_inside(path: str, ws: Path) -> None:
+    (ws / "sub").mkdir()
+    settings = allowing("cd", "cat")
+
+    assert evaluate("cd sub && cat notes.txt", settings, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate("cd .. && cat notes.txt", settings, path=path, cwd=str(ws)).decision == "ask"
+    assert evaluate("cd /etc && cat passwd", settings, path=path, cwd=str(ws)).decision == "ask"
+
+
+# --- Allowlist globs match whole arguments --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "decision"),
+    [
+        ("status", "git status", "allow"),
+        ("status", "git status -s", "ask"),
+        ("status", "git statusx", "ask"),
+        ("status*", "git status -s", "ask"),
+        ("status **", "git status -s --branch", "allow"),
+        ("*", "whoami x", "allow"),
+        ("*", "whoami x y", "ask"),
+        ("*", "whoami", "ask"),
+        ("a*", "whoami 'a b'", "allow"),
+        ("a*", "whoami a b", "ask"),
+        ("-n *", "whoami -n 5", "allow"),
+        ("-n *", "whoami -n 5 x", "ask"),
+        ("**", "whoami", "allow"),
+        ("**", "whoami a b c", "allow"),
+        ("", "whoami", "allow"),
+        ("", "whoami a", "ask"),
+    ],
+)
+def test_each_allowlist_glob_matches_one_whole_argument(
+    args: str, command: str, decision: str, path: str, ws: Path
+) -> None:
+    name = command.split()[0]
+    settings = ExecSettings(allowlist=[AllowRule(executable=name, args=args)])
+
+    assert evaluate(command, settings, path=path, cwd=str(ws)).decision == decision
+
+
+def test_an_allowlisted_known_program_still_has_its_options_checked(path: str, ws: Path) -> None:
+    settings = ExecSettings(allowlist=[AllowRule(executable="sort", args="**")])
+
+    assert evaluate("sort -r", settings, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate("sort -o out.txt", settings, path=path, cwd=str(ws)).decision == "ask"
+
+
+# --- git: only a repository that cannot load code -----------------------------------------------------------------
+
+
+def init_repo(ws: Path) -> None:
+    git = shutil.which("git")
+    assert git is not None, "git is missing: `make test` installs it"
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(ws.parent), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run([git, "init", "-q", str(ws)], check=True, env=env)
+
+
+def test_git_status_runs_in_a_clean_repository(path: str, ws: Path) -> None:
+    init_repo(ws)
+
+    assert evaluate("git status", KNOWN, path=path, cwd=str(ws)).decision == "allow"
+    assert evaluate("git log --oneline -n 5", KNOWN, path=path, cwd=str(ws)).decision == "allow"
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ("[core]\n\tfsmonitor = ./evil.sh\n", "core.fsmonitor"),
+        ("[core]\n\tpager = sh -c id\n", "core.pager"),
+        ("[core]\n\thooksPath = hooks\n", "core.hookspath"),
+        ("[alias]\n\tstatus = !id\n", "alias.status"),
+        ("[include]\n\tpath = ../evil\n", "includes another file"),
+        ('[includeIf "gitdir:/"]\n\tpath = ../evil\n', "includes another file"),
+        ('[filter "x"]\n\tclean = id\n', "filter.x.clean"),
+        ('[diff "x"]\n\ttextconv = id\n', "diff.x.textconv"),
+        ("[pager]\n\tstatus = id\n", "pager.status"),
+        ("[core]\n\tsshCommand = id\n", "core.sshcommand"),
+        ("[core]\n\teditor = \\\n id\n", "continued line"),
+    ],
+)
+def test_git_asks_when_the_repository_config_could_run_code(config: str, named: str, path: str, ws: Path) -> None:
+    init_repo(ws)
+    with open(ws / ".git" / "config", "a") as handle:
+        handle.write(config)
+
+    verdict = evaluate("git status", KNOWN, path=path, cwd=str(ws))
+
+    assert verdict.decision == "ask"
+    assert named in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("setup", "named"),
+    [
+        (lambda ws: (ws / ".gitattributes").write_text("*.txt filter=x\n"), "filter, diff or merge driver"),
+        (lambda ws: (ws / ".git" / "info" / "attributes").write_text("* diff=x\n"), "filter, diff or merge driver"),
+        (lambda ws: (ws / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nid\n"), "hooks"),
+        (lambda ws: (ws / ".gitmodules").write_text('[submodule "x"]\n'), "submodules"),
+        (lambda ws: (ws / ".git" / "commondir").write_text("../elsewhere\n"), "another repository"),
+    ],
+)
+def test_git_asks_when_the_repository_could_load_code_another_way(
+    setup: object, named: str, path: str, ws: Path
+) -> None:
+    init_repo(ws)
+    (ws / ".git" / "info").mkdir(exist_ok=True)
+    assert callable(setup)
+    setup(ws)
+
+    verdict = evaluate("git status", KNOWN, path=path, cwd=str(ws))
+
+    assert verdict.decision == "ask"
+    assert named in verdict.reason
+
+
+def test_git_asks_for_a_gitdir_file_a_bare_repository_or_a_repository_outside(path: str, ws: Path) -> None:
+    (ws / ".git").write_text("gitdir: /elsewhere\n")
+    assert "gitdir" in evaluate("git status", KNOWN, path=path, cwd=str(ws)).reason
+    (ws / ".git").unlink()
+    for part in ("objects", "refs"):
+        (ws / part).mkdir()
+    (ws / "HEAD").write_text("ref: refs/heads/main\n")
+    assert "bare repository" in evaluate("git status", KNOWN, path=path, cwd=str(ws)).reason
+    inner = ws / "inner"
+    inner.mkdir()
+    for part in ("objects", "refs", "HEAD"):
+        target = ws / part
+        target.unlink() if target.is_file() else target.rmdir()
+    (ws / ".git").mkdir()
+    verdict = evaluate("git status", KNOWN, path=path, cwd=str(inner))
+    assert verdict.decision == "ask" and "outside the workspace" in verdict.reason
+
+
+def test_a_stored_git_command_asks_once_the_repository_is_no_longer_clean(bin_dir: Path, path: str, ws: Path) -> None:
+    init_repo(ws)
+    stored = [AllowEntry(executable=program(bin_dir, "git"), args=("commit", "-m", "x"))]
+    assert evaluate("git commit -m x", ExecSettings(), stored, path=path, cwd=str(ws)).decision == "allow"
+    (ws / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nid\n")
+
+    assert evaluate("git commit -m x", ExecSettings(), stored, path=path, cwd=str(ws)).decision == "ask"
+
+
+# --- Programs that load code from the working tree ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", ["make", "make build", "npm test", "pnpm i", "yarn", "npx x", "cargo build", "go run .", "pip install ."]
+)
+def test_build_tools_ask_even_when_allowlisted(command: str, path: str, ws: Path) -> None:
+    verdict = evaluate(command, allowing(command.split()[0]), path=path, cwd=str(ws))
+
+    assert verdict.decision == "ask"
+    assert verdict.always == []
+
+
+def test_pip_without_a_build_subcommand_follows_the_allowlist(path: str, ws: Path) -> None:
+    assert evaluate("pip list", allowing("pip"), path=path, cwd=str(ws)).decision == "allow"
+
+
+@pytest.mark.parametrize("command", ["python3 build.py", "bash deploy.sh", "./run.sh"])
+def test_an_allowlisted_interpreter_or_script_asks(command: str, path: str, ws: Path) -> None:
+    for name in ("build.py", "deploy.sh", "run.sh"):
+        (ws / name).write_text("#!/bin/sh\n")
+        (ws / name).chmod(0o755)
+    settings = ExecSettings(allowlist=[AllowRule(executable=n) for n in ("python3", "bash", str(ws / "run.sh"))])
+
+    verdict = evaluate(command, settings, path=path, cwd=str(ws))
+
+    assert verdict.decision == "ask"
+    assert "code from the working tree" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("command", "script"),
+    [
+        ("python3 build.py", "build.py"),
+        ("bash deploy.sh", "deploy.sh"),
+        ("./run.sh", "run.sh"),
+        ("python3 tools/gen.py --fast", "tools/gen.py"),
+    ],
+)
+def test_allow_always_on_a_script_asks_again_once_the_script_changes(
+    command: str, script: str, path: str, ws: Path
+) -> None:
+    file = ws / script
+    file.parent.mkdir(exist_ok=True)
+    file.write_text("print('build')\n")
+    file.chmod(0o755)
+    settings = ExecSettings()
+    first = evaluate(command, settings, path=path, cwd=str(ws))
+    assert first.decision == "ask" and first.offer_always
+    [entry] = first.always
+    assert entry.sha256 == hashlib.sha256(b"print('build')\n").hexdigest()
+
+    assert evaluate(command, settings, first.always, path=path, cwd=str(ws)).decision == "allow"
+    file.write_text("import os; os.system('id')\n")
+    assert evaluate(command, settings, first.always, path=path, cwd=str(ws)).decision == "ask"
+
+
+def test_a_script_entry_without_a_hash_never_matches(bin_dir: Path, path: str, ws: Path) -> None:
+    (ws / "build.py").write_text("print(1)\n")
+    legacy = [AllowEntry(executable=program(bin_dir, "python3"), args=("build.py",))]
+
+    assert evaluate("python3 build.py", ExecSettings(), legacy, path=path, cwd=str(ws)).decision == "ask"
+
+
+@pytest.mark.parametrize("command", ["python3 missing.py", "python3 -m http.server", "python3 -u build.py", "python3"])
+def test_allow_always_stores_nothing_for_an_interpreter_without_a_readable_script(
+    command: str, path: str, ws: Path
+) -> None:
+    (ws / "build.py").write_text("print(1)\n")
+
+    assert evaluate(command, ExecSettings(), path=path, cwd=str(ws)).always == []
+
+
+async def test_the_store_keeps_the_script_hash_and_migrates_an_old_database(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with await SqliteStore.open(state) as store:
+        await store.allow_command("main", "/usr/bin/python3", ("build.py",), "telegram:1", "aa" * 32)
+        await store.allow_command("main", "/usr/bin/python3", ("build.py",), "telegram:1", "bb" * 32)
+        await store.allow_command("main", "/usr/bin/ls", ("-la",), None)
+        assert sorted(await store.allowed_commands("main")) == [
+            ("/usr/bin/ls", ("-la",), None),
+            ("/usr/bin/python3", ("build.py",), "bb" * 32),
+        ]
+    with sqlite3.connect(state / "state.db") as db:  # an older database: no sha256 column yet
+        db.execute("ALTER TABLE exec_allowed DROP COLUMN sha256")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    async with await SqliteStore.open(state) as store:
+        assert ("/usr/bin/ls", ("-la",), None) in await store.allowed_commands("main")
+
+
+# --- Protected paths: the bot's own config and state are denied outright ------------------------------------------
+
+
+@pytest.fixture
+def protected(tmp_path: Path) -> list[str]:
+    config_dir = tmp_path / "conf"
+    (config_dir / "state").mkdir(parents=True)
+    (config_dir / "bindings.yaml").write_text("agents: []\n")
+    return [str(config_dir / "bindings.yaml"), str(config_dir / "state")]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat {conf}/bindings.yaml",
+        "cat '{conf}/bindings.yaml'",
+        "cat {conf}/state/state.db",
+        "sqlite3 {conf}/state/state.db .dump",
+        "tool --file={conf}/bindings.yaml",
+        "echo x > {conf}/bindings.yaml",
+        "X={conf}/state cmd",
+        "cat ../conf/bindings.yaml",
+        "cat ../conf/./state/../bindings.yaml",
+        "cd .. && cat conf/bindings.yaml",
+        "cat link/state.db",
+        "sh -c 'cat ../conf/bindings.yaml'",
+        'cat "$(echo {conf}/bindings.yaml)"',
+        "echo 'unclosed {conf}/state",
+    ],
+)
+@pytest.mark.parametrize("security", ["allowlist", "full"])
+def test_a_command_touching_the_bots_config_or_state_is_denied(
+    command: str, security: str, protected: list[str], path: str, ws: Path, tmp_path: Path
+) -> None:
+    (ws / "link").symlink_to(tmp_path / "conf" / "state")
+    settings = ExecSettings.model_validate({"security": security, "ask": "on-miss", "allowlist": rules("cat", "cd")})
+
+    verdict = evaluate(command.format(conf=tmp_path / "conf"), settings, path=path, cwd=str(ws), protected=protected)
+
+    assert verdict.decision == "deny"
+    assert "the bot's own configuration or state" in verdict.reason
+    assert verdict.always == [] and verdict.offer_always is False
+
+
+def test_protected_paths_leave_other_commands_alone(protected: list[str], path: str, ws: Path) -> None:
+    verdict = evaluate("cat notes.txt", allowing("cat"), path=path, cwd=str(ws), protected=protected)
+
+    assert verdict.decision == "allow"

@@ -25,6 +25,7 @@ from tools.exec import (
     ProcessTool,
     command_environment,
 )
+from tools.exec_programs import NEUTRAL_ENV
 
 SESSION = "agent:main:test"
 
@@ -220,8 +221,9 @@ async def test_secrets_do_not_reach_the_command(
     monkeypatch.setenv("HTTPS_PROXY", "http://user:sekrit-3@proxy:8080")
     monkeypatch.setenv("LANG", "C.UTF-8")
     env = command_environment(str(ws))
-    assert set(env) <= {*ENV_ALLOW, "PWD"}
+    assert set(env) <= {*ENV_ALLOW, *NEUTRAL_ENV, "PWD"}
     assert env["PWD"] == str(ws)
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null"  # git reads no ~/.gitconfig
     tool = ExecTool(allow(), processes)
     _, details = await run(tool, {"command": "env"}, context(ws))
     output = details["output"]
@@ -229,7 +231,7 @@ async def test_secrets_do_not_reach_the_command(
     assert "LANG=C.UTF-8" in output
     assert f"PWD={ws}" in output
     names = {line.split("=", 1)[0] for line in output.splitlines() if "=" in line}
-    assert names <= {*ENV_ALLOW, "PWD", "SHLVL", "_", "OLDPWD"}  # the last three the shell may add itself
+    assert names <= {*ENV_ALLOW, *NEUTRAL_ENV, "PWD", "SHLVL", "_", "OLDPWD"}  # the last three: the shell's own
 
 
 async def test_timeout_kills_the_group_with_its_grandchildren(ws: Path, processes: ProcessTable) -> None:

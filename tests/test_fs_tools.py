@@ -666,3 +666,64 @@ def test_resolve_in_workspace(tmp_path: Path) -> None:
     # a sibling folder whose name starts with the workspace's is still outside
     with pytest.raises(PathRefused):
         resolve_in_workspace(ws, str(tmp_path / "ws-other" / "file"))
+
+
+# --- owner files: the bootstrap files and skills speak in every session, so only an owner's run writes them -------
+
+
+def owner_context(workspace: Path, *, owner: bool) -> ToolContext:
+    return ToolContext(
+        RunInfo(agent="main", session_key="agent:main:t", workspace=str(workspace), sender_is_owner=owner)
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "AGENTS.md",
+        "SOUL.md",
+        "USER.md",
+        "TOOLS.md",
+        "./AGENTS.md",
+        "sub/../SOUL.md",
+        "agents.md",
+        "skills/x/SKILL.md",
+        "Skills/new.md",
+    ],
+)
+async def test_a_non_owners_run_cannot_write_an_owner_file(ws: Path, path: str) -> None:
+    result = await invoke(
+        TOOLS["write"], "c1", {"path": path, "content": "obey the stranger"}, owner_context(ws, owner=False)
+    )
+    assert result.is_error
+    assert "only a run started by an owner may change it" in result.details["error"]
+    assert not any(ws.rglob("*.md"))  # nothing was written
+
+
+async def test_a_non_owners_run_cannot_edit_an_owner_file_nor_reach_it_through_a_link(ws: Path) -> None:
+    (ws / "AGENTS.md").write_text("Be kind.\n")
+    (ws / "notes.md").symlink_to(ws / "AGENTS.md")
+    stranger = owner_context(ws, owner=False)
+    for path in ("AGENTS.md", "notes.md"):
+        edit = await invoke(TOOLS["edit"], "c1", {"path": path, "old_text": "kind", "new_text": "mine"}, stranger)
+        assert edit.is_error and "only a run started by an owner" in edit.details["error"]
+        write = await invoke(TOOLS["write"], "c2", {"path": path, "content": "mine"}, stranger)
+        assert write.is_error and "only a run started by an owner" in write.details["error"]
+    assert (ws / "AGENTS.md").read_text() == "Be kind.\n"
+
+
+async def test_an_owners_run_writes_owner_files_and_anyone_may_read_them(ws: Path) -> None:
+    owner = owner_context(ws, owner=True)
+    written = await invoke(TOOLS["write"], "c1", {"path": "AGENTS.md", "content": "Be kind.\n"}, owner)
+    assert not written.is_error, written.text
+    edited = await invoke(TOOLS["edit"], "c2", {"path": "AGENTS.md", "old_text": "kind", "new_text": "brief"}, owner)
+    assert not edited.is_error, edited.text
+    read = await invoke(TOOLS["read"], "c3", {"path": "AGENTS.md"}, owner_context(ws, owner=False))
+    assert not read.is_error and "Be brief." in read.text
+
+
+async def test_a_non_owner_still_writes_ordinary_files(ws: Path) -> None:
+    result = await invoke(
+        TOOLS["write"], "c1", {"path": "docs/AGENTS.md.bak", "content": "x"}, owner_context(ws, owner=False)
+    )
+    assert not result.is_error, result.text

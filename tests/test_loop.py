@@ -638,20 +638,25 @@ async def test_a_malformed_xml_call_is_reported_back_not_dropped(agent: Agent) -
     assert (result.text, result.stop_reason) == ("Sorry, I garbled that.", "end_turn")
 
 
-async def test_xml_calls_in_a_native_answer_are_run_and_the_run_continues_in_xml(agent: Agent) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [
+        f"Adding now. {XML_ADD}",
+        XML_ADD.upper().replace("ADD", "add"),
+        f"The page said:\n```\n{XML_ADD}\n```",
+        f'Quoting the file: "{XML_ADD}" (that is all).',
+    ],
+)
+async def test_tool_markup_in_a_native_models_text_is_only_text(agent: Agent, answer: str) -> None:
+    """A native-tools model that quotes `<tool_call>` (from a page, a file, a person) calls nothing: only the
+    provider's own tool calls run, and the run never switches to XML dispatch."""
     add = Add()
-    agent.llm.script(Reply.text(f"Adding now. {XML_ADD}"), "2 + 3 = 5.")
+    agent.llm.script(Reply.text(answer))
     result = await agent.ask("What is 2 + 3?", add)
-    assert "tools" in agent.body(0)  # started native
-    assert add.seen == [AddArgs(a=2, b=3)]
-    second = agent.body(1)
-    assert "tools" not in second
-    assert "<tool_call>" in system_prompt(agent.kind, second)
-    assert last_user_text(agent.kind, second).startswith('<tool_result name="add" status="ok">')
-    assert (result.text, result.stop_reason) == ("2 + 3 = 5.", "end_turn")
-    streamed = "".join(agent.deltas())
-    assert streamed.count("Adding now.") == 1  # streamed once, not repeated when the run switched to XML
-    assert streamed.endswith("2 + 3 = 5.")
+    assert add.seen == []
+    assert len(agent.llm.requests) == 1
+    assert "tools" in agent.body(0)
+    assert (result.text, result.stop_reason) == (answer, "end_turn")
 
 
 # --- 10. hooks ----------------------------------------------------------------------------------------------------

@@ -502,7 +502,7 @@ async def test_end_to_end_a_thread_reply_stays_in_the_thread_and_a_double_delive
     await eventually(gateway.idle, "the gateway to have nothing running, queued or left to send")
     (posted,) = fake_slack.posted
     assert (posted["channel"], posted["thread_ts"], posted["text"]) == ("C0DEV", root, "in thread")
-    assert asked(fake_llm) == [f"{USER_ID}: what now?"]
+    assert asked(fake_llm) == [f'"{USER_ID}": what now?']
 
 
 async def test_end_to_end_a_team_binding_routes_to_its_agent(

@@ -85,7 +85,7 @@ async def test_owner_dm_channel_mentions_once_and_threads(bot: Path, fake_llm: F
     await eventually(lambda: settled(bot.parent / "state"), "the bot to have nothing left to do")
     assert [len(said(slack, where)) for where in (dm_channel(OWNER), CHANNEL)] == [1, 2]  # no duplicates
     # the unmentioned message and the second delivery of the mention never reached the model
-    assert asked(fake_llm) == ["hi", f"{USER_ID}: what's up?", f"{USER_ID}: and in here?"]
+    assert asked(fake_llm) == ["hi", f'"{USER_ID}": what\'s up?', f'"{USER_ID}": and in here?']
     systems = [request.body["messages"][0]["content"] for request in fake_llm.requests]
     assert [system.split(",")[0] for system in systems] == ["You are team"] * 3  # the team binding routes it all
     thread_messages = fake_llm.requests[2].body["messages"]

@@ -68,7 +68,10 @@ async def test_owner_dm_group_mentions_topics_and_chunks(
     await tg.topic_message("in the topic", mention=True)
     await tg.wait_sent(tg.group_id, 2)
     assert tg.sent[tg.group_id] == ["Team here.", "Topic answer."]
-    assert asked(fake_llm)[1:] == ["Bo: @switchboard_test_bot what's up?", "Bo: @switchboard_test_bot in the topic"]
+    assert asked(fake_llm)[1:] == [
+        "\"Bo\": @switchboard_test_bot what's up?",
+        "\"Bo\": @switchboard_test_bot in the topic",
+    ]
     systems = [request.body["messages"][0]["content"] for request in fake_llm.requests]
     assert [system.split(",")[0] for system in systems] == ["You are main", "You are team", "You are team"]
     topic_reply = [call for call in tg.calls("sendMessage") if call.get("message_thread_id") == 77]

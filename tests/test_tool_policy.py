@@ -156,6 +156,7 @@ LAYER_CASES: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None, dict[
         "denied by tools.by_provider[openai].deny 'exec'",
     ),
     "agent": (None, {"deny": ["exec"]}, {"agent": "coder"}, "denied by agents.coder.tools.deny 'exec'"),
+    "non_owner": (None, None, {"is_owner": False}, "denied by tools.non_owner.deny 'group:runtime'"),
     "group": (
         {"by_group": {"telegram:group:-100123": {"deny": ["exec"]}}},
         None,
@@ -182,6 +183,54 @@ def test_each_layer_removes_a_tool_and_is_named_in_the_result(layer: str) -> Non
     assert removed(result)["exec"] == (layer, reason)
     assert "exec" not in result.names
     assert "message" in result.names  # the layer removed exec, not everything
+
+
+# --- runs started by someone who is not an owner --------------------------------------------------
+
+
+@pytest.mark.parametrize("tools", [None, {}, {"profile": "full"}, {"deny": ["web_*"]}])
+def test_a_non_owner_run_gets_no_commands_and_no_file_writes_by_default(tools: dict[str, Any] | None) -> None:
+    stranger = select(tools, is_owner=False)
+    owner = select(tools, is_owner=True)
+    for name in ("exec", "process", "write"):
+        assert removed(stranger)[name][0] == "non_owner", name
+        assert name in owner.names
+    assert "read" in stranger.names  # reading the workspace stays
+
+
+@pytest.mark.parametrize(
+    ("non_owner", "kept", "gone"),
+    [
+        ({"deny": []}, ["exec", "write"], []),
+        ({"deny": ["write"]}, ["exec", "process"], ["write"]),
+        ({"allow": ["read", "message"]}, ["read", "message"], ["exec", "write", "web_fetch"]),
+    ],
+)
+def test_tools_non_owner_replaces_the_default(non_owner: dict[str, Any], kept: list[str], gone: list[str]) -> None:
+    result = select({"non_owner": non_owner}, is_owner=False)
+    assert set(kept) <= set(result.names)
+    assert all(removed(result)[name][0] == "non_owner" for name in gone)
+
+
+def test_an_owner_is_never_subject_to_tools_non_owner() -> None:
+    result = select({"non_owner": {"deny": ["*"]}}, is_owner=True)
+    assert "exec" in result.names and "read" in result.names
+
+
+# --- group and channel peers are one kind, as in routing ------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["telegram:group:*", "telegram:channel:*", "telegram:GROUP:-100123", "*:group:*"])
+@pytest.mark.parametrize("kind", ["group", "channel"])
+def test_by_group_treats_group_and_channel_peers_alike(key: str, kind: str) -> None:
+    result = select({"by_group": {key: {"deny": ["exec"]}}}, channel="telegram", peer_kind=kind, peer_id="-100123")
+    assert removed(result)["exec"] == ("group", f"denied by tools.by_group[{key}].deny 'exec'")
+
+
+@pytest.mark.parametrize("key", ["telegram:group:*", "telegram:channel:*"])
+def test_by_group_never_reaches_a_direct_chat(key: str) -> None:
+    result = select({"by_group": {key: {"deny": ["exec"]}}}, channel="telegram", peer_kind="direct", peer_id="-100123")
+    assert "exec" in result.names
 
 
 def test_a_tool_removed_by_several_layers_is_reported_under_the_first() -> None:
@@ -302,7 +351,7 @@ def test_profile_names_are_read_in_any_case_and_unknown_ones_are_rejected() -> N
 
 
 def test_owner_only_tools_are_hidden_from_non_owners() -> None:
-    result = select(is_owner=False)
+    result = select({"non_owner": {}}, is_owner=False)  # no non_owner list: only the owner-only layer removes
     assert result.names == without("gateway")
     assert removed(result) == {"gateway": ("owner_only", "owner-only")}
 
@@ -468,7 +517,7 @@ def test_entries_naming_no_known_tool_or_group_are_reported() -> None:
 
 def test_the_result_renders_as_plain_text_lines() -> None:
     result = select(
-        {"profile": "coding", "deny": ["exce", "process"]},
+        {"profile": "coding", "deny": ["exce", "process"], "non_owner": {}},
         {"deny": ["web_*"]},
         agent="coder",
         is_owner=False,

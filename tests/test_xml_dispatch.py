@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.providers.base import ToolSpec
-from agent.xml_dispatch import has_tool_markup, instructions, parse_answer, render_result
+from agent.xml_dispatch import instructions, parse_answer, render_result
 
 
 def test_well_formed_calls_are_parsed_in_order() -> None:
@@ -42,11 +42,6 @@ def test_malformed_calls_are_errors_not_dropped() -> None:
 def test_double_encoded_arguments_are_accepted() -> None:
     parsed = parse_answer('<tool_call>{"name": "read", "arguments": "{\\"path\\": \\"x\\"}"}</tool_call>')
     assert parsed.calls[0].arguments == {"path": "x"}
-
-
-def test_markup_detection() -> None:
-    assert has_tool_markup('ok <TOOL_CALL>{"name": "x"}</TOOL_CALL>')
-    assert not has_tool_markup("no calls here")
 
 
 def test_instructions_list_each_tool_with_its_schema() -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from channels.base import Capabilities, ChatTarget
+from tools.sandbox import SandboxSettings
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class RunInfo(BaseModel):
     model: str | None = None  # `provider/model-id` of the model answering
     target: ChatTarget | None = None  # the chat the run answers in (None outside a chat, e.g. `bot prompt`)
     reply_to: str | None = None  # the platform id of the message being answered
+    sandbox: SandboxSettings | None = None  # exec/process run in this sandbox; None: unsandboxed (tools.sandbox)
 
 
 UpdateCallback = Callable[[str], Awaitable[None]]

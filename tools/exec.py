@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
+from tools.exec_programs import NEUTRAL_ENV
+from tools.sandbox import Launch, Release, SandboxSettings, launch, sandbox_problem
 
 ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -46,9 +48,11 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 def command_environment(cwd: str | None = None) -> dict[str, str]:
-    """The environment a command gets: a few harmless variables of ours (never tokens or keys), and PWD."""
+    """The environment a command gets: a few harmless variables of ours (never tokens or keys), the settings that
+    stop git, pagers and Python from loading configuration from the user's home (NEUTRAL_ENV), and PWD."""
     env = {name: os.environ[name] for name in ENV_ALLOW if name in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
+    env.update(NEUTRAL_ENV)
     if cwd is not None:
         env["PWD"] = cwd
     return env
@@ -96,18 +100,36 @@ class OutputBuffer:
         return f"{head}{newline}[… {self.cut:,} bytes cut …]\n{tail}"
 
 
-async def _spawn(command: str, cwd: str) -> asyncio.subprocess.Process:
-    """Start `command` under /bin/sh in `cwd`, in its own process group, with stdout and stderr as one pipe.
+def _launch(command: str, cwd: str, sandbox: SandboxSettings | None) -> Launch:
+    """The command line: /bin/sh itself, or /bin/sh inside the sandbox."""
+    env = command_environment(cwd)
+    return Launch([SHELL, "-c", command]) if sandbox is None else launch(sandbox, command, cwd, env)
+
+
+_releasing: set[asyncio.Task[None]] = set()  # cleanups that outlive a cancelled call
+
+
+def _release_later(release: Release) -> None:
+    task = asyncio.ensure_future(release())
+    _releasing.add(task)
+    task.add_done_callback(_releasing.discard)
+
+
+async def _spawn(
+    command: str, cwd: str, sandbox: SandboxSettings | None = None
+) -> tuple[asyncio.subprocess.Process, Release]:
+    """Start `command` under /bin/sh in `cwd` (inside the sandbox when `sandbox` is set), in its own process group,
+    with stdout and stderr as one pipe; also returns what to clean up once it has ended.
 
     The command runs as soon as the process exists, before its pipes are connected; a cancellation in between
     would otherwise leave it (and whatever it started) running with nobody to stop it, so its group is killed.
+    A sandbox (bwrap) is the group's leader and dies with its sandboxed command, and the command with it.
     """
     await asyncio.to_thread(Path(cwd).mkdir, parents=True, exist_ok=True)
+    how = _launch(command, cwd, sandbox)
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
-            SHELL,
-            "-c",
-            command,
+            *how.argv,
             cwd=cwd,
             env=command_environment(cwd),
             stdin=asyncio.subprocess.DEVNULL,
@@ -117,11 +139,15 @@ async def _spawn(command: str, cwd: str) -> asyncio.subprocess.Process:
         )
     )
     try:
-        return await asyncio.shield(starting)
+        return await asyncio.shield(starting), how.release
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             process = await starting
             os.killpg(process.pid, signal.SIGKILL)
+        _release_later(how.release)
+        raise
+    except BaseException:
+        _release_later(how.release)
         raise
 
 
@@ -131,8 +157,13 @@ Outcome = Literal["exited", "timeout", "cancelled"]
 class _Job:
     """One started command: its output read as it comes, its process group killable as a whole."""
 
-    def __init__(self, process: asyncio.subprocess.Process, output_limit: int, sleep: Sleep = asyncio.sleep) -> None:
-        self.process = process
+    def __init__(
+        self,
+        spawned: tuple[asyncio.subprocess.Process, Release],
+        output_limit: int,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.process, self._release = spawned
         self.output = OutputBuffer(output_limit)
         self.sleep = sleep
         self.started = time.monotonic()
@@ -192,12 +223,14 @@ class _Job:
                 transport = getattr(self.process, "_transport", None)
                 if transport is not None:
                     transport.close()
+        await self._release()
         return outcome
 
     def abandon(self) -> None:
         """Kill the group and stop reading (the caller is being cancelled and cannot wait)."""
         self.kill()
         self._reader.cancel()
+        _release_later(self._release)
 
     @property
     def duration_ms(self) -> int:
@@ -267,16 +300,23 @@ class ProcessTable:
         return sum(1 for e in self._entries.values() if e.session_key == session_key and e.status == "running")
 
     async def start(
-        self, command: str, *, session_key: str, cwd: str, timeout: float, output_limit: int
+        self,
+        command: str,
+        *,
+        session_key: str,
+        cwd: str,
+        timeout: float,
+        output_limit: int,
+        sandbox: SandboxSettings | None = None,
     ) -> BackgroundProcess:
-        """Start `command` in the background (same shell, environment and process group rules as `exec`)."""
+        """Start `command` in the background (same shell, environment, sandbox and process group rules as `exec`)."""
         if self._closed:
             raise RuntimeError("the process table is closed")
         self._prune()
         handle = "p_" + secrets.token_hex(4)
         while handle in self._entries:
             handle = "p_" + secrets.token_hex(4)
-        job = _Job(await _spawn(command, cwd), output_limit, self.sleep)
+        job = _Job(await _spawn(command, cwd, sandbox), output_limit, self.sleep)
         entry = BackgroundProcess(handle, command, session_key, cwd, job, timeout)
         self._entries[handle] = entry
         return entry
@@ -378,6 +418,10 @@ class ExecTool(Tool):
         cwd = ctx.run.workspace
         if cwd is None:
             return error_result(self.name, NO_WORKSPACE)
+        if ctx.run.sandbox is not None:  # never run unsandboxed what should be sandboxed
+            problem = await sandbox_problem(ctx.run.sandbox)
+            if problem is not None:
+                return error_result(self.name, f"cannot run commands in the sandbox: {problem}")
         if args.background and self.processes.running(ctx.run.session_key) >= MAX_RUNNING_PER_SESSION:
             return error_result(
                 self.name,
@@ -401,12 +445,14 @@ class ExecTool(Tool):
             cwd=cwd,
             timeout=args.timeout or BACKGROUND_TIMEOUT,
             output_limit=self.output_limit,
+            sandbox=ctx.run.sandbox,
         )
-        return json_result({"status": "running", "id": entry.id, "pid": entry.pid, "command": args.command})
+        payload = {"status": "running", "id": entry.id, "pid": entry.pid, "command": args.command}
+        return json_result(payload | _sandbox_note(ctx))
 
     async def _run(self, args: ExecArgs, ctx: ToolContext, cwd: str) -> ToolResult:
         timeout = args.timeout or self.default_timeout
-        job = _Job(await _spawn(args.command, cwd), self.output_limit, self.sleep)
+        job = _Job(await _spawn(args.command, cwd, ctx.run.sandbox), self.output_limit, self.sleep)
         try:
             outcome = await job.run(timeout, ctx.cancelled)
         except asyncio.CancelledError:
@@ -417,6 +463,7 @@ class ExecTool(Tool):
             "duration_ms": job.duration_ms,
             "cwd": cwd,
             "truncated": job.output.truncated,
+            **_sandbox_note(ctx),
         }
         if outcome == "timeout":
             return json_result({"status": "timeout", "timeout_seconds": timeout, **common}, is_error=True)
@@ -426,6 +473,12 @@ class ExecTool(Tool):
         exit_code = -1 if code is None else code
         status = "ok" if exit_code == 0 else "error"
         return json_result({"status": status, "exit_code": exit_code, **common}, is_error=exit_code != 0)
+
+
+def _sandbox_note(ctx: ToolContext) -> dict[str, Any]:
+    """Tells the model, when so, that the command ran in the sandbox (only the workspace, maybe no network)."""
+    sandbox = ctx.run.sandbox
+    return {} if sandbox is None else {"sandbox": {"network": sandbox.network}}
 
 
 class ProcessArgs(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import re
 import shutil
@@ -12,6 +13,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tools.exec_programs import (
+    BUILD_TOOLS,
+    GIT_DRIVER_ATTRIBUTES,
+    GIT_SUBCOMMANDS,
+    HARMLESS_GIT_CONFIG,
+    HARMLESS_KINDS,
+    PIP_BUILDS,
+    PIP_NAMES,
+    PROGRAMS,
+    STANDARD_STREAMS,
+    SYSTEM_TREES,
+    Opt,
+    Program,
+    ValueKind,
+)
 from tools.shell_words import DIGITS, FD_TARGET, Lexer, Redirect, Risk, Word, dedupe_risks, short
 
 ExecSecurity = Literal["deny", "allowlist", "full"]
@@ -20,14 +36,17 @@ DEFAULT_SAFE_BINS = ("cut", "uniq", "head", "tail", "tr", "wc")
 
 
 class AllowRule(BaseModel):
-    """A config allowlist entry: `{executable: git, args: "status*"}`."""
+    """A config allowlist entry: `{executable: git, args: "status **"}`."""
 
     model_config = ConfigDict(extra="forbid")
 
     executable: str
     """A bare name (`git`, found on PATH) or an absolute path (`/usr/bin/git`)."""
-    args: str = "*"
-    """An fnmatch glob matched against the arguments joined by single spaces; "" means no arguments."""
+    args: str = "**"
+    """Whitespace-separated fnmatch globs, one per argument, each matching one whole argument; a final `**` matches
+    any remaining arguments (zero or more). "" means no arguments, "**" any arguments, and "*" exactly one argument.
+    A program the policy knows (tools/exec_programs.py) still needs every option harmless and every file inside the
+    workspace."""
 
     @field_validator("executable")
     @classmethod
@@ -50,6 +69,8 @@ class AllowEntry(BaseModel):
     """The resolved absolute path."""
     args: tuple[str, ...]
     """The exact arguments."""
+    sha256: str | None = None
+    """For a script (`python3 build.py`, `./run.sh`): the SHA-256 of its content; a changed script asks again."""
 
 
 class ExecSettings(BaseModel):
@@ -60,6 +81,8 @@ class ExecSettings(BaseModel):
     security: ExecSecurity = "allowlist"
     ask: ExecAsk = "on-miss"
     safe_bins: list[str] = Field(default_factory=lambda: list(DEFAULT_SAFE_BINS))
+    """Programs that run unasked as pure stdin filters: only programs in the program table, with harmless options
+    and no file at all; given a file, a safe bin is judged like any other program."""
     allowlist: list[AllowRule] = Field(default_factory=list)
     approvers: list[str] | None = None
     """`channel:sender_id` keys; None means the config's owners (resolved elsewhere)."""
@@ -328,6 +351,7 @@ class _Cmd:
     inner: _Cmd | None = None
     privileged: bool = False
     text: str = ""  # the segment as written, for reasons
+    redirects: list[Redirect] = field(default_factory=list)
 
     def all_risks(self) -> list[Risk]:
         risks = ([self.marker] if self.marker else []) + self.own
@@ -574,8 +598,9 @@ def _redirect_risks(redirect: Redirect) -> list[Risk]:
             return []
         if not writes and target.text == "/dev/null":
             return []
-    kind = "redirect into a file" if writes else "redirect from a file"
-    return [Risk(f"{kind} ({shown})"), *target.risks]
+    if writes:
+        return [Risk(f"redirect into a file ({shown})"), *target.risks]
+    return [Risk(f"redirect from a file ({shown})", "read", None if target.risks else target.text), *target.risks]
 
 
 def _parse(command: str, depth: int = 0) -> _Parsed:
@@ -651,6 +676,7 @@ def _segment(
         if kind and any(redirect.op == "<<<" for redirect in redirects):
             extra.append(Risk(f"here-string into {kind}: {name}"))
     cmd.own = dedupe_risks(cmd.own + extra)
+    cmd.redirects = redirects
     spans = [(word.start, word.end) for word in words] + [(r.start, r.end) for r in redirects]
     cmd.text = command[min(s for s, _ in spans) : max(e for _, e in spans)].strip()
     return cmd
@@ -677,68 +703,452 @@ def analyze(command: str) -> Analysis:
     return Analysis(segments=segments, risks=risks, error=parsed.error)
 
 
-# --- Safe bins ------------------------------------------------------------------------------------------------------
+# --- Files ----------------------------------------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"[+-]?[0-9][0-9.]*[A-Za-z]{0,3}")
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _file_problem(value: str, cwd: str | None, root: str | None) -> str | None:
+    """Where `value` is when reading it cannot run unasked ("outside the workspace", "under /proc"...), else None."""
+    if value == "-" or value in STANDARD_STREAMS:
+        return None
+    if cwd is None or root is None:
+        return "in a directory that is not known"
+    joined = os.path.join(cwd, value)
+    for path in (os.path.normpath(joined), os.path.realpath(joined)):
+        for tree in SYSTEM_TREES:
+            if _under(path, tree):
+                return f"under {tree}"
+    if not _under(os.path.realpath(joined), root):
+        return "outside the workspace"
+    return None
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith((".", "/", "~")) or "/" in value
+
+
+# --- Program tables -------------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"[+-]?[0-9][0-9.]*[A-Za-z%]{0,3}")
 _FIELD_LIST = re.compile(r"[0-9,-]+")
-_VALUE_CHECKS: dict[str, Callable[[str], bool]] = {
-    "num": lambda value: _NUMBER.fullmatch(value) is not None,
-    "list": lambda value: _FIELD_LIST.fullmatch(value) is not None,
-    "any": lambda value: True,
+_SHORT_NUMBER = re.compile(r"-[0-9]+")
+_FIND_NEWER = re.compile(r"-newer[aBcm]([aBcmt])")
+_ASKING_KINDS: dict[str, str] = {
+    "write": "writes a file",
+    "run": "runs a program",
+    "filelist": "reads the file list from a file",
 }
-_HEAD = {"-n": "num", "-c": "num", "--lines": "num", "--bytes": "num"}
-# Options of the default safe bins that take a value, and what the value may be.
-_SAFE_BIN_VALUES: dict[str, dict[str, str]] = {
-    "head": _HEAD,
-    "tail": {**_HEAD, "-s": "num", "--sleep-interval": "num", "--pid": "num", "--max-unchanged-stats": "num"},
-    "cut": {
-        "-d": "any",
-        "--delimiter": "any",
-        "--output-delimiter": "any",
-        **dict.fromkeys(("-f", "-b", "-c", "--fields", "--bytes", "--characters"), "list"),
-    },
-    "uniq": dict.fromkeys(("-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"), "num"),
-}
-# Options that make a filter read or write files: a safe bin given one of them is not stdin-only.
-_FILE_OPTIONS = frozenset(
-    {"--files0-from", "--output", "--compress-program", "--random-source", "--temporary-directory", "--file"}
-)
-_FILE_SHORT_OPTIONS: dict[str, frozenset[str]] = {"sort": frozenset({"-o", "-T"})}
 
 
-def _safe_bin_use(name: str, args: list[str]) -> bool:
-    """A safe bin used as a pure stdin filter: options and their values only (`tr` also takes its two sets)."""
-    values = _SAFE_BIN_VALUES.get(name, {})
-    positionals = 0
-    expect: str | None = None  # the kind of value the previous option takes
-    after_option = False
-    for a in args:
-        if a == "-" and expect is None:  # stdin, spelled out
-            after_option = False
+@dataclass
+class _Use:
+    """What a command line asks of a program: the values to check, or the first reason it must ask."""
+
+    values: list[tuple[str, ValueKind, str]] = field(default_factory=list)  # (option or "", kind, value)
+    problem: str | None = None
+
+
+def _asks(option: str, opt: Opt) -> str | None:
+    if opt.risk:
+        return f"{option} {opt.risk}"
+    if opt.kind is not None and opt.kind not in HARMLESS_KINDS:
+        return f"{option} {_ASKING_KINDS[opt.kind]}"
+    return None
+
+
+def _long_option(word: str, spec: Program, label: str) -> tuple[str, Opt] | str:
+    """The option a `--name[=value]` word means, expanded as getopt_long would; or why it cannot be read."""
+    key = word.split("=", 1)[0]
+    if key in spec.options:
+        return key, spec.options[key]
+    matches = sorted(name for name in spec.options if name.startswith("--") and name.startswith(key))
+    if not spec.abbreviations or not matches:
+        return f"{key} is not an option known for {label}"
+    if len(matches) > 1:
+        return f"{key} is ambiguous for {label} ({', '.join(matches)})"
+    return matches[0], spec.options[matches[0]]
+
+
+def _take(use: _Use, option: str, opt: Opt, value: str | None) -> None:
+    problem = _asks(option, opt)
+    if problem is not None:
+        use.problem = problem
+    elif value is not None and opt.kind is not None:
+        use.values.append((option, opt.kind, value))
+
+
+def _getopt(label: str, spec: Program, args: list[str]) -> _Use:
+    """Read `args` as GNU getopt_long would for this program (options anywhere, `--` ends them)."""
+    use = _Use()
+    operands: list[str] = []
+    given: set[str] = set()
+    i = 0
+    while i < len(args) and use.problem is None:
+        word = args[i]
+        i += 1
+        if word == "--":
+            operands += args[i:]
+            break
+        if word == "-" or not word.startswith("-"):
+            operands.append(word)
+        elif _SHORT_NUMBER.fullmatch(word) and (spec.numeric == "any" or (spec.numeric == "first" and i == 1)):
             continue
-        if expect is not None:
-            if not _VALUE_CHECKS[expect](a):
-                return False
-            expect, after_option = None, False
+        elif word.startswith("--"):
+            found = _long_option(word, spec, label)
+            if isinstance(found, str):
+                use.problem = found
+                continue
+            option, opt = found
+            given.add(option)
+            has_value = "=" in word
+            value = word.split("=", 1)[1] if has_value else None
+            if opt.arg == "none" and has_value:
+                use.problem = f"{option} takes no value"
+            elif opt.arg == "required" and not has_value:
+                if i >= len(args):
+                    use.problem = f"{option} is missing its value"
+                    continue
+                value = args[i]
+                i += 1
+            _take(use, option, opt, value)
+        else:
+            i = _short_options(word, args, i, spec, label, use, given)
+    if use.problem is None:
+        _operands(label, spec, operands, given, use)
+    return use
+
+
+def _short_options(word: str, args: list[str], i: int, spec: Program, label: str, use: _Use, given: set[str]) -> int:
+    """Read one `-abc` / `-n5` / `-n 5` word; returns the index of the next word."""
+    j = 1
+    while j < len(word) and use.problem is None:
+        option = "-" + word[j]
+        opt = spec.options.get(option)
+        if opt is None or (not spec.clusters and j > 1):
+            use.problem = f"{option if opt is None else word} is not an option known for {label}"
+            break
+        given.add(option)
+        rest = word[j + 1 :]
+        if opt.arg == "none":
+            _take(use, option, opt, None)
+            j += 1
             continue
-        if a.startswith("-") and len(a) > 1 and not (name == "tr" and positionals):
-            option, eq, value = a.partition("=") if a.startswith("--") else (a[:2], "", a[2:])
-            if option in _FILE_OPTIONS or option in _FILE_SHORT_OPTIONS.get(name, frozenset()):
-                return False
-            if option in values:
-                if value or eq:
-                    if not _VALUE_CHECKS[values[option]](value):
-                        return False
-                else:
-                    expect = values[option]
-            after_option = not value and not eq
+        value: str | None = rest or None
+        if opt.arg == "required" and not rest:
+            if i >= len(args):
+                use.problem = f"{option} is missing its value"
+                break
+            value = args[i]
+            i += 1
+        _take(use, option, opt, value)
+        break
+    return i
+
+
+def _operands(label: str, spec: Program, operands: list[str], given: set[str], use: _Use) -> None:
+    kinds = spec.operands
+    if kinds and kinds[0] == "text" and given & spec.pattern_options:
+        kinds = kinds[1:]
+    for n, operand in enumerate(operands):
+        kind = kinds[n] if n < len(kinds) else spec.rest
+        if kind is None:
+            use.problem = f"{label} takes no operand {short(operand)}"
+            return
+        if kind not in HARMLESS_KINDS:
+            what = "writes" if kind == "write" else "uses"
+            use.problem = f"{label} {what} the file {short(operand)}"
+            return
+        use.values.append(("", kind, operand))
+
+
+def _find(spec: Program, args: list[str]) -> _Use:
+    """find [-H -L -P -D x -Olevel] [path...] [expression]: paths are read, the expression's words are looked up."""
+    use = _Use()
+    i = 0
+    while i < len(args) and (args[i] in ("-H", "-L", "-P", "-D") or args[i].startswith("-O")):
+        option = args[i] if args[i] in spec.options else "-O"
+        i = _find_word(spec, option, args, i + 1, use)
+        if use.problem:
+            return use
+    while i < len(args) and not args[i].startswith("-") and args[i] not in ("(", ")", "!", ","):
+        use.values.append(("", "read", args[i]))
+        i += 1
+    while i < len(args) and use.problem is None:
+        word = args[i]
+        newer = _FIND_NEWER.fullmatch(word)
+        if newer:
+            if i + 1 >= len(args):
+                use.problem = f"{word} is missing its value"
+                break
+            use.values.append((word, "text" if newer.group(1) == "t" else "read", args[i + 1]))
+            i += 2
+        elif word in spec.options:
+            i = _find_word(spec, word, args, i + 1, use)
+        else:
+            use.problem = f"{word} is not an expression known for find"
+    return use
+
+
+def _find_word(spec: Program, option: str, args: list[str], i: int, use: _Use) -> int:
+    opt = spec.options[option]
+    value: str | None = None
+    if opt.arg == "required" and not _asks(option, opt):
+        if i >= len(args):
+            use.problem = f"{option} is missing its value"
+            return i
+        value = args[i]
+        i += 1
+    _take(use, option, opt, value)
+    return i
+
+
+def _git(spec: Program, args: list[str]) -> _Use:
+    """git [global options] SUBCOMMAND [options] [operands]: only the read-only subcommands of the table."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        option = args[i].split("=", 1)[0]
+        opt = spec.options.get(option)
+        if opt is None:
+            return _Use(problem=f"{option} is not an option known for git")
+        problem = _asks(option, opt)
+        if problem is not None:
+            return _Use(problem=problem)
+        i += 1
+    if i >= len(args):
+        return _Use()
+    sub = GIT_SUBCOMMANDS.get(args[i])
+    if sub is None:
+        return _Use(problem=f"git {short(args[i])} is not a read-only git subcommand this policy knows")
+    return _getopt(f"git {args[i]}", sub, args[i + 1 :])
+
+
+def _program_use(name: str, spec: Program, args: list[str]) -> _Use:
+    if spec.parser == "echo":
+        return _Use()
+    if spec.parser == "find":
+        return _find(spec, args)
+    if spec.parser == "git":
+        return _git(spec, args)
+    return _getopt(name, spec, args)
+
+
+def _value_problem(option: str, kind: ValueKind, value: str, cwd: str | None, root: str | None) -> str | None:
+    shown = f"{option} {short(value)}" if option else short(value)
+    if kind == "number" and not _NUMBER.fullmatch(value):
+        return f"{shown} is not a number"
+    if kind == "fields" and not _FIELD_LIST.fullmatch(value):
+        return f"{shown} is not a list of fields"
+    if kind == "format" and "%G" in value:
+        return f"{shown} asks git to verify signatures, which runs gpg"
+    if kind == "read" or (kind == "gitarg" and _looks_like_path(value)):
+        where = _file_problem(value, cwd, root)
+        if where is not None:
+            return f"{option} reads {short(value)}, which is {where}" if option else f"{short(value)} is {where}"
+    return None
+
+
+def _files(use: _Use) -> list[str]:
+    return [value for _, kind, value in use.values if kind == "read" and value != "-"]
+
+
+# --- Context --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    settings: ExecSettings
+    stored: Sequence[AllowEntry]
+    resolve: Callable[[str], str | None]
+    root: str | None  # the workspace, resolved
+    cwd: str | None  # where this segment runs, None once a `cd` made it unknown
+
+
+def _cd_target(cmd: _Cmd, cwd: str | None) -> str | None:
+    """Where `cd DIR` leaves the shell: DIR resolved when literal, else unknown (None)."""
+    args = cmd.argv[1:]
+    if cwd is None or len(args) != 1 or args[0].startswith("-") or cmd.all_risks():
+        return None
+    return os.path.realpath(os.path.join(cwd, args[0]))
+
+
+def _walk(cmd: _Cmd | None) -> list[_Cmd]:
+    levels: list[_Cmd] = []
+    while cmd is not None:
+        levels.append(cmd)
+        cmd = cmd.inner
+    return levels
+
+
+# --- Programs that load code from the working tree ------------------------------------------------------------------
+
+
+def _script_of(cmd: _Cmd, ctx: _Context) -> str | None:
+    """The file a command runs as code: an interpreter's or shell's script (no options before it), or the program
+    itself when it is a file in the workspace. None for any other command."""
+    name, args = _basename(cmd.argv[0]), cmd.argv[1:]
+    if name in SHELLS or (_interpreter(name) not in (None, "deno") and name not in ("bun", "bunx")):
+        if not args or args[0].startswith("-") or ctx.cwd is None:
+            return None
+        return os.path.realpath(os.path.join(ctx.cwd, args[0]))
+    resolved = ctx.resolve(cmd.argv[0])
+    if resolved is not None and ctx.root is not None and _under(os.path.realpath(resolved), ctx.root):
+        return os.path.realpath(resolved)
+    return None
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _loads_code(cmd: _Cmd) -> str | None:
+    """Why a program runs code that is not on the command line (build tools, interpreters), or None."""
+    name, args = _basename(cmd.argv[0]), cmd.argv[1:]
+    if name in BUILD_TOOLS:
+        return f"{name} {BUILD_TOOLS[name]}"
+    if name in PIP_NAMES and any(arg in PIP_BUILDS for arg in args):
+        return f"{name} install runs the package's build code"
+    family = _interpreter(name)
+    if family == "deno" or name in ("bun", "bunx"):
+        return f"{name} runs the project's scripts"
+    if family is not None or name in SHELLS:
+        return f"{name} runs code that is not on the command line"
+    return None
+
+
+_GIT_KEY = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
+_GIT_SECTION = re.compile(r'\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(?:[#;].*)?')
+_GIT_ATTRIBUTE = re.compile(r"(?:^|\s)(?:" + "|".join(GIT_DRIVER_ATTRIBUTES) + r")=")
+
+
+def _git_config_problem(path: str) -> str | None:
+    """The first key of a .git/config that is not on the harmless list (or a line that cannot be read), or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ".git/config cannot be read"
+    section: str | None = None
+    for line in lines:
+        text = line.strip()
+        if not text or text[0] in "#;":
             continue
-        if name == "tr" and positionals < 2:
-            positionals += 1
-        elif not (after_option and _NUMBER.fullmatch(a)):
-            return False
-        after_option = False
-    return expect is None
+        if text.endswith("\\"):
+            return ".git/config has a continued line"
+        if text.startswith("["):
+            match = _GIT_SECTION.fullmatch(text)
+            if match is None:
+                return f".git/config has a section this policy cannot read ({short(text)})"
+            name, sub = match.group(1).lower(), match.group(2)
+            if name in ("include", "includeif") or name.startswith("includeif."):
+                return ".git/config includes another file"
+            section = name if sub is None else f"{name}.{sub}"
+            continue
+        key = text.split("=", 1)[0].strip()
+        if section is None or not _GIT_KEY.fullmatch(key):
+            return f".git/config has a line this policy cannot read ({short(text)})"
+        full = f"{section}.{key.lower()}"
+        if not any(fnmatch.fnmatchcase(full, pattern) for pattern in HARMLESS_GIT_CONFIG):
+            return f".git/config sets {full}, which is not on the list of harmless git settings"
+    return None
+
+
+def _git_repository(start: str) -> tuple[str | None, str | None]:
+    """The work tree and .git directory git would find from `start`, or a reason it cannot be judged."""
+    here = start
+    while True:
+        dot_git = os.path.join(here, ".git")
+        if os.path.lexists(dot_git):
+            if os.path.islink(dot_git) or not os.path.isdir(dot_git):
+                return None, f"{dot_git} is not a plain directory (a gitdir: file or a link)"
+            return here, None
+        if all(os.path.exists(os.path.join(here, part)) for part in ("HEAD", "objects", "refs")):
+            return None, f"{here} looks like a bare repository"
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None, None
+        here = parent
+
+
+def _git_problem(ctx: _Context) -> str | None:
+    """Why git could load code or configuration from the repository it would use here, or None."""
+    if ctx.cwd is None or ctx.root is None:
+        return "the directory is not known, so the repository cannot be checked"
+    tree, problem = _git_repository(ctx.cwd)
+    if problem is not None or tree is None:
+        return problem
+    if not _under(os.path.realpath(tree), ctx.root):
+        return f"the repository at {tree} is outside the workspace"
+    git = os.path.join(tree, ".git")
+    problem = _git_config_problem(os.path.join(git, "config"))
+    if problem is not None:
+        return problem
+    for extra, why in (
+        ("commondir", "the repository shares another repository's configuration"),
+        ("config.worktree", "the repository has a worktree configuration"),
+        ("modules", "the repository has submodules"),
+    ):
+        if os.path.lexists(os.path.join(git, extra)):
+            return why
+    if os.path.lexists(os.path.join(tree, ".gitmodules")):
+        return "the repository has submodules"
+    hooks = os.path.join(git, "hooks")
+    if os.path.isdir(hooks) and any(not entry.endswith(".sample") for entry in os.listdir(hooks)):
+        return "the repository has hooks"
+    for attributes in (os.path.join(tree, ".gitattributes"), os.path.join(git, "info", "attributes")):
+        try:
+            with open(attributes, encoding="utf-8", errors="replace") as handle:
+                if _GIT_ATTRIBUTE.search(handle.read()):
+                    return f"{os.path.relpath(attributes, tree)} sets a filter, diff or merge driver"
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return f"{os.path.relpath(attributes, tree)} cannot be read"
+    return None
+
+
+# --- Protected paths ------------------------------------------------------------------------------------------------
+
+
+def _protected_problem(parsed: _Parsed, command: str, protected: Sequence[str], cwd: str | None) -> str | None:
+    """The protected path a command names, by its text or by a word that resolves to it, or None."""
+    paths = [p for raw in protected for p in {os.path.normpath(raw), os.path.realpath(raw)}]
+    for path in paths:
+        if path in command:
+            return path
+    dirs = [cwd] if cwd is not None else []
+    for cmd in parsed.segments:
+        words = [w for level in _walk(cmd) for w in level.argv] + [r.target.text for r in cmd.redirects]
+        for word in words:
+            for text in [word, *word.split("=")[1:]]:
+                found = next((p for p in paths if p in text), None)
+                found = found or _resolves_into(text, dirs, paths)
+                if found is not None:
+                    return found
+        target = _cd_target(cmd, dirs[-1] if dirs else None) if cmd.argv[:1] in (["cd"], ["pushd"]) else None
+        if target is not None:
+            dirs.append(target)
+    return None
+
+
+def _resolves_into(text: str, dirs: list[str], paths: list[str]) -> str | None:
+    if not text:
+        return None
+    for base in dirs:
+        joined = os.path.join(base, text)
+        for candidate in (os.path.normpath(joined), os.path.realpath(joined)):
+            for path in paths:
+                if _under(candidate, path):
+                    return path
+    return None
 
 
 # --- Evaluation -----------------------------------------------------------------------------------------------------
@@ -765,43 +1175,143 @@ def _resolve(name: str, path: str | None, cwd: str | None) -> str | None:
     return os.path.normpath(found)
 
 
-def _allowlisted(
-    cmd: _Cmd, settings: ExecSettings, stored: Sequence[AllowEntry], resolve: Callable[[str], str | None]
-) -> bool:
-    if cmd.all_risks() or not cmd.argv:
+def _rule_matches(rule: AllowRule, args: Sequence[str]) -> bool:
+    """Each glob of `rule.args` matches one whole argument; a final `**` matches whatever arguments remain."""
+    globs = rule.args.split()
+    rest = bool(globs) and globs[-1] == "**"
+    if rest:
+        globs = globs[:-1]
+    if len(args) < len(globs) or (not rest and len(args) != len(globs)):
         return False
+    return all(fnmatch.fnmatchcase(arg, glob) for arg, glob in zip(args, globs, strict=False))
+
+
+def _config_allows(cmd: _Cmd, ctx: _Context) -> bool:
     name, args = cmd.argv[0], cmd.argv[1:]
-    if "/" not in name and name in settings.safe_bins and _safe_bin_use(name, args):
-        return True
-    resolved = resolve(name)
-    joined = " ".join(args)
-    for rule in settings.allowlist:
+    resolved = ctx.resolve(name)
+    for rule in ctx.settings.allowlist:
         if "/" in rule.executable:  # an absolute path: the program the name resolves to
             same = resolved is not None and os.path.normpath(rule.executable) == resolved
         else:  # a bare name: only that bare name, looked up on PATH
             same = "/" not in name and rule.executable == name
-        if same and fnmatch.fnmatchcase(joined, rule.args):
+        if same and _rule_matches(rule, args):
             return True
-    return resolved is not None and any(entry.executable == resolved and entry.args == tuple(args) for entry in stored)
+    return False
 
 
-def _storable(cmd: _Cmd, resolve: Callable[[str], str | None]) -> AllowEntry | None:
-    """What "Allow always" stores for one segment: the innermost command, exactly, if it is plain and known."""
+def _stored_allows(cmd: _Cmd, ctx: _Context, script: str | None) -> bool:
+    resolved = ctx.resolve(cmd.argv[0])
+    if resolved is None:
+        return False
+    matching = [e for e in ctx.stored if e.executable == resolved and e.args == tuple(cmd.argv[1:])]
+    if not matching:
+        return False
+    digest = _sha256(script) if script is not None else None
+    if script is not None and digest is None:
+        return False
+    return any(entry.sha256 == digest for entry in matching)
+
+
+def _segment_problem(cmd: _Cmd, ctx: _Context) -> str | None:
+    """Why one plain segment (no risks) may not run unasked, or None when it may."""
+    name = _basename(cmd.argv[0])
+    script = _script_of(cmd, ctx)
+    if script is not None:
+        if _stored_allows(cmd, ctx, script):
+            return None
+        shown = os.path.relpath(script, ctx.root) if ctx.root and _under(script, ctx.root) else script
+        return f"{_quote(cmd.text)} needs approval (it runs {short(shown)}, code from the working tree)"
+    loads = _loads_code(cmd)
+    if loads is not None:
+        return f"{_quote(cmd.text)} needs approval ({loads})"
+    if name == "git" and "/" not in cmd.argv[0]:
+        problem = _git_problem(ctx)
+        if problem is not None:
+            return f"{_quote(cmd.text)} needs approval ({problem})"
+    if _stored_allows(cmd, ctx, None):
+        return None
+    spec = PROGRAMS.get(name)
+    if spec is None:
+        return None if _config_allows(cmd, ctx) else f"{_quote(cmd.text)} is not on the allowlist"
+    use = _program_use(name, spec, cmd.argv[1:])
+    problem = use.problem or next(
+        (p for option, kind, value in use.values if (p := _value_problem(option, kind, value, ctx.cwd, ctx.root))),
+        None,
+    )
+    if problem is not None:
+        return f"{_quote(cmd.text)} needs approval ({problem})"
+    if "/" not in cmd.argv[0] and name in ctx.settings.safe_bins and not _files(use):
+        return None
+    if _config_allows(cmd, ctx):
+        return None
+    if name in ctx.settings.safe_bins:
+        return f"{_quote(cmd.text)} is not on the allowlist (safe bins run unasked only when they read standard input)"
+    return f"{_quote(cmd.text)} is not on the allowlist"
+
+
+def _risks_here(cmd: _Cmd, ctx: _Context) -> list[Risk]:
+    """The segment's risks, less reads from files that turn out to be inside the workspace."""
+    kept: list[Risk] = []
+    for risk in cmd.all_risks():
+        if risk.kind == "read" and risk.path is not None:
+            where = _file_problem(risk.path, ctx.cwd, ctx.root)
+            if where is None:
+                continue
+            risk = Risk(f"{risk.text}, which is {where}")
+        kept.append(risk)
+    return kept
+
+
+def _problem(parsed: _Parsed, ctx: _Context) -> str | None:
+    """Why the command may not run unasked (the first risk, else the first segment not allowed), or None."""
+    if parsed.error is not None:
+        return f"the command could not be read ({parsed.error})"
+    start = ctx.cwd
+    for cmd in parsed.segments:
+        risks = _risks_here(cmd, ctx)
+        if risks:
+            return f"{_quote(cmd.text)} needs approval ({risks[0].text})"
+        if cmd.argv[:1] in (["cd"], ["pushd"], ["popd"]):
+            ctx.cwd = _cd_target(cmd, ctx.cwd) if cmd.argv[0] != "popd" else None
+    if parsed.line_risks:
+        return f"the command needs approval ({parsed.line_risks[0].text})"
+    ctx.cwd = start
+    for cmd in parsed.segments:
+        if cmd.argv:
+            problem = _segment_problem(cmd, ctx)
+            if problem is not None:
+                return problem
+        if cmd.argv[:1] in (["cd"], ["pushd"], ["popd"]):
+            ctx.cwd = _cd_target(cmd, ctx.cwd) if cmd.argv[0] != "popd" else None
+    return None
+
+
+def _storable(cmd: _Cmd, ctx: _Context) -> AllowEntry | None:
+    """What "Allow always" stores for one segment: the innermost command, exactly, if it is plain and known;
+    for a script, with the SHA-256 of its content."""
     while cmd.marker is not None:
         if cmd.privileged or cmd.marker.kind != "wrapper" or cmd.own or cmd.inner is None:
             return None
         cmd = cmd.inner
-    if cmd.privileged or cmd.own or not cmd.argv or _basename(cmd.argv[0]) in _NEVER_STORE:
+    if cmd.privileged or cmd.own or not cmd.argv:
         return None
-    resolved = resolve(cmd.argv[0])
-    if resolved is None or _basename(resolved) in _NEVER_STORE:
+    name = _basename(cmd.argv[0])
+    script = _script_of(cmd, ctx)
+    digest = _sha256(script) if script is not None else None
+    if script is not None and digest is None:
         return None
-    if _basename(os.path.realpath(resolved)) in _NEVER_STORE_REAL:
+    if script is None and (name in _NEVER_STORE or _loads_code(cmd) is not None):
         return None
-    return AllowEntry(executable=resolved, args=tuple(cmd.argv[1:]))
+    resolved = ctx.resolve(cmd.argv[0])
+    if resolved is None or (script is None and _basename(resolved) in _NEVER_STORE):
+        return None
+    real = _basename(os.path.realpath(resolved))
+    if real in _NEVER_STORE_REAL and not (script is not None and name in SHELLS and real in SHELLS):
+        return None
+    return AllowEntry(executable=resolved, args=tuple(cmd.argv[1:]), sha256=digest)
 
 
-def _always(parsed: _Parsed, resolve: Callable[[str], str | None]) -> list[AllowEntry]:
+def _always(parsed: _Parsed, ctx: _Context) -> list[AllowEntry]:
     if parsed.error is not None:
         return []
     risks = parsed.line_risks + [risk for cmd in parsed.segments for risk in cmd.all_risks()]
@@ -809,7 +1319,7 @@ def _always(parsed: _Parsed, resolve: Callable[[str], str | None]) -> list[Allow
         return []
     entries: list[AllowEntry] = []
     for cmd in parsed.segments:
-        entry = _storable(cmd, resolve)
+        entry = _storable(cmd, ctx)
         if entry is not None and entry not in entries:
             entries.append(entry)
     return entries
@@ -820,24 +1330,6 @@ def _quote(text: str) -> str:
     return f"`{short(text, _TEXT_LIMIT)}`"
 
 
-def _problem(
-    parsed: _Parsed, settings: ExecSettings, stored: Sequence[AllowEntry], resolve: Callable[[str], str | None]
-) -> str | None:
-    """Why the command is not allowlisted (the first risk, else the first segment not on the allowlist), or None."""
-    if parsed.error is not None:
-        return f"the command could not be read ({parsed.error})"
-    for cmd in parsed.segments:
-        risks = cmd.all_risks()
-        if risks:
-            return f"{_quote(cmd.text)} needs approval ({risks[0].text})"
-    if parsed.line_risks:
-        return f"the command needs approval ({parsed.line_risks[0].text})"
-    for cmd in parsed.segments:
-        if not _allowlisted(cmd, settings, stored, resolve):
-            return f"{_quote(cmd.text)} is not on the allowlist"
-    return None
-
-
 def evaluate(
     command: str,
     settings: ExecSettings,
@@ -845,12 +1337,14 @@ def evaluate(
     *,
     path: str | None = None,
     cwd: str | None = None,
+    protected: Sequence[str] = (),
 ) -> Verdict:
     """Decide whether `command` runs, asks a human first, or is refused, and what "Allow always" would store.
 
-    `path` is the PATH used to resolve program names (None: the environment's). `cwd` is the directory the command
-    would run in; without it a relative program path such as `./run.sh` resolves to nothing (never allowlisted by path,
-    never stored).
+    `path` is the PATH used to resolve program names (None: the environment's). `cwd` is the agent's workspace, where
+    the command runs: file arguments must stay inside it; without it a relative program path such as `./run.sh`
+    resolves to nothing and every file argument asks. `protected` holds absolute paths (the bot's config file and
+    state directory): a command naming one, or a path inside one, is denied whatever the settings.
     """
     if settings.security == "deny":
         return Verdict(
@@ -860,6 +1354,10 @@ def evaluate(
             offer_always=False,
         )
     parsed = _parse(command)
+    touched = _protected_problem(parsed, command, protected, cwd)
+    if touched is not None:
+        reason = f"Denied: the command touches the bot's own configuration or state ({touched})."
+        return Verdict(decision="deny", reason=reason, always=[], offer_always=False)
     cache: dict[str, str | None] = {}
 
     def resolve(name: str) -> str | None:
@@ -867,7 +1365,9 @@ def evaluate(
             cache[name] = _resolve(name, path, cwd)
         return cache[name]
 
-    always = _always(parsed, resolve)
+    root = os.path.realpath(cwd) if cwd is not None and os.path.isabs(cwd) else None
+    ctx = _Context(settings, stored, resolve, root, root)
+    always = _always(parsed, ctx)
     decision: Literal["allow", "ask", "deny"]
     if settings.security == "full":
         if settings.ask == "always":
@@ -875,7 +1375,7 @@ def evaluate(
         else:
             decision, reason = "allow", "This agent may run any command (exec.security: full)."
     else:
-        problem = _problem(parsed, settings, stored, resolve)
+        problem = _problem(parsed, ctx)
         if problem is None:
             if settings.ask == "always":
                 decision = "ask"

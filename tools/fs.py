@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
+from tools.base import NO_WORKSPACE, RunInfo, Tool, ToolContext, ToolResult, error_result, json_result
+from tools.owner_files import owner_file
 
 GROUP = "group:fs"
 MAX_READ_BYTES = 256 * 1024  # the most of a file one `read` returns
@@ -374,9 +375,20 @@ class WriteArgs(BaseModel):
     content: str = Field(description="The complete new content of the file (UTF-8 text); it replaces all of it.")
 
 
-def _write(root: Path, args: WriteArgs) -> dict[str, Any]:
-    target = resolve_in_workspace(root, args.path)
+def _writable(root: Path, user_path: str, run: RunInfo) -> tuple[Path, str]:
+    """Where a write to `user_path` lands, and its name; refused for an owner file (AGENTS.md, skills/...) unless
+    an owner started the run, since those files speak in every session of the agent, the owners' included."""
+    target = resolve_in_workspace(root, user_path)
     rel = _rel(root, target)
+    if owner_file(rel) and not run.sender_is_owner:
+        raise PathRefused(
+            f"refused: {rel} shapes every conversation of this agent; only a run started by an owner may change it"
+        )
+    return target, rel
+
+
+def _write(root: Path, args: WriteArgs, run: RunInfo) -> dict[str, Any]:
+    target, rel = _writable(root, args.path, run)
     mode = _existing_mode(target, rel)
     _make_parents(target, rel)
     data = args.content.encode("utf-8")
@@ -397,7 +409,7 @@ class WriteTool(Tool):
     parameters: ClassVar[type[BaseModel]] = WriteArgs
 
     async def execute(self, call_id: str, args: WriteArgs, ctx: ToolContext) -> ToolResult:
-        return await _in_workspace(self.name, ctx, lambda root: _write(root, args))
+        return await _in_workspace(self.name, ctx, lambda root: _write(root, args, ctx.run))
 
 
 # --- edit ---------------------------------------------------------------------------------------------------
@@ -424,9 +436,8 @@ def _occurrences(text: str, needle: str) -> int:
     return count
 
 
-def _edit(root: Path, args: EditArgs) -> dict[str, Any]:
-    target = resolve_in_workspace(root, args.path)
-    rel = _rel(root, target)
+def _edit(root: Path, args: EditArgs, run: RunInfo) -> dict[str, Any]:
+    target, rel = _writable(root, args.path, run)
     with _open_regular(target, rel) as handle:
         info = os.fstat(handle.fileno())
         if info.st_size > MAX_EDIT_BYTES:
@@ -463,7 +474,7 @@ class EditTool(Tool):
     parameters: ClassVar[type[BaseModel]] = EditArgs
 
     async def execute(self, call_id: str, args: EditArgs, ctx: ToolContext) -> ToolResult:
-        return await _in_workspace(self.name, ctx, lambda root: _edit(root, args))
+        return await _in_workspace(self.name, ctx, lambda root: _edit(root, args, ctx.run))
 
 
 # --- ls -----------------------------------------------------------------------------------------------------

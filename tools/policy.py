@@ -5,15 +5,15 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from tools.base import Tool
 from tools.registry import GROUP_PREFIX, ToolRegistry
 
-Layer = Literal["owner_only", "profile", "global", "provider", "agent", "group", "sandbox", "subagent"]
-LAYERS: tuple[Layer, ...] = ("owner_only", "profile", "global", "provider", "agent", "group", "sandbox", "subagent")
+Layer = Literal["owner_only", "profile", "global", "provider", "agent", "non_owner", "group", "sandbox", "subagent"]
+LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 ProfileName = Literal["minimal", "messaging", "coding", "full"]
 # What each profile allows, as policy entries; None allows everything.
@@ -86,6 +86,15 @@ class ProviderToolPolicy(ToolPolicy):
     profile: Profile | None = None
 
 
+# What runs started by someone who is not an owner may never use unless `tools.non_owner` says otherwise: commands,
+# and writing the workspace's files (which include the notes and bootstrap files every session reads).
+NON_OWNER_DENY: tuple[str, ...] = ("group:runtime", "write", "edit", "memory_write")
+
+
+def _non_owner_default() -> ToolPolicy:
+    return ToolPolicy(deny=list(NON_OWNER_DENY))
+
+
 class ToolsConfig(_Section):
     """The `tools:` section: the global profile and lists, and the layers that apply per provider, chat and run."""
 
@@ -94,6 +103,8 @@ class ToolsConfig(_Section):
     deny: list[Entry] = Field(default_factory=list)
     by_provider: dict[str, ProviderToolPolicy] = Field(default_factory=dict)
     by_group: dict[GroupKey, ToolPolicy] = Field(default_factory=dict)
+    non_owner: ToolPolicy = Field(default_factory=_non_owner_default)
+    """Runs started by anyone not in `owners`; writing the section replaces the default deny list."""
     sandbox: ToolPolicy | None = None
     subagent: ToolPolicy | None = None
 
@@ -215,12 +226,21 @@ def _provider_key(tools: ToolsConfig, selection: Selection) -> str | None:
     return next((keys[key] for key in wanted if key in keys), None)
 
 
+def _room_kind(key: str) -> str:
+    """A `by_group` key with `channel` written as `group`: group and channel peers are one kind, as in routing."""
+    parts = key.lower().split(":", 2)
+    if len(parts) == 3 and parts[1] == "channel":
+        parts[1] = "group"
+    return ":".join(parts)
+
+
 def _by_group_key(tools: ToolsConfig, selection: Selection) -> str | None:
-    """The first `by_group` key, in config order, whose glob matches `<channel>:<kind>:<peer id>`."""
+    """The first `by_group` key, in config order, whose glob matches `<channel>:<kind>:<peer id>`; `group` and
+    `channel` name the same kind of chat (a Telegram channel or supergroup, a Discord or Slack channel)."""
     if not (selection.channel and selection.peer_kind and selection.peer_id):
         return None
-    target = f"{selection.channel}:{selection.peer_kind}:{selection.peer_id}".lower()
-    return next((key for key in tools.by_group if fnmatch.fnmatchcase(target, key.lower())), None)
+    target = _room_kind(f"{selection.channel}:{selection.peer_kind}:{selection.peer_id}")
+    return next((key for key in tools.by_group if fnmatch.fnmatchcase(target, _room_kind(key))), None)
 
 
 def _effective_profile(
@@ -249,6 +269,8 @@ def _rules(
             rules.append(_lists("provider", where, by_provider))
     if agent is not None:
         rules.append(_lists("agent", _agent_where(selection.agent), agent))
+    if not selection.is_owner:
+        rules.append(_lists("non_owner", "tools.non_owner", tools.non_owner if tools else _non_owner_default()))
     if tools is not None:
         group_key = _by_group_key(tools, selection)
         if group_key is not None:
@@ -309,6 +331,8 @@ def _policy_entries(
         for key, by_group in tools.by_group.items():
             yield f"tools.by_group[{key}].allow", by_group.allow
             yield f"tools.by_group[{key}].deny", by_group.deny
+        yield "tools.non_owner.allow", tools.non_owner.allow
+        yield "tools.non_owner.deny", tools.non_owner.deny
         for name, policy in (("sandbox", tools.sandbox), ("subagent", tools.subagent)):
             if policy is not None:
                 yield f"tools.{name}.allow", policy.allow

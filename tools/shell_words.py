@@ -6,13 +6,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-RiskKind = Literal["subst", "wrapper", "other"]
+RiskKind = Literal["subst", "wrapper", "read", "other"]
 
 
 @dataclass(frozen=True)
 class Risk:
     text: str
     kind: RiskKind = "other"
+    path: str | None = None  # for "read": the file read, which may be harmless once the workspace is known
 
 
 @dataclass

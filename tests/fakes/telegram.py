@@ -287,6 +287,13 @@ class FakeTelegram:
         message = self._message(chat, self._user(user_id, name), text, **extra)
         return await self.raw_update({"update_id": next(self._update_ids), "message": message})
 
+    async def channel_post(self, text: str, *, chat_id: int = -1009876, title: str = "News") -> dict[str, Any]:
+        """A post in a channel the bot is in: the channel itself is the sender (`sender_chat`, no `from`)."""
+        chat = {"id": chat_id, "type": "channel", "title": title}
+        post = {"message_id": next(self._message_ids), "date": int(time.time()), "chat": chat, "sender_chat": chat}
+        post["text"] = text
+        return await self.raw_update({"update_id": next(self._update_ids), "channel_post": post})
+
     async def topic_message(
         self, text: str, *, thread_id: int = 77, chat_id: int | None = None, **extra: Any
     ) -> dict[str, Any]:

@@ -1,0 +1,419 @@
+"""The sandbox `exec` and `process` commands run in: bubblewrap (or docker), only the workspace writable, no network."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ETC_FILES",
+    "NETWORK_ETC_FILES",
+    "SYSTEM_DIRS",
+    "Launch",
+    "SandboxSettings",
+    "bwrap_argv",
+    "docker_argv",
+    "is_sandboxed",
+    "launch",
+    "process_limit_enforced",
+    "sandbox_environment",
+    "sandbox_for",
+    "sandbox_problem",
+    "sandbox_problem_sync",
+]
+
+SandboxMode = Literal["off", "non-main", "all"]
+SandboxBackend = Literal["bwrap", "docker"]
+
+CONSOLE_CHANNEL = "console"  # `bot chat`: only the machine's user can type into it
+SANDBOX_UID = 1000  # the uid and gid commands run as inside the sandbox
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+SANDBOX_HOSTNAME = "sandbox"
+SHELL = "/bin/sh"
+# Where the helper programs must come from: folders the sandbox mounts, so the path is the same inside.
+SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+PROBE_TIMEOUT = 10.0
+NAME_PREFIX = "switchboard-sandbox-"
+RELEASE_POLL_SECONDS = 0.02
+RELEASE_SECONDS = 2.0  # how long an ended sandbox's processes get to be gone before its cgroup is left behind
+
+# Mounted read-only: the folders programs are made of. A symlink (usrmerge: /bin -> usr/bin) stays a symlink.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The few files of /etc programs need (users' names, the dynamic linker, time zone, alternatives, CA certificates),
+# each bound read-only when it exists. Nothing else of /etc (no keys, no shadow, no ssl/private).
+ETC_FILES = (
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/alternatives",
+    "/etc/mime.types",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust/extracted",
+)
+# Only with `network: true`: name resolution.
+NETWORK_ETC_FILES = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/protocols",
+    "/etc/services",
+)
+
+
+class SandboxSettings(BaseModel):
+    """`agents[].sandbox`: which runs' commands are sandboxed, by what, and their limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: SandboxMode = "non-main"  # non-main: every run except an owner's direct messages and the local console
+    backend: SandboxBackend = "bwrap"
+    network: bool = False
+    image: str = Field(default="debian:bookworm-slim", min_length=1)  # docker only
+    max_processes: int = Field(default=256, ge=4)  # processes in one sandbox at once (a fork bomb stops there)
+    max_file_mb: int = Field(default=1024, ge=1)  # the largest file a command may write, in MiB
+    cpu_seconds: int = Field(default=600, ge=1)  # CPU time each process of a command may use
+
+
+def is_sandboxed(settings: SandboxSettings, *, channel: str, is_owner: bool, peer_kind: str | None) -> bool:
+    """Whether a run's commands are sandboxed: `all` always, `off` never, `non-main` unless the run is an owner's
+    direct message or the local console (`bot chat`, which only the machine's user can type into). A run without a
+    known chat (peer_kind None) on another channel counts as not direct: sandboxed."""
+    if settings.mode != "non-main":
+        return settings.mode == "all"
+    if channel == CONSOLE_CHANNEL:
+        return False
+    return not (is_owner and peer_kind == "direct")
+
+
+def sandbox_for(
+    settings: SandboxSettings, *, channel: str, is_owner: bool, peer_kind: str | None
+) -> SandboxSettings | None:
+    """The settings to run this run's commands under, or None when they run unsandboxed (`RunInfo.sandbox`)."""
+    return settings if is_sandboxed(settings, channel=channel, is_owner=is_owner, peer_kind=peer_kind) else None
+
+
+def sandbox_environment(base: Mapping[str, str], workspace: str) -> dict[str, str]:
+    """The environment inside the sandbox: the scrubbed one, with paths that exist in there."""
+    env = dict(base)
+    env.update(
+        HOME=workspace,
+        PWD=workspace,
+        PATH=SANDBOX_PATH,
+        TMPDIR="/tmp",
+        SHELL=SHELL,
+        USER=SANDBOX_HOSTNAME,
+        LOGNAME=SANDBOX_HOSTNAME,
+    )
+    return env
+
+
+# --- the backends' command lines ---------------------------------------------------------------------------------
+
+
+def _system_mounts() -> list[str]:
+    args: list[str] = []
+    for folder in SYSTEM_DIRS:
+        path = Path(folder)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), folder]
+        elif path.is_dir():
+            args += ["--ro-bind", folder, folder]
+    return args
+
+
+def _etc_mounts(network: bool) -> list[str]:
+    args: list[str] = []
+    for name in ETC_FILES + (NETWORK_ETC_FILES if network else ()):
+        if os.path.exists(name):  # a symlink is followed: its target may be in a folder the sandbox lacks
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def _limits(settings: SandboxSettings, prlimit: str) -> list[str]:
+    """`prlimit` run first inside the sandbox, so RLIMIT_NPROC counts only the sandbox's processes."""
+    return [
+        prlimit,
+        f"--nproc={settings.max_processes}",
+        f"--fsize={settings.max_file_mb * 1024 * 1024}",
+        f"--cpu={settings.cpu_seconds}",
+        "--",
+    ]
+
+
+def bwrap_argv(
+    settings: SandboxSettings,
+    command: str,
+    workspace: str,
+    env: Mapping[str, str],
+    *,
+    bwrap: str = "bwrap",
+    prlimit: str = "/usr/bin/prlimit",
+) -> list[str]:
+    """The bubblewrap command line that runs `/bin/sh -c command` in the sandbox; `env` is set inside, nothing else.
+
+    The workspace keeps its absolute path. Order matters: /tmp is a fresh tmpfs before the workspace is bound, so a
+    workspace under /tmp is still there."""
+    argv = [bwrap, "--unshare-all", "--unshare-user"]
+    if settings.network:
+        argv.append("--share-net")
+    argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", SANDBOX_HOSTNAME]
+    argv += ["--die-with-parent", "--new-session", "--clearenv"]
+    for name, value in sorted(env.items()):
+        argv += ["--setenv", name, value]
+    argv += _system_mounts() + _etc_mounts(settings.network)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--bind", workspace, workspace, "--chdir", workspace, "--"]
+    return argv + _limits(settings, prlimit) + [SHELL, "-c", command]
+
+
+def docker_argv(
+    settings: SandboxSettings,
+    command: str,
+    workspace: str,
+    env: Mapping[str, str],
+    *,
+    name: str,
+    docker: str = "docker",
+) -> list[str]:
+    """The `docker run` command line with the same boundaries: only the workspace mounted (read-write, same path), a
+    read-only root, a private /tmp, no network unless allowed, an unprivileged user and the same limits."""
+    fsize = settings.max_file_mb * 1024 * 1024
+    argv = [docker, "run", "--rm", "-i", "--name", name, "--network", "bridge" if settings.network else "none"]
+    argv += ["--read-only", "--tmpfs", "/tmp", "--user", f"{SANDBOX_UID}:{SANDBOX_UID}", "--hostname", SANDBOX_HOSTNAME]
+    argv += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--init"]
+    argv += ["--pids-limit", str(settings.max_processes)]
+    argv += ["--ulimit", f"fsize={fsize}:{fsize}", "--ulimit", f"cpu={settings.cpu_seconds}:{settings.cpu_seconds}"]
+    argv += ["-v", f"{workspace}:{workspace}", "-w", workspace]
+    for key, value in sorted(env.items()):
+        argv += ["-e", f"{key}={value}"]
+    return [*argv, settings.image, SHELL, "-c", command]
+
+
+# --- the process limit when the bot is root: a pids cgroup --------------------------------------------------------
+# The kernel never applies RLIMIT_NPROC to processes of uid 0, and the sandbox's uid maps to the bot's: run as root,
+# only a pids cgroup stops a fork bomb. One is made per command when the machine lets us (cgroup v1's pids hierarchy,
+# or cgroup v2 with the pids controller already enabled at the top); the command joins it before bwrap starts.
+
+
+def _mounts() -> list[tuple[str, str, str, set[str]]]:
+    """(root within the hierarchy, mount point, fs type, super options) of every cgroup mount."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split()
+            if " - " not in line or len(fields) < 5:
+                continue
+            after = line.split(" - ", 1)[1].split()
+            if len(after) >= 3 and after[0] in ("cgroup", "cgroup2"):
+                found.append((fields[3], fields[4], after[0], set(after[2].split(","))))
+    return found
+
+
+def _own_cgroup(v1_controller: str | None) -> str | None:
+    """This process's cgroup path in the v1 hierarchy holding `v1_controller`, or in the v2 one (None)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if (v1_controller is None and controllers == "") or v1_controller in controllers.split(","):
+                return path
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _pids_parent() -> Path | None:
+    """The folder sandbox cgroups are made in, if this process may make them there."""
+    for root, mount, kind, options in _mounts():
+        if kind == "cgroup" and "pids" in options:
+            own = _own_cgroup("pids")
+            if own is not None and (own + "/").startswith(root.rstrip("/") + "/"):
+                parent = Path(mount) / own[len(root.rstrip("/")) :].lstrip("/")
+                if os.access(parent, os.W_OK):
+                    return parent
+    for _, mount, kind, _ in _mounts():
+        if kind == "cgroup2":
+            with contextlib.suppress(OSError):
+                enabled = (Path(mount) / "cgroup.subtree_control").read_text().split()
+                if "pids" in enabled and os.access(mount, os.W_OK):
+                    return Path(mount)
+    return None
+
+
+class _PidsCgroup:
+    """One command's cgroup: at most `max_processes` processes in it and below."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def make(cls, max_processes: int) -> _PidsCgroup | None:
+        parent = _pids_parent()
+        if parent is None:
+            return None
+        path = parent / (NAME_PREFIX + secrets.token_hex(6))
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        made = cls(path)
+        try:
+            (path / "pids.max").write_text(str(max_processes))
+        except OSError:
+            made.remove()
+            return None
+        return made
+
+    @property
+    def procs(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            for pid in self.procs.read_text().split():
+                with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+    def remove(self) -> bool:
+        try:
+            self.path.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
+    async def release(self) -> None:
+        """Kill what is left in it and remove it, once its processes are gone (bounded; an empty folder may stay)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RELEASE_SECONDS
+        while True:
+            self.kill()
+            if self.remove() or loop.time() > deadline:
+                return
+            await asyncio.sleep(RELEASE_POLL_SECONDS)
+
+
+def process_limit_enforced() -> bool:
+    """Whether `max_processes` holds for bwrap sandboxes: the bot is not root (RLIMIT_NPROC applies), or it can make
+    pids cgroups."""
+    return os.geteuid() != 0 or _pids_parent() is not None
+
+
+# --- availability -------------------------------------------------------------------------------------------------
+
+
+def _install_hint(backend: SandboxBackend) -> str:
+    if backend == "bwrap":
+        return "install it (apt-get install bubblewrap) or set agents[].sandbox.mode: off"
+    return "install docker and start its daemon, use backend: bwrap, or set agents[].sandbox.mode: off"
+
+
+@functools.lru_cache(maxsize=16)
+def _probe_bwrap(bwrap: str) -> str | None:
+    """Run a trivial sandbox once: bwrap may be installed where it cannot create namespaces (some containers)."""
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    argv += ["--die-with-parent", *_system_mounts(), "--proc", "/proc", "--dev", "/dev", "--", SHELL, "-c", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap (bwrap) cannot run here ({error}); set agents[].sandbox.mode: off to run unsandboxed"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        why = said[-1] if said else f"exit code {done.returncode}"
+        return (
+            f"bubblewrap (bwrap) cannot create its namespaces here ({why}); allow user namespaces, "
+            "or set agents[].sandbox.mode: off"
+        )
+    return None
+
+
+def sandbox_problem_sync(settings: SandboxSettings) -> str | None:
+    """Why sandboxed commands cannot run now (the backend is missing or broken), or None. The probe is cached."""
+    if settings.backend == "docker":
+        if shutil.which("docker") is None:
+            return f"docker is not installed: {_install_hint('docker')}"
+        return None
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return f"bubblewrap (bwrap) is not installed: {_install_hint('bwrap')}"
+    if shutil.which("prlimit", path=SYSTEM_PATH) is None:
+        return "prlimit (util-linux) is not installed; the sandbox sets its limits with it: apt-get install util-linux"
+    return _probe_bwrap(bwrap)
+
+
+async def sandbox_problem(settings: SandboxSettings) -> str | None:
+    """`sandbox_problem_sync` off the event loop (the first bwrap check runs a process)."""
+    return await asyncio.to_thread(sandbox_problem_sync, settings)
+
+
+# --- starting a command -------------------------------------------------------------------------------------------
+
+Release = Callable[[], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one sandboxed command, and what to clean up once it has ended and been killed."""
+
+    argv: list[str]
+    release: Release = _nothing
+
+
+def _docker_remover(docker: str, name: str) -> Release:
+    async def remove() -> None:
+        """The container outlives a killed `docker run` client: remove it by name (bounded, best effort)."""
+        with contextlib.suppress(OSError):
+            process = await asyncio.create_subprocess_exec(
+                docker, "rm", "-f", name, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+            )
+            try:
+                await asyncio.wait_for(process.wait(), PROBE_TIMEOUT)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+    return remove
+
+
+def launch(settings: SandboxSettings, command: str, workspace: str, env: Mapping[str, str]) -> Launch:
+    """The command line for `command` in the sandbox (call `sandbox_problem` first: the backend must be there)."""
+    inside = sandbox_environment(env, workspace)
+    if settings.backend == "docker":
+        docker = shutil.which("docker") or "docker"
+        name = NAME_PREFIX + secrets.token_hex(6)
+        argv = docker_argv(settings, command, workspace, inside, name=name, docker=docker)
+        return Launch(argv, _docker_remover(docker, name))
+    bwrap = shutil.which("bwrap") or "bwrap"
+    prlimit = shutil.which("prlimit", path=SYSTEM_PATH) or "/usr/bin/prlimit"
+    argv = bwrap_argv(settings, command, workspace, inside, bwrap=bwrap, prlimit=prlimit)
+    cgroup = _PidsCgroup.make(settings.max_processes)
+    if cgroup is None:
+        return Launch(argv)
+    # The host's shell joins the cgroup, then becomes bwrap: everything the command starts is counted.
+    joined = [SHELL, "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.procs), *argv]
+    return Launch(joined, cgroup.release)

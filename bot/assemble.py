@@ -70,11 +70,10 @@ def policy_for(
     run: RunInfo,
     *,
     peer: Peer | None = None,
-    sandboxed: bool | None = None,
     subagent: bool = False,
 ) -> PolicyResult:
-    """The tools this run may use, and why each other tool was left out. `sandboxed` defaults to whether the run's
-    commands are sandboxed (`run.sandbox`), so the `tools.sandbox` layer applies to exactly those runs."""
+    """The tools this run may use, and why each other tool was left out; the `tools.sandbox` layer applies exactly
+    when the run's commands are sandboxed (`run.sandbox`)."""
     provider, model = split_model(run.model) if run.model else (None, None)
     selection = Selection(
         is_owner=run.sender_is_owner,
@@ -84,7 +83,7 @@ def policy_for(
         channel=run.channel,
         peer_kind=peer.kind if peer else None,
         peer_id=peer.id if peer else None,
-        sandboxed=run.sandbox is not None if sandboxed is None else sandboxed,
+        sandboxed=run.sandbox is not None,
         subagent=subagent,
     )
     return select_tools(registry, selection, config.tools, config.agent(run.agent).tools)

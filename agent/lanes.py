@@ -1,12 +1,14 @@
-"""Lanes: one run at a time per session, a global cap on concurrent runs, and queue modes for busy sessions."""
+"""Lanes: one run at a time per session, run slots shared fairly between people, and queue modes for busy sessions."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +45,89 @@ class RunControl(Generic[T]):
         self._take = None
 
 
+@dataclass(frozen=True)
+class Party:
+    """Who a turn runs for, as the slots see it: an owner, or one other person (a `channel:sender_id` key)."""
+
+    sender: str | None = None
+    owner: bool = True
+
+
+OWNER = Party()
+
+
+def per_sender_notice(cap: int) -> str:
+    """The text that tells a non-owner their message waits for one of their own runs to end."""
+    return f"You already have {cap} requests running; this one starts when one of them ends."
+
+
+@dataclass(eq=False)
+class _Waiter:
+    party: Party
+    seq: int
+    on_capped: Callable[[], None]  # called once if its sender's own share holds it back
+    granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    capped: bool = False
+
+
+class _Slots:
+    """Run slots: owners first, one slot kept for owners when there are several, and at most `per_sender` at once
+    for one non-owner across all chats. Waiters are served in arrival order within those rules."""
+
+    def __init__(self, total: int, per_sender: int) -> None:
+        self.total = total
+        self.per_sender = per_sender
+        self.running = 0
+        self._by_sender: Counter[str | None] = Counter()
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _room(self, party: Party) -> bool:
+        if party.owner:
+            return self.running < self.total
+        kept = 1 if self.total > 1 else 0  # for owners
+        return self.running < self.total - kept
+
+    async def acquire(self, party: Party, on_capped: Callable[[], None]) -> None:
+        waiter = _Waiter(party, next(self._seq), on_capped)
+        self._waiters.append(waiter)
+        self._dispatch()
+        try:
+            await waiter.granted
+        except asyncio.CancelledError:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            elif waiter.granted.done() and not waiter.granted.cancelled():
+                self.release(party)  # granted as it was cancelled: give the slot back
+            raise
+
+    def release(self, party: Party) -> None:
+        self.running -= 1
+        self._by_sender[party.sender] -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        for waiter in sorted(self._waiters, key=lambda w: (not w.party.owner, w.seq)):
+            if waiter.granted.cancelled():  # its turn is being cancelled; acquire() removes it
+                continue
+            if not self._room(waiter.party):
+                continue
+            party = waiter.party
+            if not party.owner and self._by_sender[party.sender] >= self.per_sender:
+                if not waiter.capped:
+                    waiter.capped = True
+                    waiter.on_capped()
+                continue
+            self._waiters.remove(waiter)
+            self.running += 1
+            self._by_sender[party.sender] += 1
+            waiter.granted.set_result(None)
+
+
 Handler = Callable[[str, list[T], RunControl[T]], Awaitable[None]]
 Fold = Callable[[list[T]], T]
 Notify = Callable[[str, T, str], Awaitable[None]]
@@ -76,6 +161,8 @@ class Lanes(Generic[T]):
         fold: Fold[T],
         notify: Notify[T],
         max_concurrent: int = 4,
+        per_sender: int = 2,
+        party: Callable[[T], Party] = lambda item: OWNER,
         settings: QueueSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -86,12 +173,12 @@ class Lanes(Generic[T]):
         self._handler = handler
         self._fold = fold
         self._notify = notify
-        self._slots = asyncio.Semaphore(max_concurrent)
+        self._party = party
+        self._slots = _Slots(max_concurrent, per_sender)
         self._lanes: dict[str, _Lane[T]] = {}
         self._clock = clock
         self._sleep = sleep
         self._running = 0
-        self._waiting = 0
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
 
@@ -142,17 +229,14 @@ class Lanes(Generic[T]):
                 if not first and self.settings.mode == "collect":
                     await self._quiet(lane)
                 first = False
-                self._waiting += 1
-                try:
-                    await self._slots.acquire()
-                finally:
-                    self._waiting -= 1
+                party = self._party(lane.queue[-1][0])  # a run is for the newest message's sender
+                await self._slots.acquire(party, lambda: self._capped(key, lane))
                 try:
                     if not lane.queue or self._closed:
                         break
                     await self._run(key, lane, self._take_batch(lane))
                 finally:
-                    self._slots.release()
+                    self._slots.release(party)
         finally:
             # Queued items stay on close (pending_items); otherwise an idle session leaves nothing behind.
             if not lane.queue and self._lanes.get(key) is lane:
@@ -233,8 +317,14 @@ class Lanes(Generic[T]):
         return self._running
 
     def waiting_count(self) -> int:
-        """Sessions whose next turn is waiting for a free run slot (all `max_concurrent` are taken)."""
-        return self._waiting
+        """Sessions whose next turn is waiting for a run slot (all taken, or its sender has their share)."""
+        return self._slots.waiting
+
+    def _capped(self, key: str, lane: _Lane[T]) -> None:
+        """Tell a person, once per waiting turn, that it waits for one of their own runs to end."""
+        if lane.queue:
+            text = per_sender_notice(self._slots.per_sender)
+            self._spawn(self._notify(key, lane.queue[-1][0], text), f"notify {key}")
 
     def lane_count(self) -> int:
         """Sessions holding any state: a turn running or items waiting."""

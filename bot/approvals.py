@@ -8,15 +8,16 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Literal
 
 from bot.access import owner_key
+from bot.approval_text import Shown, shown_command
 from bot.config import Config
 from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, Store
-from channels.base import ActionEvent, Button, ChatTarget, OutboundMessage
+from channels import markup_slack
+from channels.base import ActionEvent, Button, Capabilities, ChatTarget, OutboundMessage
 from routing import Peer
 from tools.base import ToolContext
 from tools.exec import Authorization
@@ -66,11 +67,10 @@ class Approvals:
         *,
         terminal: TerminalAsk | None = None,
         clock: Callable[[], float] = time.time,
-        state_dir: Path | None = None,
+        own_files: Sequence[str] = (),
     ) -> None:
         self.config = config
-        # The bot's own files: a command that names them never runs, whoever approves it.
-        self.protected = [str(path.resolve()) for path in (config.file, state_dir) if path is not None]
+        self.own_files = list(own_files)  # a command that names one never runs, whoever would approve it
         self.store = store
         self.courier = courier
         self.terminal = terminal
@@ -88,7 +88,7 @@ class Approvals:
             for path, args, digest in await self.store.allowed_commands(run.agent)
         ]
         verdict = evaluate(
-            command, settings, stored, path=os.environ.get("PATH"), cwd=run.workspace, protected=self.protected
+            command, settings, stored, path=os.environ.get("PATH"), cwd=run.workspace, protected=self.own_files
         )
         if verdict.decision == "allow":
             return Authorization(allowed=True, status="allowed", reason=verdict.reason)
@@ -111,12 +111,16 @@ class Approvals:
             expires=self.clock() + self.config.approvals.timeout_seconds,
             status="pending",
         )
+        targets = None if run.target is None or run.channel == "console" else self._targets(record, run.target)
+        too_long = self._too_long(record, targets or [])
+        if too_long is not None:  # refused before anything is stored or sent: never part of a command under buttons
+            return Authorization(allowed=False, status="denied", reason=too_long)
         decided = self._decided[record.id] = asyncio.Event()  # first: a sweep for orphans must skip it
         try:
             await self.store.create_approval(record)  # before any message: a click can only find a stored request
-            if run.target is None or run.channel == "console":
+            if targets is None:
                 settled = await self._ask_terminal(record)
-            elif await self._announce(record, run.target):
+            elif await self._announce(record, targets):
                 settled = await self._wait(record, decided)
             else:  # shown nowhere: nobody can answer it, so do not make the run wait for the expiry
                 settled = await self._settle(record.id, "denied", "deny", "nobody (the request could not be shown)")
@@ -141,16 +145,41 @@ class Approvals:
 
     # --- asking -----------------------------------------------------------------------------------------------
 
-    async def _announce(self, record: ApprovalRecord, origin: ChatTarget) -> int:
-        """Show the request where `approvals.target` says: the chat it came from, the approvers' DMs, or both;
-        how many places show it."""
+    def _targets(self, record: ApprovalRecord, origin: ChatTarget) -> list[ChatTarget]:
+        """Where `approvals.target` says the request is shown: the chat it came from, the approvers' DMs, or both."""
         targets: list[ChatTarget] = []
         where = self.config.approvals.target
         if where in ("chat", "both"):
             targets.append(origin)
         if where in ("dm", "both"):
             targets += [target for target in self._approver_dms(record, origin) if target not in targets]
+        return targets
+
+    async def _announce(self, record: ApprovalRecord, targets: list[ChatTarget]) -> int:
+        """Show the request in each of `targets`; how many places show it."""
         return sum([await self._show(record, target) for target in targets])
+
+    def _too_long(self, record: ApprovalRecord, targets: list[ChatTarget]) -> str | None:
+        """Why the request cannot be shown whole, in one message with its buttons, everywhere it would go (the
+        reason the model reads); None when it can. A request is refused rather than split: buttons under the tail
+        of a command would ask for an answer about what the approver did not see."""
+        tightest: tuple[int, int, str] | None = None  # (room for the command, its length there, channel)
+        for target in targets:
+            caps = self.courier.capabilities(target.channel, target.account) if self.courier is not None else None
+            if caps is None:
+                continue
+            card = _length(_request_text(record), caps)
+            command = _length(_code_body(shown_command(record.command)), caps, code=True)
+            room = caps.max_text_length - (card - command)
+            if card > caps.max_text_length and (tightest is None or room < tightest[0]):
+                tightest = (room, command, target.channel)
+        if tightest is None:
+            return None
+        room, length, channel = tightest
+        return (
+            f"the command is too long to show an approver whole ({length} characters as shown; {channel} shows at "
+            f"most {max(room, 0)} in one approval request); split it into shorter commands"
+        )
 
     def _approver_dms(self, record: ApprovalRecord, origin: ChatTarget) -> list[ChatTarget]:
         running = self.courier.accounts() if self.courier is not None else []
@@ -170,8 +199,12 @@ class Approvals:
             return False
         caps = self.courier.capabilities(target.channel, target.account)
         buttons = _buttons(record) if caps is not None and caps.buttons else []
+        text = _request_text(record)
+        if caps is not None and _length(text, caps) > caps.max_text_length:  # checked before storing; never split
+            log.warning("approval %s: too long to show whole in %s; not sent", record.id, target.channel)
+            return False
         try:
-            message_id = await self.courier.send(target, OutboundMessage(text=_request_text(record), buttons=buttons))
+            message_id = await self.courier.send(target, OutboundMessage(text=text, buttons=buttons))
         except Exception as error:
             log.warning("approval %s: could not show it in %s: %s", record.id, target.channel, error)
             return False
@@ -221,9 +254,9 @@ class Approvals:
     async def _show_outcome(self, record: ApprovalRecord) -> None:
         if self.courier is None:
             return
-        text = _outcome_text(record)
         for where in record.messages:
             target = ChatTarget.model_validate(where["target"])
+            text = _outcome_text(record, self.courier.capabilities(target.channel, target.account))
             try:
                 await self.courier.edit(target, str(where["message_id"]), OutboundMessage(text=text))
             except Exception as error:
@@ -319,26 +352,54 @@ def _clock_text(at: float) -> str:
 
 
 def _request_text(record: ApprovalRecord) -> str:
+    """The request card, the same with buttons or without (then `/approve` is how to answer)."""
     minutes = max(1, round((record.expires - record.created) / 60))
     choices = "allow-once|allow-always|deny" if record.offer_always else "allow-once|deny"
+    shown = shown_command(record.command)
     return "\n".join(
         [
             "**Approval required**",
-            f"```\n{_fenced(record.command)}\n```",
-            f"Directory: `{record.cwd}`",
+            _code_block(shown),
+            *_warning(shown),
+            f"Directory: `{shown_command(record.cwd).text}`",
             f"Agent: {record.agent} · expires in {minutes} min ({_clock_text(record.expires)})",
             f"ID: `{record.id}` (or reply `/approve {record.id[:8]} {choices}`)",
         ]
     )
 
 
-def _outcome_text(record: ApprovalRecord) -> str:
+def _outcome_text(record: ApprovalRecord, caps: Capabilities | None = None) -> str:
+    """The card once decided or expired (no buttons); without the command if, with a long name, it would no
+    longer fit the channel's one message (never a part of it)."""
     if record.status == "expired":
         outcome = "Expired: nobody approved it in time"
     else:
-        outcome = f"{_OUTCOMES.get(record.decision or 'deny', 'Denied')} by {record.decided_by or 'an approver'}"
-    return "\n".join([f"**{outcome}**", f"```\n{_fenced(record.command)}\n```", f"ID: `{record.id}`"])
+        who = shown_command(record.decided_by or "an approver").text
+        outcome = f"{_OUTCOMES.get(record.decision or 'deny', 'Denied')} by {who}"
+    shown = shown_command(record.command)
+    text = "\n".join([f"**{outcome}**", _code_block(shown), *_warning(shown), f"ID: `{record.id}`"])
+    if caps is None or _length(text, caps) <= caps.max_text_length:
+        return text
+    return "\n".join([f"**{outcome}**", "(the command is too long to repeat with the outcome)", f"ID: `{record.id}`"])
 
 
-def _fenced(command: str) -> str:
-    return command.replace("```", "`\u200b``")  # the command cannot close the code block around it
+def _code_block(shown: Shown) -> str:
+    return f"```\n{_code_body(shown)}\n```"
+
+
+def _code_body(shown: Shown) -> str:
+    return shown.text.replace("```", "`\u200b``")  # the command cannot close the code block around it
+
+
+def _warning(shown: Shown) -> list[str]:
+    warning = shown.warning()
+    return [] if warning is None else [warning]
+
+
+def _length(text: str, caps: Capabilities, *, code: bool = False) -> int:
+    """How much of `caps.max_text_length` a card (or, with `code`, the inside of its code block) takes: counted as
+    Telegram counts (UTF-16 code units, never fewer than the characters the adapters' splitting counts), after
+    Slack's conversion where it applies."""
+    if caps.markup == "slack-mrkdwn":
+        text = markup_slack.escape(text) if code else markup_slack.markdown_to_mrkdwn(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2

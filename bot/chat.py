@@ -16,9 +16,10 @@ from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEve
 from agent.loop import TurnResult
 from agent.messages import UserMessage
 from agent.runner import Runner
+from bot.approval_text import shown_command
 from bot.approvals import Approvals
 from bot.assemble import SetupError
-from bot.config import Config
+from bot.config import Config, own_files
 from bot.conversation import Conversations
 from bot.store import ApprovalDecision, ApprovalRecord, SqliteStore
 from channels.base import CONSOLE
@@ -26,6 +27,7 @@ from channels.console import console_user
 from routing import Peer, RoutingInput
 from tools.base import RunInfo
 from tools.builtins import builtin_registry
+from tools.exec import ProcessTable
 from tools.sandbox import sandbox_for
 
 
@@ -72,14 +74,20 @@ async def open_session(
     state_dir.mkdir(parents=True, exist_ok=True)
     store = await SqliteStore.open(state_dir)
     terminal = ask_on_terminal if sys.stdin.isatty() else None
-    approvals = Approvals(config, store, terminal=terminal, state_dir=state_dir)
-    conversations = Conversations(config, store, state_dir, Runner(), builtin_registry(authorize=approvals.authorize))
+    own = own_files(config, state_dir)
+    approvals = Approvals(config, store, terminal=terminal, own_files=own)
+    registry = builtin_registry(authorize=approvals.authorize, processes=ProcessTable(hide=own))
+    conversations = Conversations(config, store, state_dir, Runner(), registry)
     return ChatSession(conversations, agent, session_key, run, peer)
 
 
 async def ask_on_terminal(record: ApprovalRecord) -> ApprovalDecision | None:
-    """The console's approval prompt: the command, then once / always / deny (anything else denies)."""
-    sys.stderr.write(f"\nApproval required ({record.agent}, in {record.cwd}):\n  {record.command}\n")
+    """The console's approval prompt: the whole command, its hidden characters escaped (never interpreted by the
+    terminal) with a warning line when it holds any, then once / always / deny (anything else denies)."""
+    shown = shown_command(record.command)
+    where = f"{shown_command(record.agent).text}, in {shown_command(record.cwd).text}"
+    warning = shown.plain_warning()
+    sys.stderr.write(f"\nApproval required ({where}):\n  {shown.text}\n" + (f"  {warning}\n" if warning else ""))
     choices = "[o]nce, [a]lways, [d]eny" if record.offer_always else "[o]nce, [d]eny"
     answer = (await asyncio.to_thread(input, f"Allow? {choices}: ")).strip().lower()
     if answer in ("o", "once", "y", "yes"):

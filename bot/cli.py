@@ -315,19 +315,25 @@ def approvals() -> None:
 @STATE_OPTION
 @click.option("--all", "show_all", is_flag=True, help="Also show decided and expired requests.")
 def approvals_list(config_path: str, state_dir: str | None, show_all: bool) -> None:
-    """Show pending approval requests."""
+    """Show pending approval requests, each whole command with its hidden characters escaped."""
     import asyncio
     from datetime import datetime
 
+    from bot.approval_text import shown_command
     from bot.store import SqliteStore
 
     async def rows() -> list[str]:
         async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
             found = await store.find_approvals("", pending_only=not show_all)
-        return [
-            f"{r.id}  {r.status:<8} {r.agent}  expires {datetime.fromtimestamp(r.expires):%H:%M}  {r.command}"
-            for r in found
-        ]
+        lines = []
+        for r in found:
+            shown, agent = shown_command(r.command), shown_command(r.agent).text
+            expires = datetime.fromtimestamp(r.expires)
+            lines.append(f"{r.id}  {r.status:<8} {agent}  expires {expires:%H:%M}  {shown.text}")
+            warning = shown.plain_warning()
+            if warning is not None:
+                lines.append(f"    {warning}")
+        return lines
 
     lines = asyncio.run(rows())
     click.echo("\n".join(lines) if lines else "No pending approval requests.")

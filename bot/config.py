@@ -28,6 +28,7 @@ from routing import (
     normalize_agent_id,
     normalize_peer_kind,
 )
+from tools.base import CrossChat
 from tools.exec_policy import ExecSettings
 from tools.policy import AgentToolsConfig, ToolsConfig
 from tools.sandbox import SandboxSettings
@@ -125,6 +126,34 @@ class ApprovalsConfig(_Section):
     target: Literal["chat", "dm", "both"] = "chat"  # the chat the run is in, each approver's DM, or both
 
 
+class LimitsConfig(_Section):
+    """`agents[].limits`: how long a run someone who is not an owner started may take."""
+
+    non_owner_timeout_seconds: float = Field(default=120, gt=0)
+
+
+class LanesConfig(_Section):
+    """`lanes`: how run slots are shared between the people who talk to the bot."""
+
+    per_sender: int = Field(default=2, ge=1)  # runs at once for one non-owner, across all chats
+
+
+class MessageConfig(_Section):
+    """`agents[].message`: where the message tool may act. `cross_chat`: whose runs may act in another chat than
+    the one (and thread) they were started from: the owners' (default), everyone's, or nobody's."""
+
+    cross_chat: CrossChat = "owners"
+
+
+class MemoryConfig(_Section):
+    """`agents[].memory`: what a non-owner's run sees of the agent's files and memory."""
+
+    # sender: a non-owner's run works in its own folder, <workspace>/senders/<channel>-<id>/, and sees nothing
+    # else; agent: non-owners share the whole workspace with the owners. Either way, what non-owners wrote reaches
+    # an owner's run only wrapped as untrusted content naming them (tools.provenance).
+    scope: Literal["agent", "sender"] = "sender"
+
+
 class AgentConfig(_Section):
     """One agent: an id, and what it does not inherit from `defaults`."""
 
@@ -135,8 +164,11 @@ class AgentConfig(_Section):
     workspace: str | None = None
     tools: AgentToolsConfig | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     exec: ExecConfig = Field(default_factory=ExecConfig)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    message: MessageConfig = Field(default_factory=MessageConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
 
 
 class Defaults(_Section):
@@ -214,6 +246,7 @@ class Config(_Section):
     providers: dict[Name, ProviderConfig] | None = None  # None: taken from *_API_KEY variables at run time
     tools: ToolsConfig | None = None  # None: the full profile, nothing removed
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    lanes: LanesConfig = Field(default_factory=LanesConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.
@@ -274,9 +307,11 @@ class Config(_Section):
         """The agent's exec policy (`agents[].exec`)."""
         return self.agent(agent_id).exec
 
-    def timeout_for(self, agent_id: str) -> float:
-        """Seconds a run of this agent may take before it is cancelled."""
-        return self.agent(agent_id).timeout_seconds or self.defaults.timeout_seconds
+    def timeout_for(self, agent_id: str, *, owner: bool = True) -> float:
+        """Seconds a run of this agent may take before it is cancelled; a run a non-owner started gets at most
+        `agents[].limits.non_owner_timeout_seconds`."""
+        timeout = self.agent(agent_id).timeout_seconds or self.defaults.timeout_seconds
+        return timeout if owner else min(timeout, self.agent(agent_id).limits.non_owner_timeout_seconds)
 
     def unset_credentials(self, channel: str, account: str) -> list[str]:
         """The environment variables a channel account needs that are not set (empty: the account can start)."""
@@ -526,6 +561,11 @@ def load_config(path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | 
     config._file = Path(path).resolve()
     config._base_dir = config._file.parent
     return config
+
+
+def own_files(config: Config, state_dir: Path) -> list[str]:
+    """The bot's own files, which no command may name or see: the config file and the state directory."""
+    return [os.path.realpath(path) for path in (config.file, state_dir) if path is not None]
 
 
 def workspace_conflicts(config: Config, state_dir: Path) -> list[ConfigIssue]:

@@ -23,6 +23,7 @@ from channels.base import ChatTarget
 from routing import Peer
 from tools.base import RunInfo
 from tools.hooks import Hooks
+from tools.provenance import prepare_root
 from tools.registry import ToolRegistry
 
 
@@ -56,8 +57,7 @@ class Conversations:
         models = candidates(self.config, run.agent)
         session = await self.store.ensure_session(run.session_key, run.agent)
         transcript = transcript_for(self.state_dir, session.session_id)
-        workspace = Path(run.workspace) if run.workspace else None
-        stored, bootstrap = await asyncio.to_thread(_read_inputs, transcript, workspace)
+        stored, bootstrap = await asyncio.to_thread(_read_inputs, transcript, run)
         history = since_last_summary(stored)
         stop = cancel or asyncio.Event()
 
@@ -78,7 +78,7 @@ class Conversations:
                 make_turn=make_turn,
                 history=history,
                 user=user,
-                timeout_seconds=self.config.timeout_for(run.agent),
+                timeout_seconds=self.config.timeout_for(run.agent, owner=run.sender_is_owner),
                 on_compacted=on_compacted,
             )
         )
@@ -97,11 +97,14 @@ class Conversations:
         return outcome
 
 
-def _read_inputs(transcript: Path, workspace: Path | None) -> tuple[list[Message], list[tuple[str, str]]]:
-    """What a turn reads from disk, in one trip off the event loop: the session's transcript and the workspace's
-    bootstrap files (the workspace is created on first use)."""
+def _read_inputs(transcript: Path, run: RunInfo) -> tuple[list[Message], list[tuple[str, str]]]:
+    """What a turn reads from disk, in one trip off the event loop: the session's transcript and the bootstrap files
+    of the agent's workspace, even when the run works in a non-owner's own folder of it (created on first use, as
+    the workspace is)."""
     bootstrap: list[tuple[str, str]] = []
-    if workspace is not None:
-        workspace.mkdir(parents=True, exist_ok=True)
-        bootstrap = load_bootstrap(workspace)
+    agent_workspace = run.agent_workspace or run.workspace
+    if agent_workspace:
+        Path(agent_workspace).mkdir(parents=True, exist_ok=True)
+        bootstrap = load_bootstrap(Path(agent_workspace))
+        prepare_root(run)
     return load_transcript(transcript), bootstrap

@@ -8,20 +8,21 @@ import logging
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from agent.events import discard
-from agent.lanes import Lanes, RunControl
+from agent.lanes import OWNER, Lanes, Party, RunControl
 from agent.messages import TextBlock, UserMessage
 from agent.prompt import quoted_name
 from agent.runner import Runner, RunOutcome
 from bot.access import check_access, owner_key
 from bot.assemble import SetupError, model_refs
 from bot.commands import HELP, Command, parse_command
-from bot.config import Config
+from bot.config import Config, own_files
 from bot.conversation import Conversations
 from bot.store import InboundRecord, OutboxEntry, OutboxRecord, PreviewRecord, Store
 from bot.streaming import StreamingReply
@@ -38,6 +39,7 @@ from channels.chunking import chunk_text
 from routing import Peer
 from tools.base import RunInfo
 from tools.hooks import Hooks
+from tools.provenance import sender_workspace
 from tools.registry import ToolRegistry
 from tools.sandbox import sandbox_for
 
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 MAX_SEND_ATTEMPTS = 8
+MAX_ANSWER_SESSIONS = 1000  # answers still on their way whose messages are noted for the message tool
 TYPING_EVERY_SECONDS = 4.0
 TYPING_DELAY_SECONDS = 0.5
 PAIR_MAX_MISSES = 5
@@ -124,8 +127,9 @@ class Gateway:
         self.store = store
         self.state_dir = state_dir
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
-        self.approvals = Approvals(config, store, self, clock=clock, state_dir=state_dir)
-        self.processes = ProcessTable()
+        own = own_files(config, state_dir)
+        self.approvals = Approvals(config, store, self, clock=clock, own_files=own)
+        self.processes = ProcessTable(hide=own)
         registry = registry or builtin_registry(
             messenger=self, authorize=self.approvals.authorize, processes=self.processes
         )
@@ -139,6 +143,8 @@ class Gateway:
             fold=_fold,
             notify=self._notice,
             max_concurrent=config.defaults.max_concurrent,
+            per_sender=config.lanes.per_sender,
+            party=self._party,
             settings=config.session.queue,
         )
         self._outbox_wake = asyncio.Event()
@@ -147,7 +153,14 @@ class Gateway:
         self._accepting = False
         self._pair_misses: dict[str, list[float]] = {}
         self._unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
+        # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
+        self._answer_sessions: OrderedDict[int, str] = OrderedDict()
         self._owners = frozenset(owner_key(*owner.split(":", 1)) for owner in config.owners)
+
+    def _party(self, job: Job) -> Party:
+        """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
+        key = owner_key(job.message.channel, job.message.sender_id)
+        return OWNER if key in self._owners else Party(sender=key, owner=False)
 
     # --- start and stop -----------------------------------------------------------------------------------------
 
@@ -376,6 +389,9 @@ class Gateway:
         stream = self._streaming_reply(newest, inbound_ids)
         if self._message_tool is not None:
             self._message_tool.forget(key)
+        self._answer_sessions[newest.inbound_id] = key
+        while len(self._answer_sessions) > MAX_ANSWER_SESSIONS:
+            self._answer_sessions.popitem(last=False)
         try:
             text = await self._answer(key, jobs, control, stream)
             if self._delivered_by_tool(key, newest.message.target(), text):
@@ -412,6 +428,8 @@ class Gateway:
         async def shown(message_id: str) -> None:
             target_json = target.model_dump(mode="json")
             await self.store.set_preview(newest.inbound_id, message.channel, message.account, target_json, message_id)
+            if self._message_tool is not None:
+                self._message_tool.remember(newest.session_key, target, message_id)
 
         return StreamingReply(
             adapter,
@@ -439,6 +457,9 @@ class Gateway:
         adapter = self.adapters.get((sender.channel, sender.account))
         is_owner = owner_key(sender.channel, sender.sender_id) in self._owners
         sandbox = self.config.agent(jobs[-1].agent).sandbox
+        workspace = self.config.workspace(jobs[-1].agent)
+        scoped = not is_owner and self.config.agent(jobs[-1].agent).memory.scope == "sender"
+        home = sender_workspace(workspace, sender.channel, sender.sender_id) if scoped else workspace
         run = RunInfo(
             agent=jobs[-1].agent,
             session_key=key,
@@ -446,10 +467,12 @@ class Gateway:
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
             sender_is_owner=is_owner,
-            workspace=str(self.config.workspace(jobs[-1].agent)),
+            workspace=str(home),  # a non-owner's own folder under memory.scope: sender (tools.provenance)
+            agent_workspace=str(workspace),
             target=sender.target(),
             reply_to=sender.message_id if not sender.message_id.startswith("click:") else None,
             sandbox=sandbox_for(sandbox, channel=sender.channel, is_owner=is_owner, peer_kind=sender.peer.kind),
+            cross_chat=self.config.agent(jobs[-1].agent).message.cross_chat,
             **({"capabilities": adapter.capabilities} if adapter is not None else {}),
         )
 
@@ -518,6 +541,12 @@ class Gateway:
 
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
         await self._adapter(target).react(target, message_id, emoji)
+
+    async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
+        peer = target.peer
+        return await self.store.is_approval_message(
+            target.channel, target.account, peer.kind, peer.id or "", message_id
+        )
 
     # --- delivery -------------------------------------------------------------------------------------------------
 
@@ -607,6 +636,9 @@ class Gateway:
             await self.store.mark_send_failed(record.id, str(error)[:300], self.clock() + delay)
             return False
         await self.store.mark_sent(record.id, message_id)
+        session_key = self._answer_sessions.get(record.inbound_id) if record.inbound_id is not None else None
+        if session_key is not None and message_id is not None and self._message_tool is not None:
+            self._message_tool.remember(session_key, ChatTarget.model_validate(record.target), message_id)
         return True
 
 

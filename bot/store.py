@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import os
 import queue
 import secrets
 import sqlite3
@@ -43,6 +44,7 @@ InboundStatus = Literal["pending", "running", "done", "failed"]
 OutboxStatus = Literal["pending", "sent", "dead"]
 
 DB_FILE = "state.db"
+KEY_FILE = "decision.key"  # beside the database, readable by the bot's user only; no command can see it
 DEDUPE_SECONDS = 24 * 60 * 60.0  # platforms redeliver within minutes; a day of dedupe keys is ample
 BUSY_TIMEOUT_MS = 5_000
 
@@ -247,6 +249,9 @@ class Store(Protocol):
     async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]: ...
     async def pending_approvals(self) -> list[ApprovalRecord]: ...
     async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None: ...
+    async def is_approval_message(
+        self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str
+    ) -> bool: ...
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None: ...
@@ -376,6 +381,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # "Allow always" on a script (`python3 build.py`) pins the script's content: NULL for any other command.
     ("ALTER TABLE exec_allowed ADD COLUMN sha256 TEXT",),
+    # A decision carries a seal made with the state directory's key: a row changed behind the store's back has none.
+    ("ALTER TABLE approvals ADD COLUMN seal TEXT",),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -387,8 +394,9 @@ class SqliteStore:
     time, in the order they were made. A call whose caller is cancelled may still complete.
     """
 
-    def __init__(self, path: Path, worker: _Worker, connection: sqlite3.Connection, clock: Clock):
+    def __init__(self, path: Path, worker: _Worker, connection: sqlite3.Connection, clock: Clock, key: bytes = b""):
         self.path = path
+        self._key = key  # seals approval decisions
         self._worker = worker
         self._connection: sqlite3.Connection | None = connection
         self._clock = clock
@@ -400,10 +408,11 @@ class SqliteStore:
         worker = _Worker()
         try:
             connection = await worker.call(partial(_connect, path))
+            key = await worker.call(partial(_decision_key, state_dir / KEY_FILE))
         except BaseException:
             worker.stop()
             raise
-        return cls(path, worker, connection, clock)
+        return cls(path, worker, connection, clock, key)
 
     async def close(self) -> None:
         """Finish the calls already made, then close the database. Closing twice is fine."""
@@ -627,27 +636,41 @@ class SqliteStore:
         await self._call(_execute, sql, tuple(row.values()))
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
-        rows = await self._call(_approval_rows, "WHERE id = ?", (approval_id,))
+        rows = await self._call(_approval_rows, self._key, "WHERE id = ?", (approval_id,))
         return rows[0] if rows else None
 
     async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]:
         """Requests whose id starts with `id_prefix` (for `/approve <prefix>`), newest first."""
         where = "WHERE substr(id, 1, length(?)) = ?" + (" AND status = 'pending'" if pending_only else "")
-        return await self._call(_approval_rows, where + " ORDER BY created DESC", (id_prefix, id_prefix))
+        return await self._call(_approval_rows, self._key, where + " ORDER BY created DESC", (id_prefix, id_prefix))
 
     async def pending_approvals(self) -> list[ApprovalRecord]:
-        return await self._call(_approval_rows, "WHERE status = 'pending' ORDER BY created", ())
+        return await self._call(_approval_rows, self._key, "WHERE status = 'pending' ORDER BY created", ())
 
     async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None:
         """Remember one place the request was shown, so that its outcome can be written there."""
         sql = "UPDATE approvals SET messages = json_insert(messages, '$[#]', json(?)) WHERE id = ?"
         await self._call(_execute, sql, (_dumps(message), approval_id))
 
+    async def is_approval_message(
+        self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str
+    ) -> bool:
+        """Whether any request, pending or decided, was shown as this message (its card)."""
+        sql = (
+            "SELECT EXISTS (SELECT 1 FROM approvals, json_each(approvals.messages) AS shown"
+            " WHERE json_extract(shown.value, '$.message_id') = ?"
+            " AND json_extract(shown.value, '$.target.channel') = ?"
+            " AND json_extract(shown.value, '$.target.account') = ?"
+            " AND json_extract(shown.value, '$.target.peer.kind') = ?"
+            " AND json_extract(shown.value, '$.target.peer.id') = ?)"
+        )
+        return bool(await self._call(_scalar, sql, message_id, channel, account, peer_kind, peer_id))
+
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None:
         """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
-        return await self._call(_decide_approval, approval_id, status, decision, decided_by)
+        return await self._call(_decide_approval, self._key, approval_id, status, decision, decided_by)
 
     async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
         """The exact commands "Allow always" stored for an agent: (resolved executable, arguments, script SHA-256)."""
@@ -785,30 +808,59 @@ def _execute(connection: sqlite3.Connection, sql: str, params: tuple[object, ...
     connection.execute(sql, params)
 
 
-def _approval_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[ApprovalRecord]:
-    return [_approval(row) for row in connection.execute(f"SELECT * FROM approvals {where}", params)]
+def _decision_key(path: Path) -> bytes:
+    """The key that seals approval decisions: made once, 32 random bytes, readable by the bot's user only."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes()
+    key = secrets.token_bytes(32)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(key)
+    return key
 
 
-def _approval(row: sqlite3.Row) -> ApprovalRecord:
+def _seal(key: bytes, approval_id: str, status: str, decision: str | None, decided_by: str | None) -> str:
+    text = "\x1f".join((approval_id, status, decision or "", decided_by or ""))
+    return hmac.new(key, text.encode(), "sha256").hexdigest()
+
+
+def _approval_rows(
+    connection: sqlite3.Connection, key: bytes, where: str, params: tuple[object, ...]
+) -> list[ApprovalRecord]:
+    return [_approval(row, key) for row in connection.execute(f"SELECT * FROM approvals {where}", params)]
+
+
+def _approval(row: sqlite3.Row, key: bytes) -> ApprovalRecord:
+    """A request as stored; a decision without a valid seal (written behind the store's back) counts as none:
+    the request reads as expired, which denies."""
     values = dict(row)
+    seal = values.pop("seal", None)
     values.update(approvers=json.loads(values["approvers"]), messages=json.loads(values["messages"]))
     values["offer_always"] = bool(values["offer_always"])
+    if values["status"] != "pending":
+        expected = _seal(key, values["id"], values["status"], values["decision"], values["decided_by"])
+        if not (isinstance(seal, str) and hmac.compare_digest(seal, expected)):
+            values.update(status="expired", decision=None, decided_by=None)
     return ApprovalRecord(**values)
 
 
 def _decide_approval(
     connection: sqlite3.Connection,
+    key: bytes,
     approval_id: str,
     status: str,
     decision: str | None,
     decided_by: str | None,
 ) -> ApprovalRecord | None:
+    seal = _seal(key, approval_id, status, decision, decided_by)
     row = _first(
         connection,
-        "UPDATE approvals SET status = ?, decision = ?, decided_by = ? WHERE id = ? AND status = 'pending' RETURNING *",
-        (status, decision, decided_by, approval_id),
+        "UPDATE approvals SET status = ?, decision = ?, decided_by = ?, seal = ? WHERE id = ? AND status = 'pending' "
+        "RETURNING *",
+        (status, decision, decided_by, seal, approval_id),
     )
-    return None if row is None else _approval(row)
+    return None if row is None else _approval(row, key)
 
 
 def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -309,7 +310,7 @@ async def test_approvals_can_go_to_the_approvers_dms(
         buttons = keyboard(approval_messages(tg, OWNER)[0])
         await tg.callback_query(buttons[0][1], message_id=card_of(tg, buttons), chat_id=OWNER, user_id=OWNER)
         await eventually(lambda: "Done for the group." in tg.sent.get(tg.group_id, []), "the answer in the group")
-    assert (tmp_path / "ws" / "main" / "from-group.txt").exists()
+    assert (tmp_path / "ws" / "main" / "senders" / f"telegram-{STRANGER}" / "from-group.txt").exists()  # their folder
 
 
 async def test_an_answer_already_sent_with_the_message_tool_is_not_sent_again(
@@ -323,3 +324,52 @@ async def test_an_answer_already_sent_with_the_message_tool_is_not_sent_again(
     await tg.private_message("and now?", user_id=OWNER, name="Owner")
     await eventually(lambda: "Next." in tg.sent.get(OWNER, []), "the next answer")
     assert tg.sent[OWNER] == ["The answer is 42.", "Next."]  # once, not twice
+
+
+HOSTILE = "touch \u202eevil.txt\x1b[2K\r && echo ok"
+HOSTILE_SHOWN = "touch \\u202eevil.txt\\x1b[2K\\x0d && echo ok"
+HIDDEN = "\u202e\x1b\r"
+
+
+async def test_hidden_characters_reach_the_card_and_its_outcome_escaped_with_a_warning(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call(HOSTILE), "Not run.")
+    buttons = await ask_for(tg, "do it", 1)
+    message_id = card_of(tg, buttons)
+    card = tg.messages[(OWNER, message_id)].visible
+    assert HOSTILE_SHOWN in card and not any(char in card for char in HIDDEN)
+    assert "⚠ This command holds invisible or control characters, shown escaped (\\u202e, \\x1b, \\x0d)" in card
+    await tg.callback_query(buttons[-1][1], message_id=message_id, chat_id=OWNER, user_id=OWNER, name="Owner")
+    await eventually(lambda: "Not run." in tg.sent.get(OWNER, []), "the final answer")
+    assert tool_result(fake_llm, 1)["status"] == "denied"
+    await eventually(edited_to(tg, message_id), "the card edited to the outcome")
+    outcome = tg.messages[(OWNER, message_id)].visible
+    assert "Denied by Owner" in outcome and HOSTILE_SHOWN in outcome and "⚠" in outcome
+
+
+async def test_a_command_too_long_for_one_message_is_refused_and_one_that_fits_exactly_is_shown_and_runs(
+    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(exec_call("true " + "x" * 4995), "Too long to ask.")
+    await tg.private_message("a long one", user_id=OWNER, name="Owner")
+    await eventually(lambda: "Too long to ask." in tg.sent.get(OWNER, []), "the final answer")
+    assert approval_messages(tg, OWNER) == [] and not any("Approval required" in text for text in tg.sent[OWNER])
+    result = tool_result(fake_llm, 1)
+    found = re.search(r"\((\d+) characters as shown; telegram shows at most (\d+) ", result["reason"])
+    assert result["status"] == "denied" and "too long to show an approver whole" in result["reason"]
+    assert found is not None and int(found.group(1)) == 5000 and "split it into shorter" in result["reason"]
+    code, out = await run_cli("approvals", "list", "--all", "--config", str(bot))
+    assert code == 0 and out.strip() == "No pending approval requests."  # nothing was stored
+
+    room = int(found.group(2))  # the most a card in this chat holds: a command of exactly that fills 4096
+    fits = "true " + "x" * (room - 5)
+    fake_llm.script(exec_call(fits), "Ran the long one.")
+    buttons = await ask_for(tg, "an exact one", 1)
+    [card] = [call for call in tg.calls("sendMessage") if "Approval required" in call["text"]]
+    assert "reply_markup" in card and fits in card["text"]  # one message: the whole command and its buttons
+    await tg.callback_query(buttons[0][1], message_id=card_of(tg, buttons), chat_id=OWNER, user_id=OWNER)
+    await eventually(lambda: "Ran the long one." in tg.sent.get(OWNER, []), "the second answer")
+    assert tool_result(fake_llm, 3)["status"] == "ok"

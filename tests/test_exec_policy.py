@@ -944,9 +944,10 @@ async def test_the_store_keeps_the_script_hash_and_migrates_an_old_database(tmp_
             ("/usr/bin/ls", ("-la",), None),
             ("/usr/bin/python3", ("build.py",), "bb" * 32),
         ]
-    with sqlite3.connect(state / "state.db") as db:  # an older database: no sha256 column yet
+    with sqlite3.connect(state / "state.db") as db:  # an older database: no sha256 column (nor any later one) yet
         db.execute("ALTER TABLE exec_allowed DROP COLUMN sha256")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+        db.execute("ALTER TABLE approvals DROP COLUMN seal")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 2}")
     async with await SqliteStore.open(state) as store:
         assert ("/usr/bin/ls", ("-la",), None) in await store.allowed_commands("main")
 

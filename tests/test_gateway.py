@@ -366,7 +366,9 @@ async def test_sessions_run_in_parallel_up_to_max_concurrent(
     gate = GateTool()
     # The first two runs to reach the model call the gate and wait in it; every later model call answers at once.
     fake_llm.script(Reply.tool_calls(ToolCallSpec("gate")), Reply.tool_calls(ToolCallSpec("gate")), *["answer"] * 3)
-    gateway = await harness.start(harness.config(defaults={"max_concurrent": 2}), registry=ToolRegistry([gate]))
+    owners = [f"loopback:{sender}" for sender in ("p1", "p2", "p3")]  # strangers would share fewer slots
+    config = harness.config(defaults={"max_concurrent": 2}, owners=owners)
+    gateway = await harness.start(config, registry=ToolRegistry([gate]))
 
     for sender in ("p1", "p2", "p3"):
         await bridge.say(f"question from {sender}", sender=sender)

@@ -12,7 +12,7 @@ import pytest
 from helpers import WAIT, FakeClock, eventually
 from pydantic import ValidationError
 
-from agent.lanes import Lanes, QueueMode, QueueSettings, RunControl
+from agent.lanes import OWNER, Lanes, Party, QueueMode, QueueSettings, RunControl, per_sender_notice
 
 GUARD = WAIT  # seconds: only a hang reaches it, and it fails the test instead of blocking the suite
 Handler = Callable[[str, list[str], RunControl[str]], Awaitable[None]]
@@ -559,3 +559,132 @@ async def test_idle_sessions_leave_no_lanes_behind() -> None:
     await eventually(lambda: lanes.lane_count() == 0, "every lane to be removed")
     assert lanes.pending_items() == {}
     assert not lanes.busy("s0") and lanes.depth("s0") == 0
+
+
+# --- fair share: owners first, a slot kept for them, and a cap per non-owner -------------------------------------
+
+
+def by_sender(item: str) -> Party:
+    """Items are `sender:text`; the sender `owner` is an owner."""
+    sender = item.split(":", 1)[0]
+    return OWNER if sender == "owner" else Party(sender=sender, owner=False)
+
+
+class Gates:
+    """A handler that keeps each session's turn open until the test opens that session's gate."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def open(self, key: str) -> None:
+        self.gates.setdefault(key, asyncio.Event()).set()
+
+    async def __call__(self, key: str, batch: list[str], control: RunControl[str]) -> None:
+        self.started.append(key)
+        await asyncio.wait_for(self.gates.setdefault(key, asyncio.Event()).wait(), GUARD)
+
+
+def fair_lanes(handler: Gates, notices: Notices, *, max_concurrent: int = 4, per_sender: int = 2) -> Lanes[str]:
+    return Lanes(
+        handler,
+        fold=join,
+        notify=notices,
+        max_concurrent=max_concurrent,
+        per_sender=per_sender,
+        party=by_sender,
+        settings=QueueSettings(mode="followup"),
+    )
+
+
+async def test_one_stranger_runs_at_most_per_sender_at_once_and_is_told_once() -> None:
+    gates, notices = Gates(), Notices()
+    lanes = fair_lanes(gates, notices)
+    for group in ("g1", "g2", "g3", "g4"):
+        await lanes.submit(group, "bo:slow job")
+    await eventually(lambda: len(gates.started) == 2 and len(notices.sent) == 2, "two runs and two notices")
+    assert gates.started == ["g1", "g2"]
+    assert lanes.waiting_count() == 2
+    assert [(key, text) for key, _, text in notices.sent] == [
+        ("g3", per_sender_notice(2)),
+        ("g4", per_sender_notice(2)),
+    ]
+    gates.open("g1")
+    await eventually(lambda: gates.started == ["g1", "g2", "g3"], "the third once the first ended")
+    assert len(notices.sent) == 2  # each waiting turn was told once, not again on every change
+    for group in ("g2", "g3", "g4"):
+        gates.open(group)
+    await eventually(lambda: lanes.lane_count() == 0, "every run to end")
+
+
+async def test_strangers_together_leave_a_slot_for_the_owner() -> None:
+    gates, notices = Gates(), Notices()
+    lanes = fair_lanes(gates, notices, max_concurrent=4)
+    for number, sender in enumerate(("ann", "bo", "cy", "di", "ed")):
+        await lanes.submit(f"g{number}", f"{sender}:slow")
+    await eventually(lambda: len(gates.started) == 3 and lanes.waiting_count() == 2, "three strangers running")
+    await lanes.submit("dm", "owner:hello")
+    await eventually(lambda: "dm" in gates.started, "the owner's turn to start at once")
+    assert lanes.running_count() == 4
+    assert notices.sent == []  # nobody hit their own cap: the strangers wait for the shared slots
+    for key in ("dm", "g0", "g1", "g2", "g3", "g4"):
+        gates.open(key)
+    await eventually(lambda: lanes.lane_count() == 0, "every run to end")
+
+
+async def test_a_waiting_owner_gets_the_next_slot_before_strangers_who_came_first() -> None:
+    gates, notices = Gates(), Notices()
+    lanes = fair_lanes(gates, notices, max_concurrent=3)
+    await lanes.submit("dm1", "owner:first")
+    await lanes.submit("g1", "bo:slow")
+    await lanes.submit("dm2", "owner:second")
+    await eventually(lambda: gates.started == ["dm1", "g1", "dm2"], "every slot taken")
+    await lanes.submit("g2", "cy:slow")
+    await lanes.submit("dm3", "owner:third")
+    await eventually(lambda: lanes.waiting_count() == 2, "both to wait")
+    gates.open("dm1")
+    await eventually(lambda: len(gates.started) == 4, "the next turn")
+    assert gates.started[3] == "dm3"
+    for key in ("g1", "dm2", "dm3"):
+        gates.open(key)
+    await eventually(lambda: len(gates.started) == 5, "the stranger's turn at last")
+    assert gates.started[4] == "g2"
+    gates.open("g2")
+    await eventually(lambda: lanes.lane_count() == 0, "every run to end")
+
+
+async def test_a_stranger_never_takes_the_last_free_slot() -> None:
+    gates, notices = Gates(), Notices()
+    lanes = fair_lanes(gates, notices, max_concurrent=2)
+    await lanes.submit("dm", "owner:working")
+    await lanes.submit("g1", "bo:slow")
+    await eventually(lambda: gates.started == ["dm"] and lanes.waiting_count() == 1, "the stranger to wait")
+    gates.open("dm")
+    await eventually(lambda: gates.started == ["dm", "g1"], "the stranger once the owner's turn ended")
+    gates.open("g1")
+    await eventually(lambda: lanes.lane_count() == 0, "every run to end")
+
+
+async def test_owners_alone_may_use_every_slot() -> None:
+    gates, notices = Gates(), Notices()
+    lanes = fair_lanes(gates, notices, max_concurrent=3, per_sender=1)
+    for key in ("a", "b", "c"):
+        await lanes.submit(key, "owner:work")
+    await eventually(lambda: len(gates.started) == 3, "three owner turns at once")
+    assert notices.sent == []
+    for key in ("a", "b", "c"):
+        gates.open(key)
+    await eventually(lambda: lanes.lane_count() == 0, "every run to end")
+
+
+async def test_a_stopped_session_waiting_for_a_slot_gives_up_its_place() -> None:
+    gates, notices = Gates(), Notices()
+    lanes = fair_lanes(gates, notices, max_concurrent=4, per_sender=1)
+    await lanes.submit("g1", "bo:one")
+    await lanes.submit("g2", "bo:two")
+    await eventually(lambda: lanes.waiting_count() == 1, "the second to wait")
+    assert await lanes.stop("g2") == 1
+    gates.open("g1")
+    await eventually(lambda: lanes.lane_count() == 0, "every lane to be gone")
+    assert gates.started == ["g1"]
+    assert lanes.waiting_count() == 0 and lanes.running_count() == 0

@@ -1,22 +1,29 @@
-"""The message tool: its schema narrowed to each channel, its checks, its calls to the gateway, what it records."""
+"""The message tool: its schema narrowed to each channel and run, its checks (where a run may act, which messages
+it may edit or delete), its calls to the gateway, what it records."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agent.providers.base import SchemaDialect
+from bot.config import AgentConfig, MessageConfig
 from channels import discord, slack, telegram
 from channels.base import CONSOLE, Capabilities, ChatTarget, OutboundMessage
 from routing import Peer
-from tools.base import RunInfo, ToolContext, ToolResult, invoke
-from tools.message import MAX_SENT_PER_SESSION, MessageTool, Sent, build_schema
+from tools.base import CrossChat, RunInfo, ToolContext, ToolResult, invoke
+from tools.message import MAX_OWN_PER_SESSION, MAX_SENT_PER_SESSION, MessageTool, Sent, build_schema
 from tools.schema import normalize_schema, tool_schema
 
 DIALECTS: tuple[SchemaDialect, ...] = ("openai", "anthropic", "gemini")
 SESSION = "agent:main:telegram:direct:1"
 HERE = ChatTarget(channel="telegram", account="default", peer=Peer("direct", "1"))
+GROUP = ChatTarget(channel="telegram", account="default", peer=Peer("group", "-100"))
+GROUP_SESSION = "agent:main:telegram:group:-100"
+ONLY_HERE = "may only act in the chat it was started from"
+NOT_OURS = "works only on a message sent in this conversation"
 RICH_ACTIONS = ["send", "reply", "edit", "delete", "react", "thread-create"]
 RICH_PROPERTIES = {"action", "text", "to", "message_id", "buttons", "emoji", "thread_id", "thread_name"}
 PLAIN_PROPERTIES = {"action", "text", "to", "message_id"}
@@ -42,6 +49,8 @@ class RecordingMessenger:
         self.edited: list[tuple[ChatTarget, str, OutboundMessage]] = []
         self.deleted: list[tuple[ChatTarget, str]] = []
         self.reacted: list[tuple[ChatTarget, str, str]] = []
+        self.cards: set[tuple[ChatTarget, str]] = set()  # where approval requests are shown
+        self.card_questions: list[tuple[ChatTarget, str]] = []
         self.failure: Exception | None = None
         self._next_id = 100
 
@@ -73,18 +82,41 @@ class RecordingMessenger:
         self._maybe_fail()
         self.reacted.append((target, message_id, emoji))
 
+    async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
+        self.card_questions.append((target, message_id))
+        return (target.model_copy(update={"thread_id": None}), message_id) in self.cards
+
+    def touched(self) -> bool:
+        """Whether any call reached the platform."""
+        return bool(self.sent or self.edited or self.deleted or self.reacted)
+
 
 def run_info(caps: Capabilities = telegram.CAPABILITIES, **changes: Any) -> RunInfo:
+    """An owner's run in their DM, unless `changes` say otherwise."""
     fields: dict[str, Any] = {
         "agent": "main",
         "session_key": SESSION,
         "channel": "telegram",
+        "sender_is_owner": True,
         "capabilities": caps,
         "target": HERE,
         "reply_to": "55",
     }
     fields.update(changes)
     return RunInfo(**fields)
+
+
+def stranger_run(cross_chat: CrossChat = "owners", **changes: Any) -> RunInfo:
+    """A run someone who is not an owner started by mentioning the bot in their group."""
+    fields: dict[str, Any] = {
+        "session_key": GROUP_SESSION,
+        "sender_is_owner": False,
+        "sender_id": "777",
+        "target": GROUP,
+        "reply_to": "55",
+        "cross_chat": cross_chat,
+    }
+    return run_info(**(fields | changes))
 
 
 def console_run() -> RunInfo:
@@ -252,18 +284,20 @@ async def test_reply_without_a_message_to_answer(tool: MessageTool, messenger: R
 
 
 async def test_edit_delete_react(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    await call(tool, {"action": "send", "text": "draft"})  # 101
+    await call(tool, {"action": "send", "text": "oops"})  # 102
     edited = await call(
-        tool, {"action": "edit", "message_id": "77", "text": "fixed", "buttons": [[{"label": "A", "value": "a"}]]}
+        tool, {"action": "edit", "message_id": "101", "text": "fixed", "buttons": [[{"label": "A", "value": "a"}]]}
     )
-    deleted = await call(tool, {"action": "delete", "message_id": "78"})
-    reacted = await call(tool, {"action": "react", "message_id": "79", "emoji": "👍"})
-    for result, action, message_id in ((edited, "edit", "77"), (deleted, "delete", "78"), (reacted, "react", "79")):
+    deleted = await call(tool, {"action": "delete", "message_id": "102"})
+    reacted = await call(tool, {"action": "react", "message_id": "79", "emoji": "👍"})  # anyone's message
+    for result, action, message_id in ((edited, "edit", "101"), (deleted, "delete", "102"), (reacted, "react", "79")):
         assert result.details == {"status": "ok", "action": action, "message_id": message_id, "to": "telegram:direct:1"}
     [(target, message_id, message)] = messenger.edited
-    assert (target, message_id, message.text, message.buttons[0][0].value) == (HERE, "77", "fixed", "a")
-    assert messenger.deleted == [(HERE, "78")]
+    assert (target, message_id, message.text, message.buttons[0][0].value) == (HERE, "101", "fixed", "a")
+    assert messenger.deleted == [(HERE, "102")]
     assert messenger.reacted == [(HERE, "79", "👍")]
-    assert messenger.sent == []
+    assert len(messenger.sent) == 2
 
 
 # --- what is refused --------------------------------------------------------------------------------------------
@@ -454,6 +488,7 @@ async def test_reply_in_another_chat_needs_a_message_id(tool: MessageTool, messe
 
 
 async def test_a_platform_failure_is_an_error_result(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    tool.remember(SESSION, HERE, "1")  # an answer the gateway delivered: this session's to edit or delete
     messenger.failure = RuntimeError("Bad Request: message to edit not found")
     for arguments in (
         {"action": "send", "text": "hi"},
@@ -482,6 +517,7 @@ async def test_deliveries_are_recorded_per_session(tool: MessageTool) -> None:
         Sent(target=slack_target, message_id="103", text="elsewhere"),
     ]
     await call(tool, {"action": "edit", "message_id": "102", "text": "second, corrected"})
+    tool.remember(SESSION, HERE, "999")  # the bot's answer in an earlier run of the session
     await call(tool, {"action": "edit", "message_id": "999", "text": "an older one"})
     assert [(sent.message_id, sent.text) for sent in tool.sent_in(SESSION)] == [
         ("101", "first"),
@@ -518,3 +554,220 @@ async def test_an_edit_outside_the_thread_still_replaces_the_record(tool: Messag
     await call(tool, {"action": "edit", "message_id": "101", "text": "final"})
     [sent] = tool.sent_in(SESSION)
     assert (sent.message_id, sent.text, sent.target.thread_id) == ("101", "final", None)
+
+
+# --- where a run may act, and which messages it may change -----------------------------------------------------
+
+
+def test_a_stranger_is_offered_no_other_chat(tool: MessageTool) -> None:
+    schema = tool.json_schema(stranger_run())
+    assert set(schema["properties"]) == RICH_PROPERTIES - {"to", "thread_id"}
+    assert "in this chat only" in schema["properties"]["action"]["description"]
+    assert "telegram/default" not in str(schema)  # nor which accounts are running
+    owners = tool.json_schema(run_info())
+    assert set(owners["properties"]) == RICH_PROPERTIES
+    assert "in this chat only" not in owners["properties"]["action"]["description"]
+
+
+@pytest.mark.parametrize(
+    ("cross_chat", "owner", "offered"),
+    [("owners", True, True), ("owners", False, False), ("all", False, True), ("none", True, False)],
+)
+def test_the_schema_offers_to_where_cross_chat_allows(
+    tool: MessageTool, cross_chat: CrossChat, owner: bool, offered: bool
+) -> None:
+    run = run_info(sender_is_owner=owner, cross_chat=cross_chat)
+    assert run.acts_anywhere == offered
+    assert ("to" in tool.json_schema(run)["properties"]) == offered
+
+
+def test_the_schema_says_edit_and_delete_are_for_this_conversations_messages(tool: MessageTool) -> None:
+    for run in (run_info(), stranger_run()):
+        properties = tool.json_schema(run)["properties"]
+        assert "sent in this conversation" in properties["message_id"]["description"]
+        assert "approval request" in properties["message_id"]["description"]
+        assert "'delete' a message sent in this conversation" in properties["action"]["description"]
+    assert "sent in this conversation" in MessageTool.description
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param({"action": "send", "text": "hi", "to": "telegram:direct:1"}, id="another peer"),
+        pytest.param({"action": "send", "text": "hi", "to": "telegram/work:group:-100"}, id="another account"),
+        pytest.param({"action": "send", "text": "hi", "to": "slack:channel:C1"}, id="another channel"),
+        pytest.param({"action": "send", "text": "hi", "thread_id": "7"}, id="another thread"),
+        pytest.param({"action": "send", "text": "hi", "to": "discord:channel:1"}, id="an account not running"),
+        pytest.param(
+            {"action": "reply", "text": "hi", "to": "telegram:direct:1", "message_id": "3"},
+            id="reply in the owner's DM",
+        ),
+        pytest.param(
+            {"action": "edit", "text": "hacked", "to": "telegram:direct:1", "message_id": "3"},
+            id="edit a guessed id in the owner's DM",
+        ),
+        pytest.param({"action": "delete", "to": "telegram:direct:1", "message_id": "2"}, id="delete in the owner's DM"),
+        pytest.param(
+            {"action": "react", "emoji": "👎", "to": "telegram:direct:1", "message_id": "2"},
+            id="react in the owner's DM",
+        ),
+        pytest.param(
+            {"action": "thread-create", "thread_name": "x", "to": "telegram:group:-200"}, id="thread elsewhere"
+        ),
+    ],
+)
+async def test_a_strangers_run_acts_only_in_its_own_chat(
+    tool: MessageTool, messenger: RecordingMessenger, arguments: dict[str, Any]
+) -> None:
+    error = error_of(await call(tool, arguments, stranger_run()))
+    assert ONLY_HERE in error and "telegram:group:-100" in error
+    assert "telegram/default" not in error  # the running accounts are not listed to it
+    assert not messenger.touched() and messenger.card_questions == []
+
+
+async def test_a_run_in_a_thread_stays_in_that_thread(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    run = stranger_run(target=GROUP.model_copy(update={"thread_id": "9"}))
+    assert ONLY_HERE in error_of(await call(tool, {"action": "send", "text": "x", "thread_id": "8"}, run))
+    assert ONLY_HERE in error_of(await call(tool, {"action": "send", "text": "x", "to": "telegram:group:-100"}, run))
+    assert not messenger.touched()
+    assert not (await call(tool, {"action": "send", "text": "x", "thread_id": "9"}, run)).is_error
+    assert not (await call(tool, {"action": "send", "text": "x"}, run)).is_error
+    assert [target.thread_id for target, _ in messenger.sent] == ["9", "9"]
+
+
+async def test_a_stranger_may_name_its_own_chat_and_react_to_anyone_there(
+    tool: MessageTool, messenger: RecordingMessenger
+) -> None:
+    run = stranger_run()
+    assert not (await call(tool, {"action": "send", "text": "here", "to": "telegram:group:-100"}, run)).is_error
+    assert not (await call(tool, {"action": "react", "emoji": "👍"}, run)).is_error  # the message being answered
+    assert not (await call(tool, {"action": "react", "emoji": "👍", "message_id": "54"}, run)).is_error
+    assert [target for target, _ in messenger.sent] == [GROUP]
+    assert messenger.reacted == [(GROUP, "55", "👍"), (GROUP, "54", "👍")]
+
+
+@pytest.mark.parametrize(
+    ("action", "message_id"),
+    [
+        pytest.param("edit", "3", id="edit a guessed id"),
+        pytest.param("delete", "3", id="delete a guessed id"),
+        pytest.param("delete", "55", id="delete the person's own message"),
+        pytest.param("edit", "40", id="edit the bot's answer in another session"),
+        pytest.param("delete", "40", id="delete the bot's answer in another session"),
+    ],
+)
+async def test_a_run_changes_only_messages_its_session_sent(
+    tool: MessageTool, messenger: RecordingMessenger, action: str, message_id: str
+) -> None:
+    tool.remember("agent:main:telegram:group:-100:thread:2", GROUP, "40")  # another session's answer in this chat
+    for run in (stranger_run(), stranger_run(sender_is_owner=True)):  # owner or not
+        error = error_of(await call(tool, {"action": action, "message_id": message_id, "text": "changed"}, run))
+        assert NOT_OURS in error and f"message {message_id} in telegram:group:-100" in error
+    assert not messenger.touched()
+
+
+async def test_an_owners_run_cannot_touch_a_message_in_another_chat_it_did_not_send(
+    tool: MessageTool, messenger: RecordingMessenger
+) -> None:
+    for arguments in (
+        {"action": "edit", "text": "x", "to": "telegram:group:-100", "message_id": "5"},
+        {"action": "delete", "to": "slack:channel:C1", "message_id": "1.2"},
+    ):
+        assert NOT_OURS in error_of(await call(tool, arguments))
+    assert not messenger.touched()
+
+
+async def test_no_run_changes_an_approval_card(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    messenger.cards = {(HERE, "9"), (GROUP, "60")}
+    tool.remember(SESSION, HERE, "9")  # even one the session's record would claim
+    tool.remember(GROUP_SESSION, GROUP, "60")
+    attempts = [
+        (stranger_run(), {"action": "delete", "message_id": "60"}),
+        (stranger_run(), {"action": "edit", "message_id": "60", "text": "approved!"}),
+        (stranger_run(cross_chat="all"), {"action": "delete", "to": "telegram:direct:1", "message_id": "9"}),
+        (run_info(), {"action": "delete", "message_id": "9"}),
+        (run_info(), {"action": "edit", "message_id": "9", "text": "approved!"}),
+        (run_info(), {"action": "delete", "to": "telegram:group:-100", "message_id": "60"}),
+    ]
+    for run, arguments in attempts:
+        assert "approval request" in error_of(await call(tool, arguments, run))
+    assert not messenger.touched()
+    assert len(messenger.card_questions) == len(attempts)
+
+
+async def test_a_stranger_edits_and_deletes_what_its_session_sent(
+    tool: MessageTool, messenger: RecordingMessenger
+) -> None:
+    run = stranger_run()
+    sent = await call(tool, {"action": "send", "text": "draft"}, run)
+    message_id = sent.details["message_id"]
+    assert not (await call(tool, {"action": "edit", "message_id": message_id, "text": "final"}, run)).is_error
+    tool.remember(GROUP_SESSION, GROUP, "40")  # the bot's earlier answer to this session, sent by the gateway
+    tool.forget(GROUP_SESSION)  # a new run of the session: what it may change is kept
+    assert not (await call(tool, {"action": "edit", "message_id": "40", "text": "corrected"}, run)).is_error
+    assert not (await call(tool, {"action": "delete", "message_id": message_id}, run)).is_error
+    assert NOT_OURS in error_of(await call(tool, {"action": "delete", "message_id": message_id}, run))  # gone
+    assert [(target, mid, message.text) for target, mid, message in messenger.edited] == [
+        (GROUP, message_id, "final"),
+        (GROUP, "40", "corrected"),
+    ]
+    assert messenger.deleted == [(GROUP, message_id)]
+
+
+async def test_what_a_session_may_change_is_its_own(tool: MessageTool) -> None:
+    await call(tool, {"action": "send", "text": "mine"}, stranger_run())
+    assert tool.sent_by(GROUP_SESSION, GROUP, "101")
+    assert tool.sent_by(GROUP_SESSION, GROUP.model_copy(update={"thread_id": "4"}), "101")  # same message
+    assert not tool.sent_by(SESSION, GROUP, "101")
+    assert not tool.sent_by(GROUP_SESSION, HERE, "101")  # the same id in another chat is another message
+
+
+async def test_an_owners_run_sends_elsewhere_by_default(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    result = await call(tool, {"action": "send", "text": "hi", "to": "telegram:group:-100"}, run_info())
+    assert result.details["to"] == "telegram:group:-100"
+    message_id = result.details["message_id"]
+    edit = {"action": "edit", "text": "hi again", "to": "telegram:group:-100", "message_id": message_id}
+    assert not (await call(tool, edit, run_info())).is_error  # and may edit what it sent there
+    assert [target for target, _ in messenger.sent] == [GROUP]
+
+
+async def test_cross_chat_all_lets_anyone_send_elsewhere(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    result = await call(tool, {"action": "send", "text": "hi", "to": "telegram:direct:1"}, stranger_run("all"))
+    assert result.details["to"] == "telegram:direct:1"
+    assert [target for target, _ in messenger.sent] == [HERE]
+
+
+async def test_cross_chat_none_keeps_even_an_owner_in_the_chat(
+    tool: MessageTool, messenger: RecordingMessenger
+) -> None:
+    run = run_info(cross_chat="none")
+    assert ONLY_HERE in error_of(await call(tool, {"action": "send", "text": "hi", "to": "slack:channel:C1"}, run))
+    assert not messenger.touched()
+    assert not (await call(tool, {"action": "send", "text": "hi"}, run)).is_error
+
+
+async def test_a_run_without_a_chat_that_may_not_leave_it_acts_nowhere(
+    tool: MessageTool, messenger: RecordingMessenger
+) -> None:
+    run = run_info(CONSOLE, channel="console", target=None, sender_is_owner=False)
+    error = error_of(await call(tool, {"action": "send", "text": "hi", "to": "telegram:direct:1"}, run))
+    assert ONLY_HERE in error
+    assert not messenger.touched()
+
+
+async def test_what_a_session_may_change_is_bounded(tool: MessageTool) -> None:
+    for index in range(MAX_OWN_PER_SESSION + 5):
+        tool.remember(SESSION, HERE, str(index))
+    assert not tool.sent_by(SESSION, HERE, "4")
+    assert tool.sent_by(SESSION, HERE, "5")
+    assert tool.sent_by(SESSION, HERE, str(MAX_OWN_PER_SESSION + 4))
+
+
+def test_cross_chat_is_configured_per_agent() -> None:
+    assert AgentConfig(id="main").message.cross_chat == "owners"
+    assert AgentConfig.model_validate({"id": "main", "message": {"cross_chat": "none"}}).message.cross_chat == "none"
+    assert MessageConfig.model_validate({"cross_chat": "all"}).cross_chat == "all"
+    with pytest.raises(ValidationError):
+        MessageConfig.model_validate({"cross_chat": "everyone"})
+    with pytest.raises(ValidationError):
+        MessageConfig.model_validate({"cross_chat": "all", "to": "x"})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import load_config, workspace_conflicts
+from bot.config import load_config, own_files, workspace_conflicts
 
 
 def bot(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -116,7 +116,7 @@ async def test_a_command_naming_the_config_or_the_state_is_denied_outright(
     config = load_config(config_with(folder, f"    exec: {{security: {security}, ask: always}}\n"))
     state = folder / "state"
     async with await SqliteStore.open(state) as store:
-        gate = Approvals(config, store, NoCourier(), state_dir=state)  # type: ignore[arg-type]
+        gate = Approvals(config, store, NoCourier(), own_files=own_files(config, state))  # type: ignore[arg-type]
         workspace = config.workspace("main")
         workspace.mkdir(parents=True)
         run = RunInfo(agent="main", session_key="agent:main:x", workspace=str(workspace), sender_is_owner=True)

@@ -520,7 +520,7 @@ def exec_results(llm: FakeLLM) -> list[dict[str, Any]]:
 async def test_the_gateway_sandboxes_group_chats_but_not_the_owners_dm(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    probe = "cat /proc/1/cmdline | tr '\\0' ' '; echo; hostname"
+    probe = "cat /proc/1/cmdline | tr '\\0' ' '; echo; test -e /var/lib && echo host-files-$((1 + 1)); hostname"
     call = Reply.tool_calls(ToolCallSpec("exec", {"command": probe}))
     fake_llm.script(call, "done in the DM", call, "done in the group")
     async with bot_run(bot_config(tmp_path, fake_llm, fake_telegram), tmp_path, STARTED):
@@ -529,6 +529,9 @@ async def test_the_gateway_sandboxes_group_chats_but_not_the_owners_dm(
         await fake_telegram.group_message("look around", user_id=OWNER, name="Owner")
         await eventually(lambda: len(exec_results(fake_llm)) == 2, "the group's command to run")
     in_dm, in_group = exec_results(fake_llm)
-    assert "sandbox" not in in_dm and "bwrap" not in in_dm["output"]
+    # The owner's DM keeps the host's files (shielded from the bot in a PID namespace of its own, see test_shield.py)
+    assert "sandbox" not in in_dm and "host-files-2" in in_dm["output"]
+    assert not in_dm["output"].rstrip().endswith("sandbox")
     assert in_group["sandbox"] == {"network": False}
     assert "bwrap" in in_group["output"] and in_group["output"].rstrip().endswith("sandbox")
+    assert "host-files-2" not in in_group["output"]

@@ -68,6 +68,9 @@ def error_result(tool: str, error: str) -> ToolResult:
 
 NO_WORKSPACE = "this agent has no workspace"  # what a workspace tool answers when the run has none
 
+# `agents[].message.cross_chat`: whose runs may act in another chat than their own (the message tool's `to`).
+CrossChat = Literal["owners", "all", "none"]
+
 
 class RunInfo(BaseModel):
     """Who and where a run is for, as tools may see it."""
@@ -81,11 +84,20 @@ class RunInfo(BaseModel):
     sender_name: str | None = None
     sender_is_owner: bool = False
     capabilities: Capabilities = Field(default_factory=Capabilities)
-    workspace: str | None = None
+    workspace: str | None = None  # the folder the file, memory and exec tools work in
+    # The agent's whole workspace (None: `workspace` itself). Under `memory.scope: sender` a non-owner's run has
+    # `workspace` set to their own folder inside it (tools.provenance); the bootstrap files come from here.
+    agent_workspace: str | None = None
     model: str | None = None  # `provider/model-id` of the model answering
     target: ChatTarget | None = None  # the chat the run answers in (None outside a chat, e.g. `bot prompt`)
     reply_to: str | None = None  # the platform id of the message being answered
     sandbox: SandboxSettings | None = None  # exec/process run in this sandbox; None: unsandboxed (tools.sandbox)
+    cross_chat: CrossChat = "owners"  # the agent's `message.cross_chat`
+
+    @property
+    def acts_anywhere(self) -> bool:
+        """Whether this run may act in another chat, account, channel or thread than `target` (`cross_chat`)."""
+        return self.cross_chat == "all" or (self.cross_chat == "owners" and self.sender_is_owner)
 
 
 UpdateCallback = Callable[[str], Awaitable[None]]

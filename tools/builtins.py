@@ -34,6 +34,9 @@ class NoChats:
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
         raise LookupError("no channel is running here")
 
+    async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
+        return False  # nothing is shown anywhere here
+
 
 async def nobody_to_ask(command: str, ctx: ToolContext) -> Authorization:
     """The Authorize where nobody can approve anything: every command is denied."""

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
 from tools.exec_programs import NEUTRAL_ENV
-from tools.sandbox import Launch, Release, SandboxSettings, launch, sandbox_problem
+from tools.sandbox import Launch, Release, SandboxSettings, launch, sandbox_problem, shield, shield_problem
 
 ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -100,10 +100,14 @@ class OutputBuffer:
         return f"{head}{newline}[… {self.cut:,} bytes cut …]\n{tail}"
 
 
-def _launch(command: str, cwd: str, sandbox: SandboxSettings | None) -> Launch:
-    """The command line: /bin/sh itself, or /bin/sh inside the sandbox."""
-    env = command_environment(cwd)
-    return Launch([SHELL, "-c", command]) if sandbox is None else launch(sandbox, command, cwd, env)
+def _launch(command: str, cwd: str, sandbox: SandboxSettings | None, hide: Sequence[str] | None) -> Launch:
+    """The command line: /bin/sh inside the sandbox; else, shielded from the bot when `hide` lists its own files;
+    else (a tool used without a bot around it) /bin/sh itself."""
+    if sandbox is not None:
+        return launch(sandbox, command, cwd, command_environment(cwd))
+    if hide is not None:
+        return shield(command, cwd, hide)
+    return Launch([SHELL, "-c", command])
 
 
 _releasing: set[asyncio.Task[None]] = set()  # cleanups that outlive a cancelled call
@@ -116,7 +120,7 @@ def _release_later(release: Release) -> None:
 
 
 async def _spawn(
-    command: str, cwd: str, sandbox: SandboxSettings | None = None
+    command: str, cwd: str, sandbox: SandboxSettings | None = None, hide: Sequence[str] | None = None
 ) -> tuple[asyncio.subprocess.Process, Release]:
     """Start `command` under /bin/sh in `cwd` (inside the sandbox when `sandbox` is set), in its own process group,
     with stdout and stderr as one pipe; also returns what to clean up once it has ended.
@@ -126,7 +130,7 @@ async def _spawn(
     A sandbox (bwrap) is the group's leader and dies with its sandboxed command, and the command with it.
     """
     await asyncio.to_thread(Path(cwd).mkdir, parents=True, exist_ok=True)
-    how = _launch(command, cwd, sandbox)
+    how = _launch(command, cwd, sandbox, hide)
     starting = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *how.argv,
@@ -290,8 +294,11 @@ class BackgroundProcess:
 class ProcessTable:
     """The background commands of all runs, keyed by handle; each handle belongs to one session key."""
 
-    def __init__(self, *, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, *, sleep: Sleep = asyncio.sleep, hide: Sequence[str] | None = None) -> None:
         self._entries: dict[str, BackgroundProcess] = {}
+        # The bot's own files (its config, its state): every command of a bot runs shielded from them and from the
+        # bot's processes; None only where no bot is around (a tool used on its own).
+        self.hide = None if hide is None else list(hide)
         self._closed = False
         self.sleep = sleep  # waits out each command's timeout
 
@@ -316,7 +323,7 @@ class ProcessTable:
         handle = "p_" + secrets.token_hex(4)
         while handle in self._entries:
             handle = "p_" + secrets.token_hex(4)
-        job = _Job(await _spawn(command, cwd, sandbox), output_limit, self.sleep)
+        job = _Job(await _spawn(command, cwd, sandbox, self.hide), output_limit, self.sleep)
         entry = BackgroundProcess(handle, command, session_key, cwd, job, timeout)
         self._entries[handle] = entry
         return entry
@@ -424,6 +431,10 @@ class ExecTool(Tool):
             problem = await sandbox_problem(ctx.run.sandbox)
             if problem is not None:
                 return error_result(self.name, f"cannot run commands in the sandbox: {problem}")
+        elif self.processes.hide is not None:  # nor unshielded what should be shielded from the bot
+            problem = await shield_problem()
+            if problem is not None:
+                return error_result(self.name, f"cannot run commands apart from the bot: {problem}")
         if args.background and self.processes.running(ctx.run.session_key) >= MAX_RUNNING_PER_SESSION:
             return error_result(
                 self.name,
@@ -454,7 +465,7 @@ class ExecTool(Tool):
 
     async def _run(self, args: ExecArgs, ctx: ToolContext, cwd: str) -> ToolResult:
         timeout = args.timeout or self.default_timeout
-        job = _Job(await _spawn(args.command, cwd, ctx.run.sandbox), self.output_limit, self.sleep)
+        job = _Job(await _spawn(args.command, cwd, ctx.run.sandbox, self.processes.hide), self.output_limit, self.sleep)
         try:
             outcome = await job.run(timeout, ctx.cancelled)
         except asyncio.CancelledError:

@@ -1,4 +1,4 @@
-"""`message`: the agent sends, replies, edits, deletes and reacts in chats, within what each channel can do."""
+"""`message`: the agent sends, replies, edits, deletes and reacts in chats, within what each channel and run may do."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ MAX_BUTTON_LABEL = 64
 MAX_BUTTON_VALUE_BYTES = 64  # Telegram's callback_data limit, the tightest of the platforms
 RESERVED_PREFIX = "ap:"  # approval buttons: the agent must never be able to forge one
 MAX_SENT_PER_SESSION = 50
+MAX_OWN_PER_SESSION = 200  # messages a session may still edit or delete: the latest ones it sent
 MAX_SESSIONS = 1000
+
+MessageKey = tuple[str, str, Peer, str]  # channel, account, chat, message id (a thread does not change the message)
 
 
 class Messenger(Protocol):
@@ -39,6 +42,10 @@ class Messenger(Protocol):
     async def delete(self, target: ChatTarget, message_id: str) -> None: ...
 
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None: ...
+
+    async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
+        """Whether that message shows an approval request (which only the approvals module may edit or delete)."""
+        ...
 
 
 class ButtonSpec(BaseModel):
@@ -118,6 +125,14 @@ def _names_a_chat(args: MessageArgs) -> bool:
     return bool(args.to and args.to.strip())
 
 
+def _where(target: ChatTarget) -> str:
+    return format_target(target) + (f" thread {target.thread_id}" if target.thread_id is not None else "")
+
+
+def _key(target: ChatTarget, message_id: str) -> MessageKey:
+    return (target.channel, target.account, target.peer, message_id)
+
+
 def _same_message(first: Sent, second: Sent) -> bool:
     """Whether two records are about one platform message (a thread id does not change which message it is)."""
     a, b = first.target, second.target
@@ -147,8 +162,9 @@ def _button_schema() -> dict[str, Any]:
     }
 
 
-def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[str, Any]:
-    """The parameters as JSON Schema for a run in a channel with `caps`, with `accounts` running."""
+def build_schema(caps: Capabilities, accounts: list[tuple[str, str]], *, anywhere: bool = True) -> dict[str, Any]:
+    """The parameters as JSON Schema for a run in a channel with `caps`, with `accounts` running; a run that may
+    act only in its own chat (`anywhere` false) is offered no `to` and no `thread_id`."""
     actions = supported_actions(caps)
     needed = [action for action in ("edit", "delete", "react") if action in actions]
     running = ", ".join(f"{channel}/{account}" for channel, account in accounts) or "none"
@@ -158,12 +174,13 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[st
             "enum": actions,
             "description": (
                 "What to do: 'send' a new message, 'reply' to a message (by default the one you are answering)"
-                + (", 'edit' the text of a message you sent" if caps.edit else "")
-                + (", 'delete' a message" if caps.delete else "")
+                + (", 'edit' the text of a message sent in this conversation" if caps.edit else "")
+                + (", 'delete' a message sent in this conversation" if caps.delete else "")
                 + (", 'react' to a message with an emoji" if caps.reactions else "")
                 + (", 'thread-create' to start a thread" if caps.threads else "")
                 + (", 'poll' to post a poll" if caps.polls else "")
                 + "."
+                + ("" if anywhere else " Everything you do here happens in this chat only: no other chat or thread.")
             ),
         },
         "text": {
@@ -188,9 +205,17 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[st
                 "The platform id of a message, as an earlier send returned it."
                 + (f" Needed for {', '.join(needed)}." if needed else "")
                 + " For reply and react it defaults to the message you are answering."
+                + (
+                    " Edit and delete take only a message sent in this conversation (by this tool, or as your "
+                    "answer), never someone else's message or an approval request."
+                    if caps.edit or caps.delete
+                    else ""
+                )
             ),
         },
     }
+    if not anywhere:
+        del properties["to"]
     if caps.buttons:
         properties["buttons"] = {
             "type": "array",
@@ -202,11 +227,12 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[st
         }
     if caps.reactions:
         properties["emoji"] = {"type": "string", "description": "For react: one emoji, e.g. '👍'."}
-    if caps.threads:
+    if caps.threads and anywhere:
         properties["thread_id"] = {
             "type": "string",
             "description": "Put the message in this thread of the chat (omitted: where this conversation is).",
         }
+    if caps.threads:
         properties["thread_name"] = {"type": "string", "description": "For thread-create: the new thread's name."}
     if caps.polls:
         properties["poll_question"] = {"type": "string", "description": "For poll: the question."}
@@ -219,7 +245,13 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]]) -> dict[st
 
 
 class MessageTool(Tool):
-    """Sends through the gateway's `Messenger`, and records what it delivered per session.
+    """Sends through the gateway's `Messenger`, within what the run may do, and records what it delivered.
+
+    Where: a run that may not act elsewhere (`RunInfo.acts_anywhere`, from `message.cross_chat`) acts only in
+    the chat and thread it was started from. What: edit and delete take only a message the session's runs sent
+    (through this tool, or as the answers the gateway delivered and `remember`ed), and never an approval card.
+    That record is in memory, the latest `MAX_OWN_PER_SESSION` per session and kept across the session's runs:
+    after a restart the earlier messages can no longer be edited or deleted, which is the safe side.
 
     `thread-create` and `poll` are in the parameter model, and appear in a channel's schema when its
     capabilities claim threads or polls, but the `Messenger` protocol has no way to do either yet: the call
@@ -230,27 +262,51 @@ class MessageTool(Tool):
     label: ClassVar[str] = "Message"
     group: ClassVar[str | None] = "group:messaging"
     description: ClassVar[str] = (
-        "Send messages in chats: reply to a specific message, attach buttons, post to another chat, and (where "
-        "the channel allows) edit or delete a message, react with an emoji. Your final answer reaches this chat "
-        "on its own: use this tool for what that cannot do, and do not send the same text twice."
+        "Send messages in chats: reply to a specific message, attach buttons, post to another chat where this "
+        "conversation may (only then is there a `to`), and (where the channel allows) edit or delete a message "
+        "sent in this conversation, react with an emoji. Your final answer reaches this chat on its own: use this "
+        "tool for what that cannot do, and do not send the same text twice."
     )
     parameters: ClassVar[type[BaseModel]] = MessageArgs
 
     def __init__(self, messenger: Messenger) -> None:
         self.messenger = messenger
         self._sent: OrderedDict[str, deque[Sent]] = OrderedDict()
+        self._own: OrderedDict[str, deque[MessageKey]] = OrderedDict()
 
     def json_schema(self, run: RunInfo | None = None) -> dict[str, Any]:
-        caps = run.capabilities if run is not None else Capabilities()
-        return build_schema(caps, self.messenger.accounts())
+        if run is None:
+            return build_schema(Capabilities(), self.messenger.accounts())
+        return build_schema(run.capabilities, self.messenger.accounts(), anywhere=run.acts_anywhere)
 
     def sent_in(self, run_session_key: str) -> list[Sent]:
         """What this tool delivered for the session since it was last forgotten (the latest 50 at most)."""
         return list(self._sent.get(run_session_key, ()))
 
     def forget(self, run_session_key: str) -> None:
-        """Drop what was recorded for the session (the gateway calls this as each run starts and ends)."""
+        """Drop what was recorded for the session (the gateway calls this as each run starts and ends); what the
+        session may edit or delete is kept."""
         self._sent.pop(run_session_key, None)
+
+    def remember(self, session_key: str, target: ChatTarget, message_id: str) -> None:
+        """Note a message the bot sent for the session (the gateway does, for its answers): the session's runs
+        may edit or delete it."""
+        entries = self._own.setdefault(session_key, deque(maxlen=MAX_OWN_PER_SESSION))
+        self._own.move_to_end(session_key)
+        key = _key(target, message_id)
+        if key not in entries:
+            entries.append(key)
+        while len(self._own) > MAX_SESSIONS:
+            self._own.popitem(last=False)
+
+    def sent_by(self, session_key: str, target: ChatTarget, message_id: str) -> bool:
+        """Whether that message is one the session sent (and may edit or delete)."""
+        return _key(target, message_id) in self._own.get(session_key, ())
+
+    def _disown(self, session_key: str, target: ChatTarget, message_id: str) -> None:
+        entries = self._own.get(session_key)
+        if entries is not None and _key(target, message_id) in entries:
+            entries.remove(_key(target, message_id))
 
     def _record(self, key: str, sent: Sent) -> None:
         entries = self._sent.setdefault(key, deque(maxlen=MAX_SENT_PER_SESSION))
@@ -267,24 +323,37 @@ class MessageTool(Tool):
     def _error(self, message: str) -> ToolResult:
         return error_result(self.name, message)
 
-    def _resolve(self, args: MessageArgs, run: RunInfo) -> tuple[ChatTarget, Capabilities] | str:
-        """The chat to act in and its channel's capabilities, or what is wrong."""
-        if args.to is None or not _names_a_chat(args):
-            if run.target is None:
-                return "this run has no chat to send to; name one with `to`"
-            return run.target, run.capabilities
+    def _target(self, args: MessageArgs, run: RunInfo) -> ChatTarget | str:
+        """The chat (and thread) the call names: `to`, else this run's chat; or what is wrong."""
         here = run.target
-        try:
-            channel, named, peer = parse_to(args.to)
-        except ValueError as error:
-            return str(error)
-        account = named or (here.account if here is not None and channel == here.channel else DEFAULT_ACCOUNT)
+        if args.to is None or not _names_a_chat(args):
+            if here is None:
+                return "this run has no chat to send to; name one with `to`"
+            target = here
+        else:
+            try:
+                channel, named, peer = parse_to(args.to)
+            except ValueError as error:
+                return str(error)
+            account = named or (here.account if here is not None and channel == here.channel else DEFAULT_ACCOUNT)
+            target = ChatTarget(channel=channel, account=account, peer=peer)
+        if args.thread_id:
+            target = target.model_copy(update={"thread_id": args.thread_id})
+        return target
+
+    def _capabilities(self, args: MessageArgs, run: RunInfo, target: ChatTarget) -> Capabilities | str:
+        """What the target's channel can do, or why it cannot be reached."""
+        if args.to is None or not _names_a_chat(args):
+            return run.capabilities
         running = self.messenger.accounts()
-        caps = run.capabilities if channel == run.channel else self.messenger.capabilities(channel, account)
-        if (channel, account) not in running or caps is None:
+        if target.channel == run.channel:
+            caps: Capabilities | None = run.capabilities
+        else:
+            caps = self.messenger.capabilities(target.channel, target.account)
+        if (target.channel, target.account) not in running or caps is None:
             available = ", ".join(f"{c}/{a}" for c, a in running) or "none"
-            return f"no running account {channel}/{account}; available: {available}"
-        return ChatTarget(channel=channel, account=account, peer=peer), caps
+            return f"no running account {target.channel}/{target.account}; available: {available}"
+        return caps
 
     def _check(self, args: MessageArgs, run: RunInfo, target: ChatTarget, caps: Capabilities) -> str | None:
         """What the target channel refuses about this call, or None."""
@@ -311,6 +380,18 @@ class MessageTool(Tool):
             return "react needs emoji"
         return None
 
+    async def _may_change(self, args: MessageArgs, run: RunInfo, target: ChatTarget) -> str | None:
+        """Why this edit or delete may not touch its message, or None: only the session's own, never a card."""
+        message_id = args.message_id or ""
+        if await self.messenger.is_approval_card(target, message_id):
+            return f"message {message_id} shows an approval request: only the approvals module edits or deletes it"
+        if not self.sent_by(run.session_key, target, message_id):
+            return (
+                f"{args.action} works only on a message sent in this conversation (by this tool, or as your "
+                f"answer); message {message_id} in {format_target(target)} is not one"
+            )
+        return None
+
     async def execute(self, call_id: str, args: MessageArgs, ctx: ToolContext) -> ToolResult:
         run = ctx.run
         # First what the model was offered: the current channel's narrowed schema.
@@ -319,15 +400,24 @@ class MessageTool(Tool):
             return self._error(f"this channel ({run.channel}) cannot {args.action}; it supports: {', '.join(here)}")
         if args.buttons and not run.capabilities.buttons:
             return self._error(f"this channel ({run.channel}) has no buttons")
-        resolved = self._resolve(args, run)
-        if isinstance(resolved, str):
-            return self._error(resolved)
-        target, caps = resolved
-        if args.thread_id:
-            target = target.model_copy(update={"thread_id": args.thread_id})
+        target = self._target(args, run)
+        if isinstance(target, str):
+            return self._error(target)
+        # Then where this run may act: before anything else is looked up about another chat.
+        if not run.acts_anywhere and target != run.target:
+            started = f" ({_where(run.target)})" if run.target is not None else ""
+            return self._error(
+                f"this run may only act in the chat it was started from{started}: another chat, account, channel "
+                "or thread is not allowed here"
+            )
+        caps = self._capabilities(args, run, target)
+        if isinstance(caps, str):
+            return self._error(caps)
         if args.action == "react" and not args.message_id and not _names_a_chat(args) and run.reply_to:
             args = args.model_copy(update={"message_id": run.reply_to})  # react to the message being answered
         problem = self._check(args, run, target, caps)
+        if problem is None and args.action in ("edit", "delete"):
+            problem = await self._may_change(args, run, target)
         if problem is not None:
             return self._error(problem)
         reply_to: str | None = None
@@ -341,6 +431,10 @@ class MessageTool(Tool):
             return self._error(f"{args.action} failed: {str(error) or type(error).__name__}")
         if args.action in ("send", "reply", "edit") and args.text is not None:
             self._record(run.session_key, Sent(target=target, message_id=message_id, text=args.text))
+        if args.action in ("send", "reply") and message_id is not None:
+            self.remember(run.session_key, target, message_id)
+        elif args.action == "delete" and message_id is not None:
+            self._disown(run.session_key, target, message_id)
         payload: dict[str, Any] = {
             "status": "ok",
             "action": args.action,

@@ -10,7 +10,7 @@ import secrets
 import shutil
 import signal
 import subprocess
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -32,6 +32,9 @@ __all__ = [
     "sandbox_for",
     "sandbox_problem",
     "sandbox_problem_sync",
+    "shield",
+    "shield_argv",
+    "shield_problem",
 ]
 
 SandboxMode = Literal["off", "non-main", "all"]
@@ -417,3 +420,54 @@ def launch(settings: SandboxSettings, command: str, workspace: str, env: Mapping
     # The host's shell joins the cgroup, then becomes bwrap: everything the command starts is counted.
     joined = [SHELL, "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup.procs), *argv]
     return Launch(joined, cgroup.release)
+
+
+# --- outside the sandbox: the host's files, without the bot's own --------------------------------------------------
+# An owner's unsandboxed command still is not the bot: it runs in a PID namespace of its own (the bot's /proc and
+# environment are not there, and nothing it starts outlives it) with the config file and the state directory hidden.
+
+
+def shield_argv(command: str, workspace: str, hidden: Sequence[str], *, bwrap: str = "bwrap") -> list[str]:
+    """The bubblewrap command line that runs `/bin/sh -c command` on the host's files, with `hidden` paths covered
+    (a folder by an empty read-only tmpfs, a file by /dev/null, read-only) and a PID namespace of its own."""
+    argv = [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
+    argv += ["--unshare-pid", "--die-with-parent"]
+    for path in hidden:
+        real = os.path.realpath(path)
+        if os.path.isdir(real):
+            argv += ["--tmpfs", real, "--remount-ro", real]
+        elif os.path.exists(real):
+            argv += ["--ro-bind", "/dev/null", real]
+    return [*argv, "--chdir", workspace, "--", SHELL, "-c", command]
+
+
+@functools.lru_cache(maxsize=4)
+def _probe_shield(bwrap: str) -> str | None:
+    argv = [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid"]
+    argv += ["--die-with-parent", "--", SHELL, "-c", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap (bwrap) cannot run here ({error})"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"bubblewrap (bwrap) cannot create a PID namespace here ({said[-1] if said else done.returncode})"
+    return None
+
+
+def shield_problem_sync() -> str | None:
+    """Why commands cannot run shielded from the bot here (bubblewrap missing or unable), or None; cached."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed: install it (apt-get install bubblewrap)"
+    return _probe_shield(bwrap)
+
+
+async def shield_problem() -> str | None:
+    """`shield_problem_sync` off the event loop."""
+    return await asyncio.to_thread(shield_problem_sync)
+
+
+def shield(command: str, workspace: str, hidden: Sequence[str]) -> Launch:
+    """How to start an unsandboxed command shielded from the bot (call `shield_problem` first)."""
+    return Launch(shield_argv(command, workspace, hidden, bwrap=shutil.which("bwrap") or "bwrap"))

@@ -18,7 +18,7 @@ def wrap_untrusted(content: str, source: str) -> str:
     text inside the content is defused before wrapping."""
     nonce = secrets.token_hex(6)
     safe = _MARKER.sub(lambda match: match.group(0).replace("<<<", "[[["), content)
-    label = re.sub(r"[^\w .:/@-]", "_", source)[:100]
+    label = re.sub(r"[^\w .:/@#,()'-]", "_", source)[:160]
     return (
         f"{NOTICE.format(source=label)}\n"
         f'<<<EXTERNAL_UNTRUSTED_CONTENT id="{nonce}" source="{label}">>>\n'

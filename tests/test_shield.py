@@ -1,0 +1,115 @@
+"""An approved command is not the bot: outside the sandbox it keeps the host's files, but runs in a PID namespace
+of its own (no view of the bot's processes or environment, nothing outlives it) with the bot's config and state
+hidden. Real bubblewrap, through the real exec tool."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools.base import RunInfo, ToolContext, invoke
+from tools.exec import Authorization, ExecTool, ProcessTable
+
+SECRET = "sk-shield-test-4f1c"
+
+
+async def allow(command: str, ctx: ToolContext) -> Authorization:
+    return Authorization(allowed=True, status="allowed")
+
+
+@pytest.fixture
+def bot(tmp_path: Path) -> dict[str, Path]:
+    """A bot's folder: its config, its state (with a database) and an agent workspace beside them."""
+    (tmp_path / "bindings.yaml").write_text("owners: [telegram:1]\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.db").write_text("approvals\n")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "notes.txt").write_text("a host file\n")
+    return {"config": tmp_path / "bindings.yaml", "state": tmp_path / "state", "ws": tmp_path / "ws"}
+
+
+@pytest.fixture
+async def table(bot: dict[str, Path]) -> AsyncIterator[ProcessTable]:
+    processes = ProcessTable(hide=[str(bot["config"]), str(bot["state"])])
+    yield processes
+    await processes.close()
+
+
+async def shielded(table: ProcessTable, bot: dict[str, Path], command: str) -> dict[str, Any]:
+    ctx = ToolContext(
+        RunInfo(agent="main", session_key="agent:main:dm", workspace=str(bot["ws"]), sender_is_owner=True)
+    )
+    result = await invoke(ExecTool(allow, table), "c1", {"command": command}, ctx)
+    details: dict[str, Any] = json.loads(result.text)
+    return details
+
+
+async def test_the_hosts_files_stay_but_the_bots_config_and_state_are_hidden(
+    table: ProcessTable, bot: dict[str, Path]
+) -> None:
+    config, state = bot["config"], bot["state"]
+    host = await shielded(table, bot, f"cat {bot['ws'].parent / 'notes.txt'}; echo made > here.txt")
+    assert host["output"] == "a host file\n"  # the control: an owner's command keeps the host's files
+    assert (bot["ws"] / "here.txt").read_text() == "made\n"
+    attempts = [
+        f"cat {config}",
+        f"echo 'security: full' >> {config}",
+        f"ls -A {state}",
+        f"cat {state}/state.db",
+        f"echo forged > {state}/state.db",
+        f"rm -rf {state}",
+        f"mv {config} {config}.old",
+    ]
+    for command in attempts:
+        details = await shielded(table, bot, command)
+        assert "approvals" not in details["output"] and "owners" not in details["output"], command
+    assert config.read_text() == "owners: [telegram:1]\n"
+    assert (state / "state.db").read_text() == "approvals\n"
+
+
+async def test_the_bots_processes_and_environment_are_out_of_sight(
+    table: ProcessTable, bot: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHIELD_TEST_KEY", SECRET)
+    details = await shielded(
+        table, bot, "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; ls /proc | grep -c '^[0-9]'"
+    )
+    assert SECRET not in details["output"]
+    assert int(details["output"].splitlines()[-1]) < 10  # only the command's own few processes
+    bot_pid = os.getpid()  # the test process stands for the bot here
+    seen = await shielded(table, bot, f"test -r /proc/{bot_pid}/environ && grep -c {SECRET} /proc/{bot_pid}/environ")
+    assert SECRET not in seen["output"] and seen["status"] == "error"
+
+
+async def test_nothing_a_command_starts_outlives_it(table: ProcessTable, bot: dict[str, Path]) -> None:
+    daemon = "setsid sh -c 'echo $$ > daemon.pid; exec sleep 987' >/dev/null 2>&1 &"
+    details = await shielded(table, bot, f"{daemon} while [ ! -s daemon.pid ]; do :; done; echo started")
+    assert details["output"] == "started\n"
+    leftovers = [
+        pid for pid in os.listdir("/proc") if pid.isdigit() and b"987" in _cmdline(pid) and b"sleep" in _cmdline(pid)
+    ]
+    assert leftovers == []
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+async def test_without_bubblewrap_a_shielded_command_is_refused_never_run_bare(
+    table: ProcessTable, bot: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    details = await shielded(table, bot, "touch ran.txt")
+    assert details["status"] == "error"
+    assert "cannot run commands apart from the bot" in details["error"] and "bubblewrap" in details["error"]
+    assert not (bot["ws"] / "ran.txt").exists()

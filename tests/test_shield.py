@@ -11,11 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.llm import FakeLLM, Reply, ToolCallSpec
+from fakes.telegram import FakeTelegram
+from helpers import bot_run, read_state
 
 from tools.base import RunInfo, ToolContext, invoke
 from tools.exec import Authorization, ExecTool, ProcessTable
 
 SECRET = "sk-shield-test-4f1c"
+OWNER = 4242
+STARTED = "channel telegram account main started"
 
 
 async def allow(command: str, ctx: ToolContext) -> Authorization:
@@ -113,3 +118,42 @@ async def test_without_bubblewrap_a_shielded_command_is_refused_never_run_bare(
     assert details["status"] == "error"
     assert "cannot run commands apart from the bot" in details["error"] and "bubblewrap" in details["error"]
     assert not (bot["ws"] / "ran.txt").exists()
+
+
+# --- through a real `bot run`: the owner's own unsandboxed command, allowed without asking ------------------------
+
+
+async def test_an_owners_command_in_a_real_bot_cannot_reach_the_bot(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    state = tmp_path / "state"
+    # The bot's own paths are spelled so that the policy's text check does not see them: the shield must hold.
+    probe = (
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SHIELD_BOT_SECRET; "
+        "cat /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c -x -e --config; "
+        'home="$PWD/../.."; s="$home/sta"; s="${s}te"; c="$home/bind"; c="${c}ings.yaml"; '
+        'ls -A "$s" | wc -l; cat "$c" 2>/dev/null | wc -c; echo x 2>/dev/null > "$s/state.db"; '
+        "setsid sh -c 'echo $$ > daemon.pid; exec sleep 988' >/dev/null 2>&1 & "
+        "while [ ! -s daemon.pid ]; do :; done; echo done"
+    )
+    fake_llm.script(Reply.tool_calls(ToolCallSpec("exec", {"command": probe})), "Looked.")
+    config = {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "agents": [{"id": "main", "exec": {"security": "full"}}],
+        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
+        "owners": [f"telegram:{OWNER}"],
+        "channels": {"telegram": {"accounts": {"main": {
+            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
+        }}}},
+    }  # fmt: skip
+    async with bot_run(config, tmp_path, STARTED, env={"SHIELD_BOT_SECRET": SECRET}):
+        await tg.private_message("look around", user_id=OWNER, name="Owner")
+        await tg.wait_sent(OWNER, 1)
+        [result] = [json.loads(m["content"]) for m in fake_llm.requests[1].body["messages"] if m["role"] == "tool"]
+        assert result["status"] == "ok", result
+        assert "sandbox" not in result  # the owner's DM: not the sandbox, the host's files
+        # the secret in no process's environment; no state listed; the config empty; the daemon already gone
+        assert result["output"].splitlines() == ["0", "0", "0", "0", "done"]
+        assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid) == b"sleep\x00988\x00"]
+    assert read_state(state, "SELECT count(*) FROM approvals") == [(0,)]  # the database is intact and readable

@@ -76,3 +76,21 @@ def test_a_run_a_non_owner_started_gets_the_shorter_time_limit() -> None:
     assert [config.timeout_for("main"), config.timeout_for("main", owner=False)] == [600, 120]
     assert config.timeout_for("quick", owner=False) == 30
     assert config.timeout_for("brief", owner=False) == 10  # never longer than the agent's own limit
+
+
+async def test_a_strangers_run_stops_at_the_non_owner_limit_while_the_owner_keeps_the_agents_own(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    settings = config(tmp_path, fake_llm, tg, max_concurrent=4)
+    settings["agents"] = [{"id": "main", "limits": {"non_owner_timeout_seconds": 1}}]
+    fake_llm.script(Reply.held("Thinking"), Reply.held("Owner's", then=" answer."))
+    async with bot_run(settings, tmp_path, STARTED):
+        await tg.group_message("a slow job", chat_id=GROUPS[0], user_id=STRANGER, name="Bo")
+        [stopped] = await tg.wait_sent(GROUPS[0], 1)  # nobody released it: only its time limit ended it
+        assert "1-second limit" in stopped
+        await tg.private_message("hi", user_id=OWNER, name="Owner")
+        await eventually(lambda: len(fake_llm.requests) == 2, "the owner's run to reach the model")
+        for _ in range(2):  # the stranger's abandoned reply may still hold a place in the fake's queue
+            fake_llm.release()  # the owner's run is not held to the stranger's limit: it ends when its answer does
+        assert await tg.wait_sent(OWNER, 1) == ["Owner's answer."]

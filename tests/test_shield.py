@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -92,11 +93,12 @@ async def test_the_bots_processes_and_environment_are_out_of_sight(
 
 
 async def test_nothing_a_command_starts_outlives_it(table: ProcessTable, bot: dict[str, Path]) -> None:
-    daemon = "setsid sh -c 'echo $$ > daemon.pid; exec sleep 987' >/dev/null 2>&1 &"
+    token = secrets.token_hex(8)  # names this test's daemon apart from any other process on the machine
+    daemon = f"setsid sh -c 'echo $$ > daemon.pid; sleep 987; :' {token} >/dev/null 2>&1 &"
     details = await shielded(table, bot, f"{daemon} while [ ! -s daemon.pid ]; do :; done; echo started")
     assert details["output"] == "started\n"
     leftovers = [
-        pid for pid in os.listdir("/proc") if pid.isdigit() and b"987" in _cmdline(pid) and b"sleep" in _cmdline(pid)
+        pid for pid in os.listdir("/proc") if pid.isdigit() and token.encode() in _cmdline(pid)
     ]
     assert leftovers == []
 
@@ -128,13 +130,14 @@ async def test_an_owners_command_in_a_real_bot_cannot_reach_the_bot(
 ) -> None:
     tg = fake_telegram
     state = tmp_path / "state"
+    token = secrets.token_hex(8)  # names this test's daemon apart from any other process on the machine
     # The bot's own paths are spelled so that the policy's text check does not see them: the shield must hold.
     probe = (
         "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SHIELD_BOT_SECRET; "
         "cat /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c -x -e --config; "
         'home="$PWD/../.."; s="$home/sta"; s="${s}te"; c="$home/bind"; c="${c}ings.yaml"; '
         'ls -A "$s" | wc -l; cat "$c" 2>/dev/null | wc -c; echo x 2>/dev/null > "$s/state.db"; '
-        "setsid sh -c 'echo $$ > daemon.pid; exec sleep 988' >/dev/null 2>&1 & "
+        f"setsid sh -c 'echo $$ > daemon.pid; sleep 988; :' {token} >/dev/null 2>&1 & "
         "while [ ! -s daemon.pid ]; do :; done; echo done"
     )
     fake_llm.script(Reply.tool_calls(ToolCallSpec("exec", {"command": probe})), "Looked.")
@@ -155,5 +158,5 @@ async def test_an_owners_command_in_a_real_bot_cannot_reach_the_bot(
         assert "sandbox" not in result  # the owner's DM: not the sandbox, the host's files
         # the secret in no process's environment; no state listed; the config empty; the daemon already gone
         assert result["output"].splitlines() == ["0", "0", "0", "0", "done"]
-        assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid) == b"sleep\x00988\x00"]
+        assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and token.encode() in _cmdline(pid)]
     assert read_state(state, "SELECT count(*) FROM approvals") == [(0,)]  # the database is intact and readable

@@ -19,7 +19,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+# The bot runs every command under bubblewrap: `run` installs it when it can, and starts anyway when it cannot
+# (commands are then refused with a message saying so).
 run: $(VENV)/.installed
+	@$(MAKE) --no-print-directory system-packages || echo "warning: without bubblewrap the agent's commands are refused" >&2
 	$(BIN)/bot run --config $(CONFIG)
 
 lint: $(VENV)/.installed-dev

@@ -134,7 +134,8 @@ async def test_an_owners_command_in_a_real_bot_cannot_reach_the_bot(
     # The bot's own paths are spelled so that the policy's text check does not see them: the shield must hold.
     probe = (
         "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SHIELD_BOT_SECRET; "
-        "cat /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c -x -e --config; "
+        # the bot's `--config` argument; the bracket keeps grep's own command line (also in /proc) from matching
+        "cat /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c -x -e '--conf[i]g'; "
         'home="$PWD/../.."; s="$home/sta"; s="${s}te"; c="$home/bind"; c="${c}ings.yaml"; '
         'ls -A "$s" | wc -l; cat "$c" 2>/dev/null | wc -c; echo x 2>/dev/null > "$s/state.db"; '
         f"setsid sh -c 'echo $$ > daemon.pid; sleep 988; :' {token} >/dev/null 2>&1 & "

@@ -211,7 +211,7 @@ class Router:
             hit = _first(self._peer.get((channel, _kind_class(parent.kind), parent.id.lower())), probe)
             if hit:
                 return hit.binding.agent, "binding.peer.parent"
-        if peer is not None and peer.id is not None:
+        if peer is not None:  # a peer without an id keeps its kind: a kind wildcard still matches it
             hit = _first(self._wildcard.get((channel, _kind_class(peer.kind))), probe)
             if hit:
                 return hit.binding.agent, "binding.peer.wildcard"

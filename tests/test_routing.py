@@ -507,13 +507,16 @@ def test_ids_match_case_insensitively(fields: dict[str, Any], source: RoutingInp
 
 
 @pytest.mark.parametrize("empty_id", ["", "   ", None])
-def test_input_peer_with_empty_id_matches_no_peer_binding(empty_id: str | None) -> None:
-    bindings = [
-        Binding(agent="wildcard", channel="telegram", peer=Peer("group", "*")),
-        Binding(agent="account", channel="telegram"),
-    ]
+def test_a_peer_without_an_id_keeps_its_kind_so_only_a_kind_wildcard_matches_it(empty_id: str | None) -> None:
+    exact = Binding(agent="exact", channel="telegram", peer=Peer("group", "-100"))
+    other_kind = Binding(agent="dms", channel="telegram", peer=Peer("direct", "*"))
+    wildcard = Binding(agent="groups", channel="telegram", peer=Peer("group", "*"))
+    account = Binding(agent="account", channel="telegram")
     source = message(channel="telegram", peer=Peer("group", empty_id), parent_peer=Peer("group", empty_id))
-    assert route(bindings, source) == ("account", "binding.account")
+    assert route([exact, other_kind, wildcard, account], source) == ("groups", "binding.peer.wildcard")
+    assert route([exact, other_kind, account], source) == ("account", "binding.account")  # no exact id can match
+    dm = message(channel="telegram", peer=Peer("direct", empty_id))
+    assert route([wildcard, other_kind, account], dm) == ("dms", "binding.peer.wildcard")  # as OpenClaw resolves it
 
 
 def test_binding_peer_needs_an_id() -> None:

@@ -132,6 +132,12 @@ class LimitsConfig(_Section):
     non_owner_timeout_seconds: float = Field(default=120, gt=0)
 
 
+class StateConfig(_Section):
+    """`state`: how long finished records (the journal, sent replies, settled approvals) are kept."""
+
+    retention_days: float = Field(default=30, ge=1)  # at least a day: the journal also stops duplicate deliveries
+
+
 class LanesConfig(_Section):
     """`lanes`: how run slots are shared between the people who talk to the bot."""
 
@@ -247,6 +253,7 @@ class Config(_Section):
     tools: ToolsConfig | None = None  # None: the full profile, nothing removed
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     lanes: LanesConfig = Field(default_factory=LanesConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.

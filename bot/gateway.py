@@ -24,6 +24,7 @@ from bot.assemble import SetupError, model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.config import Config, own_files
 from bot.conversation import Conversations
+from bot.retention import keep_pruning
 from bot.store import InboundRecord, OutboxEntry, OutboxRecord, PreviewRecord, Store
 from bot.streaming import StreamingReply
 from channels.base import (
@@ -150,6 +151,7 @@ class Gateway:
         self._outbox_wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
         self._outbox_task: asyncio.Task[None] | None = None
+        self._prune_task: asyncio.Task[None] | None = None
         self._accepting = False
         self._pair_misses: dict[str, list[float]] = {}
         self._unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
@@ -173,6 +175,7 @@ class Gateway:
         await self._keep_previews(leftovers)
         self._accepting = True
         self._outbox_task = asyncio.create_task(self._outbox_worker(), name="outbox")
+        self._prune_task = asyncio.create_task(keep_pruning(self.store, self.config.state.retention_days), name="prune")
         for adapter in self.adapters.values():
             try:
                 await adapter.start(self.on_message, self.on_action)
@@ -216,6 +219,10 @@ class Gateway:
         Adapters stop last: the runs that finish during the grace period still need them to deliver.
         """
         self._accepting = False
+        if self._prune_task is not None:
+            self._prune_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prune_task
         await self.lanes.close(grace_seconds)
         if self._outbox_task is not None:
             async with self._flush_lock:  # not in the middle of a send

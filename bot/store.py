@@ -255,6 +255,7 @@ class Store(Protocol):
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None: ...
+    async def prune_approvals(self, older_than_seconds: float) -> int: ...
     async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]: ...
     async def allow_command(
         self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None, sha256: str | None = None
@@ -671,6 +672,11 @@ class SqliteStore:
     ) -> ApprovalRecord | None:
         """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
         return await self._call(_decide_approval, self._key, approval_id, status, decision, decided_by)
+
+    async def prune_approvals(self, older_than_seconds: float) -> int:
+        """Delete settled requests made more than this long ago (never a pending one); returns how many."""
+        cutoff = self._cutoff(older_than_seconds)
+        return await self._call(_delete, "DELETE FROM approvals WHERE status != 'pending' AND created < ?", cutoff)
 
     async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
         """The exact commands "Allow always" stored for an agent: (resolved executable, arguments, script SHA-256)."""

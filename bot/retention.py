@@ -1,0 +1,43 @@
+"""Bounded state: finished journal rows, sent outbox entries and settled approvals pruned on a schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from bot.store import Store
+
+__all__ = ["DAY", "keep_pruning", "prune_once"]
+
+log = logging.getLogger(__name__)
+
+DAY = 86_400.0
+
+
+async def prune_once(store: Store, retention_days: float) -> dict[str, int]:
+    """Delete what finished more than `retention_days` ago (never anything unfinished); how many of each kind."""
+    age = retention_days * DAY
+    return {
+        "inbound": await store.prune_inbound(age),
+        "outbox": await store.prune_outbox(age),
+        "approvals": await store.prune_approvals(age),
+    }
+
+
+async def keep_pruning(
+    store: Store,
+    retention_days: float,
+    *,
+    every: float = DAY,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Prune now and then every `every` seconds until cancelled; a failed pass is logged and the next one tries."""
+    while True:
+        try:
+            pruned = await prune_once(store, retention_days)
+            if any(pruned.values()):
+                log.info("pruned state older than %g days: %s", retention_days, pruned)
+        except Exception:
+            log.exception("pruning the state failed; trying again later")
+        await sleep(every)

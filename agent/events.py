@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -49,20 +48,3 @@ async def discard(_: RunEvent) -> None:
 def short(text: str, limit: int = SHORT_RESULT) -> str:
     """Text cut to `limit` characters, marked when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class EventQueue:
-    """Collects a run's events and hands them out as an async iterator (ends when `close` is called)."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
-
-    async def emit(self, event: RunEvent) -> None:
-        await self._queue.put(event)
-
-    def close(self) -> None:
-        self._queue.put_nowait(None)
-
-    async def __aiter__(self) -> AsyncIterator[RunEvent]:
-        while (event := await self._queue.get()) is not None:
-            yield event

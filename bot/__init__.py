@@ -1,1 +1,1 @@
-"""Switchboard's application: CLI, config loading and, later, the gateway that wires channels to agents."""
+"""Switchboard's application: the CLI, config loading, and the gateway that wires channels to agents."""

@@ -522,7 +522,7 @@ class Gateway:
                 await adapter.typing(message.target())
             await asyncio.sleep(TYPING_EVERY_SECONDS)
 
-    # --- what tools and approvals reach the chats with (the Messenger and Courier protocols) ----------------------
+    # --- what tools and approvals reach the chats with (the Messenger protocol) -----------------------------------
 
     def capabilities(self, channel: str, account: str) -> Capabilities | None:
         adapter = self.adapters.get((channel, account))

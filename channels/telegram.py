@@ -151,6 +151,18 @@ class TelegramRateLimiter(BaseRateLimiter[None]):
         self.max_retries = max_retries
         self._paused_until = 0.0
 
+    def _group(self, chat: str) -> _Window:
+        """The chat's per-minute window; making one forgets every group quiet for a whole window, so a bot in many
+        groups keeps only the ones it wrote to in the last minute."""
+        window = self.groups.get(chat)
+        if window is None:
+            now = self.clock()
+            idle = [key for key, w in self.groups.items() if not w.times or now - w.times[-1] >= w.period]
+            for key in idle:
+                del self.groups[key]
+            window = self.groups[chat] = _Window(self.group_per_minute, 60.0, self.clock, self.sleep)
+        return window
+
     async def initialize(self) -> None:
         return None
 
@@ -174,8 +186,7 @@ class TelegramRateLimiter(BaseRateLimiter[None]):
             if endpoint not in _NO_THROTTLE:
                 await self.overall.acquire()
                 if chat.startswith("-") and endpoint != "sendChatAction":
-                    window = self.groups.setdefault(chat, _Window(self.group_per_minute, 60.0, self.clock, self.sleep))
-                    await window.acquire()
+                    await self._group(chat).acquire()
             try:
                 return await callback(*args, **kwargs)
             except RetryAfter as error:

@@ -588,3 +588,24 @@ async def test_end_to_end_a_duplicate_delivery_gets_one_reply(
     await tg.wait_texts(tg.user_id, lambda texts: texts[-1:] == ["Later."])
     assert tg.chat_texts(tg.user_id) == ["Only once.", "Later."]
     assert asked(fake_llm) == ["hello", "and later?"]
+
+
+async def test_the_limiter_forgets_groups_quiet_for_a_minute() -> None:
+    clock = FakeClock()
+    limiter = TelegramRateLimiter(clock=clock, sleep=clock.sleep)
+
+    async def sent() -> bool:
+        return True
+
+    async def send_to(chat: str) -> None:
+        await limiter.process_request(sent, (), {}, "sendMessage", {"chat_id": chat}, None)
+
+    for number in range(100):
+        await send_to(f"-100{number}")
+    assert len(limiter.groups) == 100
+    clock.advance(59)
+    await send_to("-1000")  # written to again: stays
+    clock.advance(2)
+    await send_to("-2000")  # a new group: the ones quiet for a minute are forgotten
+    assert set(limiter.groups) == {"-1000", "-2000"}
+    assert len(limiter.groups["-1000"].times) == 1  # the kept group keeps its count: its last minute's send

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -332,23 +332,39 @@ def _install_hint(backend: SandboxBackend) -> str:
     return "install docker and start its daemon, use backend: bwrap, or set agents[].sandbox.mode: off"
 
 
+class _Failed(NamedTuple):
+    """Why a probe failed: `started` False when it could not even be started (then `why` is the OS error)."""
+
+    started: bool
+    why: str
+
+
+def _probe(argv: list[str]) -> _Failed | None:
+    """Run a trivial command under bwrap once; None when it worked."""
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return _Failed(False, str(error))
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    return _Failed(True, said[-1] if said else f"exit code {done.returncode}")
+
+
 @functools.lru_cache(maxsize=16)
 def _probe_bwrap(bwrap: str) -> str | None:
     """Run a trivial sandbox once: bwrap may be installed where it cannot create namespaces (some containers)."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     argv += ["--die-with-parent", *_system_mounts(), "--proc", "/proc", "--dev", "/dev", "--", SHELL, "-c", "true"]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap (bwrap) cannot run here ({error}); set agents[].sandbox.mode: off to run unsandboxed"
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        why = said[-1] if said else f"exit code {done.returncode}"
-        return (
-            f"bubblewrap (bwrap) cannot create its namespaces here ({why}); allow user namespaces, "
-            "or set agents[].sandbox.mode: off"
-        )
-    return None
+    failed = _probe(argv)
+    if failed is None:
+        return None
+    if not failed.started:
+        return f"bubblewrap (bwrap) cannot run here ({failed.why}); set agents[].sandbox.mode: off to run unsandboxed"
+    return (
+        f"bubblewrap (bwrap) cannot create its namespaces here ({failed.why}); allow user namespaces, "
+        "or set agents[].sandbox.mode: off"
+    )
 
 
 def sandbox_problem_sync(settings: SandboxSettings) -> str | None:
@@ -443,16 +459,12 @@ def shield_argv(command: str, workspace: str, hidden: Sequence[str], *, bwrap: s
 
 @functools.lru_cache(maxsize=4)
 def _probe_shield(bwrap: str) -> str | None:
-    argv = [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid"]
-    argv += ["--die-with-parent", "--", SHELL, "-c", "true"]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"bubblewrap (bwrap) cannot run here ({error})"
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        return f"bubblewrap (bwrap) cannot create a PID namespace here ({said[-1] if said else done.returncode})"
-    return None
+    failed = _probe(shield_argv("true", "/", (), bwrap=bwrap))
+    if failed is None:
+        return None
+    if not failed.started:
+        return f"bubblewrap (bwrap) cannot run here ({failed.why})"
+    return f"bubblewrap (bwrap) cannot create a PID namespace here ({failed.why})"
 
 
 def shield_problem_sync() -> str | None:

@@ -808,17 +808,23 @@ def _getopt(label: str, spec: Program, args: list[str]) -> _Use:
             if opt.arg == "none" and has_value:
                 use.problem = f"{option} takes no value"
             elif opt.arg == "required" and not has_value:
-                if i >= len(args):
-                    use.problem = f"{option} is missing its value"
+                value, i = _next_value(option, args, i, use)
+                if value is None:
                     continue
-                value = args[i]
-                i += 1
             _take(use, option, opt, value)
         else:
             i = _short_options(word, args, i, spec, label, use, given)
     if use.problem is None:
         _operands(label, spec, operands, given, use)
     return use
+
+
+def _next_value(option: str, args: list[str], i: int, use: _Use) -> tuple[str | None, int]:
+    """The word at `i` as `option`'s value and the index after it; None, noted as the problem, when there is none."""
+    if i >= len(args):
+        use.problem = f"{option} is missing its value"
+        return None, i
+    return args[i], i + 1
 
 
 def _short_options(word: str, args: list[str], i: int, spec: Program, label: str, use: _Use, given: set[str]) -> int:
@@ -838,11 +844,9 @@ def _short_options(word: str, args: list[str], i: int, spec: Program, label: str
             continue
         value: str | None = rest or None
         if opt.arg == "required" and not rest:
-            if i >= len(args):
-                use.problem = f"{option} is missing its value"
+            value, i = _next_value(option, args, i, use)
+            if value is None:
                 break
-            value = args[i]
-            i += 1
         _take(use, option, opt, value)
         break
     return i

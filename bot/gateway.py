@@ -159,10 +159,16 @@ class Gateway:
         self._answer_sessions: OrderedDict[int, str] = OrderedDict()
         self._owners = frozenset(owner_key(*owner.split(":", 1)) for owner in config.owners)
 
+    def _owns(self, message: InboundMessage) -> bool:
+        """Whether the message's sender is one of the config's owners."""
+        return owner_key(message.channel, message.sender_id) in self._owners
+
     def _party(self, job: Job) -> Party:
         """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
-        key = owner_key(job.message.channel, job.message.sender_id)
-        return OWNER if key in self._owners else Party(sender=key, owner=False)
+        message = job.message
+        if self._owns(message):
+            return OWNER
+        return Party(sender=owner_key(message.channel, message.sender_id), owner=False)
 
     # --- start and stop -----------------------------------------------------------------------------------------
 
@@ -348,7 +354,7 @@ class Gateway:
 
     async def _pair(self, job: Job, code: str) -> str:
         message = job.message
-        if owner_key(message.channel, message.sender_id) not in self._owners:
+        if not self._owns(message):
             return "Only the bot's owners can approve pairing codes."
         if not code:
             return "Usage: /pair CODE"
@@ -462,7 +468,7 @@ class Gateway:
         """Run the agent on the batch; returns the text to send ("" for none)."""
         sender = jobs[-1].message
         adapter = self.adapters.get((sender.channel, sender.account))
-        is_owner = owner_key(sender.channel, sender.sender_id) in self._owners
+        is_owner = self._owns(sender)
         sandbox = self.config.agent(jobs[-1].agent).sandbox
         workspace = self.config.workspace(jobs[-1].agent)
         scoped = not is_owner and self.config.agent(jobs[-1].agent).memory.scope == "sender"

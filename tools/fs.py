@@ -105,19 +105,24 @@ async def _in_workspace(tool: str, ctx: ToolContext, job: Job) -> ToolResult:
 # --- who wrote it -----------------------------------------------------------------------------------------------
 
 
-def _written_by(provenance: Provenance, target: Path, rel: str) -> list[str]:
+def _authors(provenance: Provenance, rel: str, data: bytes | None) -> list[str]:
     """The non-owners whose text `rel` holds: from tools.provenance, and for a memory file the authors its notes'
-    headings name (scanned whole, so a window of it cannot leave out the heading that names them)."""
+    headings name in `data`, its content (None or over MAX_SCANNED: it could not be checked)."""
     authors = provenance.authors(rel)
     if is_memory_file(rel):
-        try:
-            with _open_regular(target, rel) as handle:
-                data = handle.read(MAX_SCANNED + 1)
-            found = note_authors(data) if len(data) <= MAX_SCANNED else [UNCHECKED]
-        except (FsError, OSError):
-            found = [UNCHECKED]
+        found = note_authors(data) if data is not None and len(data) <= MAX_SCANNED else [UNCHECKED]
         authors = list(dict.fromkeys([*authors, *found]))
     return authors
+
+
+def _written_by(provenance: Provenance, target: Path, rel: str) -> list[str]:
+    """`_authors` of a file `read` shows a window of: a memory file is scanned whole, so that the window cannot
+    leave out the heading that names its author."""
+    data: bytes | None = None
+    if is_memory_file(rel):
+        with contextlib.suppress(FsError, OSError), _open_regular(target, rel) as handle:
+            data = handle.read(MAX_SCANNED + 1)
+    return _authors(provenance, rel, data)
 
 
 def _source(what: str, authors: list[str]) -> str:
@@ -731,9 +736,7 @@ def _grep(root: Path, args: GrepArgs, run: RunInfo, cancelled: asyncio.Event) ->
                 truncated = True
                 break
             if authors is None:
-                authors = provenance.authors(file_rel)
-                if is_memory_file(file_rel):
-                    authors = list(dict.fromkeys([*authors, *note_authors(data)]))
+                authors = _authors(provenance, file_rel, data)
                 written_by.update(dict.fromkeys(authors))
             hit = {"path": file_rel, "line": number, "text": _cut_line(line.rstrip("\r"), match.start())}
             (others if authors else found).append(hit)

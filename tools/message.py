@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -127,6 +127,19 @@ def _names_a_chat(args: MessageArgs) -> bool:
 
 def _where(target: ChatTarget) -> str:
     return format_target(target) + (f" thread {target.thread_id}" if target.thread_id is not None else "")
+
+
+_Entry = TypeVar("_Entry")
+
+
+def _session_entries(records: OrderedDict[str, deque[_Entry]], key: str, maxlen: int) -> deque[_Entry]:
+    """A session's bounded record, as the most recently used; the least recently used sessions beyond
+    MAX_SESSIONS are dropped."""
+    entries = records.setdefault(key, deque(maxlen=maxlen))
+    records.move_to_end(key)
+    while len(records) > MAX_SESSIONS:
+        records.popitem(last=False)
+    return entries
 
 
 def _key(target: ChatTarget, message_id: str) -> MessageKey:
@@ -291,13 +304,10 @@ class MessageTool(Tool):
     def remember(self, session_key: str, target: ChatTarget, message_id: str) -> None:
         """Note a message the bot sent for the session (the gateway does, for its answers): the session's runs
         may edit or delete it."""
-        entries = self._own.setdefault(session_key, deque(maxlen=MAX_OWN_PER_SESSION))
-        self._own.move_to_end(session_key)
+        entries = _session_entries(self._own, session_key, MAX_OWN_PER_SESSION)
         key = _key(target, message_id)
         if key not in entries:
             entries.append(key)
-        while len(self._own) > MAX_SESSIONS:
-            self._own.popitem(last=False)
 
     def sent_by(self, session_key: str, target: ChatTarget, message_id: str) -> bool:
         """Whether that message is one the session sent (and may edit or delete)."""
@@ -309,16 +319,13 @@ class MessageTool(Tool):
             entries.remove(_key(target, message_id))
 
     def _record(self, key: str, sent: Sent) -> None:
-        entries = self._sent.setdefault(key, deque(maxlen=MAX_SENT_PER_SESSION))
-        self._sent.move_to_end(key)
+        entries = _session_entries(self._sent, key, MAX_SENT_PER_SESSION)
         for index, entry in enumerate(entries):  # an edit replaces the text recorded for that message
             if sent.message_id is not None and _same_message(entry, sent):
                 entries[index] = sent
                 break
         else:
             entries.append(sent)
-        while len(self._sent) > MAX_SESSIONS:
-            self._sent.popitem(last=False)
 
     def _error(self, message: str) -> ToolResult:
         return error_result(self.name, message)

@@ -27,7 +27,7 @@ run: $(VENV)/.installed
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
-	$(BIN)/mypy bot channels routing agent tools
+	$(BIN)/mypy bot channels routing agent tools tests/fakes
 
 # The tests run real programs: bubblewrap (the sandbox), git (the exec policy's repository checks) and prlimit.
 # Whatever is missing is installed with apt-get, as root or through sudo.

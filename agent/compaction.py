@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from agent.messages import AssistantMessage, Message, TextBlock, ToolResultMessage, UserMessage
 from agent.providers.base import Completed, ModelRequest, Provider, TextDelta
+from routing.errors import SwitchboardError
 
 DEFAULT_KEEP_LAST_TURNS = 4
 SUMMARY_HEADER = "[Summary of the earlier conversation, condensed because it no longer fit the model's context]"
@@ -24,7 +25,7 @@ SUMMARY_SYSTEM = (
 )
 
 
-class CompactionError(Exception):
+class CompactionError(SwitchboardError):
     """Compaction could not help: nothing older to summarize, or the model wrote an empty summary."""
 
 

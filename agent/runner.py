@@ -221,7 +221,11 @@ class Runner:
     # --- the public surface ---------------------------------------------------------------------------------------
 
     def start(self, spec: RunSpec) -> str:
-        """Start a run in the background; returns its id (ValueError if a run with that id is still known)."""
+        """Start a run in the background; returns its id (ValueError if a run with that id is still known). Once it
+        ends it is kept, among the last `keep_finished`, for `wait`."""
+        return self._start(spec, keep=True)
+
+    def _start(self, spec: RunSpec, *, keep: bool) -> str:
         if spec.run_id in self._runs:
             raise ValueError(f"run {spec.run_id!r} already exists")
         secrets: set[str] = set()
@@ -229,7 +233,8 @@ class Runner:
             secrets.update(candidate.provider.keys())
         run = _Run(spec=spec, started_at=self.wall_clock(), history=list(spec.history), secrets=secrets)
         run.task = asyncio.create_task(self._supervise(run), name=f"run {spec.run_id}")
-        run.task.add_done_callback(lambda _: self._forget_old(spec.run_id))
+        forget = self._forget_old if keep else self._forget
+        run.task.add_done_callback(lambda _: forget(spec.run_id))
         self._runs[spec.run_id] = run
         return spec.run_id
 
@@ -246,8 +251,9 @@ class Runner:
         return RunStatus(run_id, outcome.status, run.started_at, run.ended_at, error=outcome.reason, outcome=outcome)
 
     async def run(self, spec: RunSpec) -> RunOutcome:
-        """Start a run and wait for its outcome; cancelling the caller cancels the run."""
-        run = self._runs[self.start(spec)]
+        """Start a run and wait for its outcome; cancelling the caller cancels the run. The outcome is the caller's:
+        once the run ends the runner forgets it (`wait` knows only runs begun with `start`)."""
+        run = self._runs[self._start(spec, keep=False)]
         assert run.task is not None
         try:
             return await asyncio.shield(run.task)
@@ -565,6 +571,10 @@ class Runner:
 
     def _redact(self, run: _Run, text: str) -> str:
         return redact(text, run.secrets)
+
+    def _forget(self, finished: str) -> None:
+        """Drop a finished run at once: a kept run holds its whole history, which grows with the conversation."""
+        self._runs.pop(finished, None)
 
     def _forget_old(self, finished: str) -> None:
         """Keep the status of the last `keep_finished` finished runs for `wait` and `status`."""

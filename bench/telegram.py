@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import shutil
 import statistics
 import sys
@@ -24,20 +22,11 @@ from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fakes.llm import FakeLLM  # noqa: E402
-from fakes.telegram import FakeTelegram  # noqa: E402
+from bench.harness import FakeLLM, FakeTelegram, bot_process, rss_kib, telegram_config  # noqa: E402
 
 FIRST_USER = 70_000
-
-
-def rss_kib(pid: int, field: str) -> int:
-    """VmRSS (now) or VmHWM (peak) of a process, in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -> str:
@@ -45,59 +34,30 @@ async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -
         telegram.max_per_second = 30 if limiter else None
         llm.script(*(["ok"] * (messages + 50)))
         folder = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
-        config = {
-            "defaults": {"model": "fake/instant", "workspace_root": str(folder / "ws"), "max_concurrent": concurrent},
-            "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-            "channels": {
-                "telegram": {
-                    "accounts": {
-                        "main": {
-                            "token": telegram.token,
-                            "api_base_url": telegram.url,
-                            "dm_policy": "open",
-                            "rate_limit": limiter,
-                        }
-                    }
-                }
-            },
-            "session": {"queue": {"mode": "followup"}},
-            "tools": {"deny": ["*"]},
-        }
-        (folder / "bindings.yaml").write_text(json.dumps(config))
-        env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+        config = telegram_config(telegram, llm, folder, limiter=limiter, concurrent=concurrent)
         started = time.monotonic()
-        bot = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "run", "--config", str(folder / "bindings.yaml"),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
-        )  # fmt: skip
         try:
-            await telegram.wait_for(lambda: bool(telegram.calls("getUpdates")), timeout=30)
-            first_poll = next(call.at for call in telegram.requests if call.method == "getUpdates") - started
-            await asyncio.sleep(1.0)
-            idle = rss_kib(bot.pid, "VmRSS")
-            sent_at: dict[int, list[float]] = defaultdict(list)
-            began = time.monotonic()
-            for number in range(messages):
-                user = FIRST_USER + number % users
-                await telegram.private_message(f"message {number}", user_id=user, name=f"user{user}")
-                sent_at[user].append(time.monotonic())
+            async with bot_process(config, folder) as bot:
+                await telegram.wait_for(lambda: bool(telegram.calls("getUpdates")), timeout=30)
+                first_poll = next(call.at for call in telegram.requests if call.method == "getUpdates") - started
+                await asyncio.sleep(1.0)
+                idle = rss_kib(bot.pid, "VmRSS")
+                sent_at: dict[int, list[float]] = defaultdict(list)
+                began = time.monotonic()
+                for number in range(messages):
+                    user = FIRST_USER + number % users
+                    await telegram.private_message(f"message {number}", user_id=user, name=f"user{user}")
+                    sent_at[user].append(time.monotonic())
 
-            def replies() -> int:
-                return sum(len(telegram.sent[user]) for user in sent_at)
+                def replies() -> int:
+                    return sum(len(telegram.sent[user]) for user in sent_at)
 
-            with contextlib.suppress(TimeoutError):  # what never arrives is counted as lost below
-                await telegram.wait_for(lambda: replies() >= messages, timeout=600)
-            await asyncio.sleep(2.0)  # late duplicates, if any, show up here
-            peak = rss_kib(bot.pid, "VmHWM")
+                with contextlib.suppress(TimeoutError):  # what never arrives is counted as lost below
+                    await telegram.wait_for(lambda: replies() >= messages, timeout=600)
+                await asyncio.sleep(2.0)  # late duplicates, if any, show up here
+                peak = rss_kib(bot.pid, "VmHWM")
         finally:
-            bot.terminate()
-            try:
-                await asyncio.wait_for(bot.wait(), 30)
-            finally:
-                if bot.returncode is None:
-                    bot.kill()
-                    await bot.wait()
-                shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
         reply_times: dict[int, list[float]] = defaultdict(list)
         for call in telegram.requests:
             if call.method == "sendMessage" and call.params.get("chat_id") in sent_at:

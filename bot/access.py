@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.store import Store
+from bot.store import PairingStore
 from channels.base import AccountSettings, InboundMessage
 
 PAIRING_TTL_SECONDS = 3600.0
@@ -29,7 +29,7 @@ def owner_key(channel: str, sender_id: str) -> str:
 
 
 async def check_access(
-    message: InboundMessage, settings: AccountSettings, store: Store, owners: frozenset[str]
+    message: InboundMessage, settings: AccountSettings, store: PairingStore, owners: frozenset[str]
 ) -> Verdict:
     """The verdict for one message. Strangers get nothing but, under `pairing`, a one-time code."""
     if message.sender_is_bot:
@@ -47,7 +47,7 @@ async def check_access(
     return ALLOWED
 
 
-async def _direct(message: InboundMessage, settings: AccountSettings, store: Store, owner: bool) -> Verdict:
+async def _direct(message: InboundMessage, settings: AccountSettings, store: PairingStore, owner: bool) -> Verdict:
     if owner or settings.dm_policy == "open" or message.sender_id in settings.allow_from:
         return ALLOWED
     if settings.dm_policy == "disabled":

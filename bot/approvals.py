@@ -15,7 +15,7 @@ from typing import Literal
 from bot.access import owner_key
 from bot.approval_text import Shown, shown_command
 from bot.config import Config
-from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, Store
+from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
 from channels import markup_slack
 from channels.base import ActionEvent, Button, Capabilities, ChatTarget, OutboundMessage
 from routing import Peer
@@ -62,8 +62,8 @@ class Approvals:
     def __init__(
         self,
         config: Config,
-        store: Store,
-        courier: Messenger | None = None,
+        store: ApprovalStore,
+        messenger: Messenger | None = None,
         *,
         terminal: TerminalAsk | None = None,
         clock: Callable[[], float] = time.time,
@@ -72,7 +72,7 @@ class Approvals:
         self.config = config
         self.own_files = list(own_files)  # a command that names one never runs, whoever would approve it
         self.store = store
-        self.courier = courier
+        self.messenger = messenger
         self.terminal = terminal
         self.clock = clock
         self._decided: dict[str, asyncio.Event] = {}
@@ -165,7 +165,7 @@ class Approvals:
         of a command would ask for an answer about what the approver did not see."""
         tightest: tuple[int, int, str] | None = None  # (room for the command, its length there, channel)
         for target in targets:
-            caps = self.courier.capabilities(target.channel, target.account) if self.courier is not None else None
+            caps = self.messenger.capabilities(target.channel, target.account) if self.messenger is not None else None
             if caps is None:
                 continue
             card = _length(_request_text(record), caps)
@@ -182,7 +182,7 @@ class Approvals:
         )
 
     def _approver_dms(self, record: ApprovalRecord, origin: ChatTarget) -> list[ChatTarget]:
-        running = self.courier.accounts() if self.courier is not None else []
+        running = self.messenger.accounts() if self.messenger is not None else []
         found = []
         for approver in record.approvers:
             channel, _, sender = approver.partition(":")
@@ -195,16 +195,18 @@ class Approvals:
         return found
 
     async def _show(self, record: ApprovalRecord, target: ChatTarget) -> bool:
-        if self.courier is None:
+        if self.messenger is None:
             return False
-        caps = self.courier.capabilities(target.channel, target.account)
+        caps = self.messenger.capabilities(target.channel, target.account)
         buttons = _buttons(record) if caps is not None and caps.buttons else []
         text = _request_text(record)
         if caps is not None and _length(text, caps) > caps.max_text_length:  # checked before storing; never split
             log.warning("approval %s: too long to show whole in %s; not sent", record.id, target.channel)
             return False
         try:
-            message_id = await self.courier.send(target, OutboundMessage(text=text, buttons=buttons))
+            chat = f"{target.channel}/{target.account}/{target.peer.kind}:{target.peer.id}"
+            card = OutboundMessage(text=text, buttons=buttons)
+            message_id = await self.messenger.send(target, card, key=f"approval:{record.id}:{chat}")
         except Exception as error:
             log.warning("approval %s: could not show it in %s: %s", record.id, target.channel, error)
             return False
@@ -252,13 +254,13 @@ class Approvals:
         return settled
 
     async def _show_outcome(self, record: ApprovalRecord) -> None:
-        if self.courier is None:
+        if self.messenger is None:
             return
         for where in record.messages:
             target = ChatTarget.model_validate(where["target"])
-            text = _outcome_text(record, self.courier.capabilities(target.channel, target.account))
+            text = _outcome_text(record, self.messenger.capabilities(target.channel, target.account))
             try:
-                await self.courier.edit(target, str(where["message_id"]), OutboundMessage(text=text))
+                await self.messenger.edit(target, str(where["message_id"]), OutboundMessage(text=text))
             except Exception as error:
                 log.warning("approval %s: could not update its message in %s: %s", record.id, target.channel, error)
 

@@ -17,6 +17,7 @@ from agent.providers.config import split_model
 from agent.runner import ModelCandidate
 from bot.config import Config
 from routing import Peer
+from routing.errors import SwitchboardError
 from tools.base import RunInfo
 from tools.hooks import Hooks
 from tools.policy import PolicyResult, Selection, select_tools
@@ -25,7 +26,7 @@ from tools.registry import ToolRegistry
 log = logging.getLogger(__name__)
 
 
-class SetupError(Exception):
+class SetupError(SwitchboardError):
     """A run cannot start: no model configured, or its provider is missing. The message says what to do."""
 
 

@@ -9,29 +9,28 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEvent
 from agent.loop import TurnResult
 from agent.messages import UserMessage
-from agent.runner import Runner
+from bot.app import App
 from bot.approval_text import shown_command
 from bot.approvals import Approvals
 from bot.assemble import SetupError
-from bot.config import Config, own_files
+from bot.config import own_files
 from bot.conversation import Conversations
 from bot.store import ApprovalDecision, ApprovalRecord, SqliteStore
 from channels.base import CONSOLE
 from channels.console import console_user
 from routing import Peer, RoutingInput
+from routing.errors import SwitchboardError
 from tools.base import RunInfo
-from tools.builtins import builtin_registry
 from tools.exec import ProcessTable
-from tools.sandbox import sandbox_for
+from tools.registry import ToolSetup
 
 
-class ChatFailed(Exception):
+class ChatFailed(SwitchboardError):
     """The turn could not be answered; the message says why in one line."""
 
 
@@ -46,38 +45,28 @@ class ChatSession:
     peer: Peer
 
 
-async def open_session(
-    config: Config, state_dir: Path, agent: str | None = None, user: str | None = None
-) -> ChatSession:
+async def open_session(app: App, agent: str | None = None, user: str | None = None) -> ChatSession:
     """Route a console DM like any other message; `agent` overrides the binding. The console user is an owner."""
+    config = app.config
     user = user or console_user()
     peer = Peer("direct", user)
     source = RoutingInput(channel="console", peer=peer)
-    router = config.router()
     if agent is None:
-        route = router.resolve(source)
+        route = app.router.resolve(source)
         agent, session_key = route.agent, route.session_key
     else:
         config.agent(agent)  # KeyError for an unknown agent
-        session_key = router.session_key(agent, source)
-    run = RunInfo(
-        agent=agent,
-        session_key=session_key,
-        channel="console",
-        sender_id=user,
-        sender_name=user,
-        sender_is_owner=True,
-        capabilities=CONSOLE,
-        workspace=str(config.workspace(agent)),
-        sandbox=sandbox_for(config.agent(agent).sandbox, channel="console", is_owner=True, peer_kind=peer.kind),
+        session_key = app.router.session_key(agent, source)
+    run = app.run_info(
+        agent, session_key, channel="console", owner=True, sender_id=user, sender_name=user, capabilities=CONSOLE
     )
-    state_dir.mkdir(parents=True, exist_ok=True)
-    store = await SqliteStore.open(state_dir)
+    app.state_dir.mkdir(parents=True, exist_ok=True)
+    store = await SqliteStore.open(app.state_dir)
     terminal = ask_on_terminal if sys.stdin.isatty() else None
-    own = own_files(config, state_dir)
+    own = own_files(config, app.state_dir)
     approvals = Approvals(config, store, terminal=terminal, own_files=own)
-    registry = builtin_registry(authorize=approvals.authorize, processes=ProcessTable(hide=own))
-    conversations = Conversations(config, store, state_dir, Runner(), registry)
+    registry = app.registry(ToolSetup(None, approvals.authorize, ProcessTable(hide=own)))
+    conversations = Conversations(config, store, app.state_dir, app.runner, registry, app.hooks)
     return ChatSession(conversations, agent, session_key, run, peer)
 
 
@@ -206,9 +195,9 @@ async def _read_line(prompt: str) -> str:
     return await asyncio.to_thread(input, prompt)
 
 
-async def run_chat(config: Config, state_dir: Path, agent: str | None, message: str | None) -> int:
+async def run_chat(app: App, agent: str | None, message: str | None) -> int:
     """`bot chat`: one turn with `message`, else the interactive console; the exit status."""
-    session = await open_session(config, state_dir, agent)
+    session = await open_session(app, agent)
     try:
         return await (chat_once(session, message) if message is not None else chat_interactive(session))
     finally:

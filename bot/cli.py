@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from bot.config import Config
     from bot.config_errors import ConfigIssue
     from bot.store import ApprovalDecision, ApprovalStatus
+    from routing.errors import SwitchboardError
 
 CONFIG_OPTION = click.option(
     "--config",
@@ -80,6 +81,7 @@ def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     import asyncio
     import logging
 
+    from bot.app import App
     from bot.config import secrets_of
     from bot.redaction import configure_logging
     from bot.serve import serve
@@ -92,7 +94,7 @@ def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     redactor.add(secrets_of(config))
     for warning in config.warnings:
         click.echo(f"warning: {warning.render(config_path)}", err=True)
-    sys.exit(asyncio.run(serve(config, state)))
+    sys.exit(asyncio.run(serve(App(config, state))))
 
 
 @cli.command()
@@ -195,6 +197,7 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
     import asyncio
     import logging
 
+    from bot.app import App
     from bot.chat import run_chat
     from bot.config import secrets_of
     from bot.redaction import configure_logging
@@ -203,7 +206,7 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
     state = _state_dir(config_path, state_dir)
     config = _load(config_path, state)
     redactor.add(secrets_of(config))
-    sys.exit(asyncio.run(run_chat(config, state, _agent(config, agent) if agent else None, message)))
+    sys.exit(asyncio.run(run_chat(App(config, state), _agent(config, agent) if agent else None, message)))
 
 
 @cli.command("tools")
@@ -214,12 +217,9 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
 @click.option("--not-owner", is_flag=True, help="Show what a sender who is not an owner gets.")
 def tools_command(config_path: str, agent: str | None, channel: str, peer: str | None, not_owner: bool) -> None:
     """List the tools an agent may use here, and which policy layer removed each other tool."""
-    from bot.assemble import SetupError, model_refs, policy_for
+    from bot.app import App
     from routing import Peer
-    from tools.base import RunInfo
-    from tools.builtins import NoChats, builtin_registry
     from tools.policy import render_policy
-    from tools.sandbox import sandbox_for
 
     config = _load(config_path)
     agent_id = _agent(config, agent)
@@ -227,19 +227,10 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
         target = Peer.parse(peer) if peer else None
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    try:
-        model: str | None = model_refs(config, agent_id)[0]
-    except SetupError:
-        model = None
+    app = App(config)
     channel = channel.strip().lower()
-    settings = config.agent(agent_id).sandbox
-    peer_kind = target.kind if target else None
-    sandbox = sandbox_for(settings, channel=channel, is_owner=not not_owner, peer_kind=peer_kind)
-    run = RunInfo(
-        agent=agent_id, session_key="-", channel=channel, sender_is_owner=not not_owner, model=model, sandbox=sandbox
-    )
-    result = policy_for(config, builtin_registry(messenger=NoChats()), run, peer=target)
-    click.echo(f"agent: {agent_id}  model: {model or '(none)'}  channel: {run.channel}")
+    result = app.policy(agent_id, channel, peer=target, owner=not not_owner)
+    click.echo(f"agent: {agent_id}  model: {app.first_model(agent_id) or '(none)'}  channel: {channel}")
     for line in render_policy(result):
         click.echo(line)
 
@@ -252,10 +243,11 @@ def prompt(config_path: str, agent: str | None, channel: str) -> None:
     """Print exactly what the model receives: the system prompt, then the tools as sent to the provider."""
     import asyncio
 
+    from bot.app import App
     from bot.prompt_preview import preview
 
     config = _load(config_path)
-    click.echo(asyncio.run(preview(config, _agent(config, agent), channel.strip().lower())), nl=False)
+    click.echo(asyncio.run(preview(App(config), _agent(config, agent), channel.strip().lower())), nl=False)
 
 
 @cli.group()
@@ -382,6 +374,27 @@ def approvals_deny(config_path: str, state_dir: str | None, approval_id: str) ->
     _decide_from_cli(config_path, state_dir, approval_id, "deny")
 
 
+def exit_code(error: SwitchboardError) -> int:
+    """The exit status for an error of the tree (routing.errors): 1 the config or setup, 3 a model provider,
+    4 a channel, 5 a tool, 6 the state store (2 is a usage error, as click has it)."""
+    from agent.providers.base import ProviderError
+    from bot.store import StoreError
+    from routing.errors import ChannelError, ToolError
+
+    kinds: tuple[tuple[type[SwitchboardError], int], ...] = (
+        (ProviderError, 3), (ChannelError, 4), (ToolError, 5), (StoreError, 6),
+    )  # fmt: skip
+    return next((code for kind, code in kinds if isinstance(error, kind)), 1)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="bot")
+    """Console-script entry point: an error of the tree ends the command with one line and its exit status."""
+    from routing.errors import SwitchboardError
+
+    try:
+        cli(prog_name="bot")
+    except SwitchboardError as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        more = f" (and {len(lines) - 1} more lines)" if len(lines) > 1 else ""
+        click.echo(f"bot: {lines[0]}{more}", err=True)
+        sys.exit(exit_code(error))

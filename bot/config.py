@@ -15,7 +15,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, providers_from_env, split_model
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
+from bot.config_plugins import check_channels, check_providers
 from bot.env_vars import Substitution, substitute_env
+from bot.plugins import Plugins
 from bot.redaction import Redactor
 from bot.yaml_tree import parse_yaml
 from routing import Binding as RoutingBinding
@@ -497,8 +499,11 @@ def _unreachable_bindings(config: Config) -> list[tuple[Loc, str]]:
     return found
 
 
-def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:
-    """Validate config text; raises ConfigError listing every problem with its line and key path."""
+def parse_config(
+    text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None, plugins: Plugins | None = None
+) -> Config:
+    """Validate config text; raises ConfigError listing every problem with its line and key path. Channel accounts
+    and providers are checked by their plugins (`plugins`, else the installed ones)."""
     tree = parse_yaml(text)
     issues = [ConfigIssue(p.line, format_path(p.path), p.message) for p in tree.problems]
     if tree.data is None and not issues:
@@ -511,8 +516,10 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
         raise ConfigError(file, issues)
     env = substitute_env(tree.data, os.environ if environ is None else environ)
     unset_credentials: dict[tuple[str, str], list[str]] = {}
+    unset_paths: list[Loc] = []
     for path, names in list(env.missing.items()):
         if path[:1] == ("channels",) and len(path) >= 2:
+            unset_paths.append(path)
             # A channel account without its token is skipped when the bot starts, so one missing
             # variable does not stop every other channel.
             account = str(path[3]) if len(path) >= 4 and path[2] == "accounts" else "*"
@@ -522,6 +529,12 @@ def parse_config(text: str, file: str = DEFAULT_CONFIG, environ: Mapping[str, st
         unset = ", ".join(f"${{{name}}}" for name in names)
         message = f"environment variable {unset} is not set (give it a value, or a default: ${{{names[0]}:-value}})"
         issues.append(ConfigIssue(tree.line_of(path), format_path(path), message))
+    plugins = plugins or Plugins()
+    issues += check_channels(env.data.get("channels"), plugins, tree.line_of, set(unset_paths))
+    providers, found = check_providers(env.data.get("providers"), plugins, tree.line_of)
+    issues += found
+    if providers is not None:
+        env.data["providers"] = providers
     config: Config | None = None
     try:
         config = Config.model_validate(env.data)
@@ -553,7 +566,9 @@ def _without_env_values(issues: list[ConfigIssue], env: Substitution) -> list[Co
     return [dataclasses.replace(issue, message=redactor.redact(issue.message)) for issue in issues]
 
 
-def load_config(path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | None = None, plugins: Plugins | None = None
+) -> Config:
     """Read and validate a config file; relative paths in it are taken from the file's folder."""
     file = str(path)
     try:
@@ -564,7 +579,7 @@ def load_config(path: str | Path = DEFAULT_CONFIG, environ: Mapping[str, str] | 
         raise ConfigError(file, [ConfigIssue(None, "", f"not UTF-8 text ({error.reason})")]) from None
     except OSError as error:
         raise ConfigError(file, [ConfigIssue(None, "", f"cannot read: {error.strerror}")]) from None
-    config = parse_config(text, file, environ)
+    config = parse_config(text, file, environ, plugins)
     config._file = Path(path).resolve()
     config._base_dir = config._file.parent
     return config

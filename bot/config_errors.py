@@ -12,6 +12,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from routing.errors import SwitchboardError
+
 Loc = tuple[str | int, ...]
 _PYDANTIC_STEP = re.compile(r"^(\[key\]|function-(before|after|wrap|plain)\[.*\])$")
 
@@ -43,7 +45,7 @@ class ConfigIssue:
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
-class ConfigError(Exception):
+class ConfigError(SwitchboardError):
     """A config file that cannot be used; `issues` holds every problem found, in file order."""
 
     def __init__(self, file: str, issues: Sequence[ConfigIssue]) -> None:
@@ -77,11 +79,14 @@ def describe(error: ErrorDetails, root: type[BaseModel]) -> str:
     return message[:1].lower() + message[1:]
 
 
-def issues_from_validation(error: ValidationError, root: type[BaseModel], line_of: Any) -> list[ConfigIssue]:
-    """Turn a pydantic ValidationError into issues; `line_of(loc)` finds the line of a key path."""
+def issues_from_validation(
+    error: ValidationError, root: type[BaseModel], line_of: Any, at: Loc = ()
+) -> list[ConfigIssue]:
+    """Turn a pydantic ValidationError into issues; `line_of(loc)` finds the line of a key path, and `at` is where
+    in the file the model `root` was validated (the top when empty)."""
     issues = []
     for detail in error.errors(include_url=False, include_input=False):
-        loc = _clean_loc(detail["loc"])
+        loc = (*at, *_clean_loc(detail["loc"]))
         issues.append(ConfigIssue(line_of(loc), format_path(loc), describe(detail, root)))
     return issues
 

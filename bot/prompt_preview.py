@@ -8,20 +8,17 @@ from pathlib import Path
 from agent.loop import Dispatch, Turn, build_request
 from agent.messages import Message
 from agent.prompt import read_bootstrap
-from agent.providers.config import build_provider
+from bot.app import App
 from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
-from bot.config import Config
 from channels.base import CONSOLE, Capabilities
-from tools.base import RunInfo
-from tools.builtins import NoChats, builtin_registry
-from tools.sandbox import sandbox_for
 
 # Previewing needs the provider's kind and model options, not its key: pretend every well-known key is set.
 _ANY_KEY = {name: "(preview)" for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
 
 
-async def preview(config: Config, agent: str, channel: str) -> str:
+async def preview(app: App, agent: str, channel: str) -> str:
     """Render what the model receives for a direct message from an owner on `channel`."""
+    config = app.config
     notes: list[str] = []
     model: str | None = None
     try:
@@ -30,26 +27,19 @@ async def preview(config: Config, agent: str, channel: str) -> str:
     except SetupError as error:
         notes.append(f"# {error}; showing the OpenAI-compatible form")
         choice = None
-    run = RunInfo(
-        agent=agent,
-        session_key=f"agent:{agent}:main",
-        channel=channel,
-        sender_is_owner=True,
-        capabilities=CONSOLE if channel == "console" else Capabilities(),
-        workspace=str(config.workspace(agent)),
-        model=model,
-        sandbox=sandbox_for(config.agent(agent).sandbox, channel=channel, is_owner=True, peer_kind="direct"),
-    )
-    policy = policy_for(config, builtin_registry(messenger=NoChats()), run)
+    capabilities = CONSOLE if channel == "console" else Capabilities()
+    key = f"agent:{agent}:main"
+    run = app.run_info(agent, key, channel=channel, owner=True, capabilities=capabilities, model=model)
+    policy = policy_for(config, app.registry(), run)
     bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)
     if choice is None:
         from agent.providers.config import ProviderConfig
 
-        provider = build_provider("preview", ProviderConfig(kind="openai", base_url="http://127.0.0.1"))
+        provider = app.build_provider("preview", ProviderConfig(kind="openai", base_url="http://127.0.0.1"))
         dispatch: Dispatch = "native"
         model_id = "-"
     else:
-        provider = build_provider(choice.provider_name, choice.provider)
+        provider = app.build_provider(choice.provider_name, choice.provider)
         dispatch = choice.options.tool_dispatch
         model_id = choice.model_id
     try:

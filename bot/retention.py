@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from bot.store import Store
+from bot.store import RetentionStore
 
 __all__ = ["DAY", "keep_pruning", "prune_once"]
 
@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 DAY = 86_400.0
 
 
-async def prune_once(store: Store, retention_days: float) -> dict[str, int]:
+async def prune_once(store: RetentionStore, retention_days: float) -> dict[str, int]:
     """Delete what finished more than `retention_days` ago (never anything unfinished); how many of each kind."""
     age = retention_days * DAY
     return {
@@ -26,7 +26,7 @@ async def prune_once(store: Store, retention_days: float) -> dict[str, int]:
 
 
 async def keep_pruning(
-    store: Store,
+    store: RetentionStore,
     retention_days: float,
     *,
     every: float = DAY,

@@ -7,9 +7,8 @@ import contextlib
 import logging
 import signal
 import sys
-from pathlib import Path
 
-from bot.adapters import build_adapters
+from bot.app import App
 from bot.assemble import SetupError, choose_model, model_refs
 from bot.config import Config
 from bot.gateway import Gateway
@@ -30,14 +29,12 @@ def model_problems(config: Config) -> list[str]:
     return problems
 
 
-async def serve(config: Config, state_dir: Path, *, grace_seconds: float = 10.0) -> int:
+async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
     """Run until a stop signal; exit status 0 after a clean stop, 1 when there is nothing to serve."""
-    from bot.store import SqliteStore
-
-    adapters, skipped = build_adapters(config)
+    adapters, skipped = app.adapters()
     for line in skipped:
         print(line, file=sys.stderr)
-    for line in model_problems(config):
+    for line in model_problems(app.config):
         print(line, file=sys.stderr)
     if not adapters:
         print(
@@ -46,25 +43,18 @@ async def serve(config: Config, state_dir: Path, *, grace_seconds: float = 10.0)
             file=sys.stderr,
         )
         return 1
-    state_dir.mkdir(parents=True, exist_ok=True)
-    store = await SqliteStore.open(state_dir)
-    gateway = Gateway(config, store, state_dir, adapters)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stopping.set)
-    try:
-        await gateway.start()
+    async with app.running(adapters, grace_seconds=grace_seconds) as gateway:
         names = ", ".join(f"{adapter.channel}/{adapter.account}" for adapter in adapters)
         print(f"Serving {names}. Ctrl-C stops.", file=sys.stderr)
         watcher = asyncio.create_task(_stop_when_input_ends(gateway, adapters, stopping))
         await stopping.wait()
         watcher.cancel()
         print("Stopping: letting running answers finish…", file=sys.stderr)
-        await gateway.stop(grace_seconds)
-    finally:
-        await store.close()
     return 0
 
 

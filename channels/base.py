@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -198,7 +199,8 @@ class ChannelAdapter(Protocol):
     async def stop(self) -> None: ...
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
-        """Send; returns the platform's message id (None where the platform has none)."""
+        """Send one message; returns the platform's message id (None where the platform has none). The text is
+        never longer than `capabilities.max_text_length`: the gateway's delivery splits longer ones."""
         ...
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None: ...
@@ -208,3 +210,20 @@ class ChannelAdapter(Protocol):
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None: ...
 
     async def typing(self, target: ChatTarget) -> None: ...
+
+
+@dataclass(frozen=True)
+class ChannelSetup:
+    """What the application hands a channel plugin besides the account's settings."""
+
+    commands: Sequence[tuple[str, str]] = ()  # (name, description) of the chat commands, for a platform's menu
+
+
+@dataclass(frozen=True)
+class ChannelPlugin:
+    """A channel as a plugin (entry point group `switchboard.channels`, named for the channel): the settings model
+    of its accounts, which `bot config check` validates, and how to build one account's adapter. Keep the
+    platform's SDK out of the module that defines it: import it inside `adapter`."""
+
+    settings: type[AccountSettings]
+    adapter: Callable[[str, Any, ChannelSetup], ChannelAdapter]

@@ -18,11 +18,10 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
-from pydantic import Field
 
+from channels.accounts import DiscordAccount
 from channels.base import (
     NOTICE_BUDGET_SECONDS,
-    AccountSettings,
     ActionEvent,
     Attachment,
     Capabilities,
@@ -34,6 +33,7 @@ from channels.base import (
     within,
 )
 from routing import Peer
+from routing.errors import ChannelError
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +60,7 @@ _STYLES = {
 _ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
 
 
-class DiscordAccount(AccountSettings):
-    """`channels.discord.accounts.<id>`: the bot token, and where the servers are (the real Discord unless set).
-
-    `api_base_url` is the server root (`/api/v10` is appended); `gateway_url` the full WebSocket URL."""
-
-    token: str
-    gateway_url: str | None = None
-    ready_timeout: float = Field(default=30.0, gt=0)  # how long start() waits for READY
-    # After READY, discord.py waits this long for each guild's GUILD_CREATE before it calls itself ready.
-    guild_ready_timeout: float = Field(default=2.0, gt=0)
-
-
-class DiscordStartError(RuntimeError):
+class DiscordStartError(ChannelError, RuntimeError):
     """The account could not connect: bad token, unreachable server, or no READY in time."""
 
 
@@ -165,12 +153,7 @@ class _Client(discord.Client):
         intents.message_content = True
         super().__init__(intents=intents, allowed_mentions=_ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout)
         self.adapter = adapter
-        routed = _RoutedHTTPClient(self.loop, api_base, gateway)
-        self.http = routed
-        self._connection.http = routed
-        parsers = self._connection.parsers
-        for event, parser in list(parsers.items()):
-            parsers[event] = _guarded(adapter.account, event, parser)
+        _reach_into_the_client(self, _RoutedHTTPClient(self.loop, api_base, gateway), adapter.account)
 
     async def setup_hook(self) -> None:
         self.add_dynamic_items(_ActionButton)
@@ -186,6 +169,23 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         self.adapter._queue_message(message)
+
+
+# --- the one place that touches discord.py's private state --------------------------------------------------------
+#
+# discord.py has no public way to give a Client its own HTTPClient, nor to outlive a gateway event it cannot parse
+# (the exception ends the receive loop). Both live in the client's ConnectionState, `Client._connection`: REST calls
+# go through its `http`, and the gateway looks each event's parser up in its `parsers` dict (the same dict object).
+# tests/test_private_apis.py fails if discord.py changes either.
+
+
+def _reach_into_the_client(client: discord.Client, http: HTTPClient, account: str) -> None:
+    """Send the client's REST calls through `http`, and guard each of its gateway event parsers."""
+    client.http = http
+    state = client._connection
+    state.http = http
+    for event, parser in list(state.parsers.items()):
+        state.parsers[event] = _guarded(account, event, parser)
 
 
 def _guarded(account: str, event: str, parser: Callable[[Any], None]) -> Callable[[Any], None]:

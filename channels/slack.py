@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import ValidationError
 
+from channels.accounts import SlackAccount
 from channels.base import (
     NOTICE_BUDGET_SECONDS,
-    AccountSettings,
     ActionEvent,
     Attachment,
     Button,
@@ -90,30 +90,6 @@ _EMOJI_NAMES = {
     "😊": "blush",
     "🙂": "slightly_smiling_face",
 }
-
-
-class SlackAccount(AccountSettings):
-    """`channels.slack.accounts.<id>`: a bot token, and Socket Mode (an app token) or HTTP Events (a signing secret)."""
-
-    bot_token: SecretStr  # xoxb-...
-    mode: Literal["socket", "http"] = "socket"
-    app_token: SecretStr | None = None  # xapp-..., for Socket Mode
-    signing_secret: SecretStr | None = None  # for HTTP mode: every request's signature is checked with it
-    # HTTP mode's listener. Slack only posts to https, so a TLS proxy sits in front: loopback by default.
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=3000, ge=0, le=65535)
-    http_path: str = "/slack/events"
-    ping_interval: float = Field(default=10, gt=0)  # Socket Mode keep-alive
-
-    @model_validator(mode="after")
-    def _credentials_for_mode(self) -> SlackAccount:
-        if self.mode == "socket" and not (self.app_token and self.app_token.get_secret_value()):
-            raise ValueError("Socket Mode needs app_token (an xapp-... app-level token with connections:write)")
-        if self.mode == "http" and not (self.signing_secret and self.signing_secret.get_secret_value()):
-            raise ValueError("HTTP mode needs signing_secret (Basic Information > App Credentials)")
-        if not self.http_path.startswith("/"):
-            raise ValueError("http_path must start with /")
-        return self
 
 
 @dataclass

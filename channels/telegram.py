@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from aiohttp import web
 from telegram import (
     BotCommand,
     CallbackQuery,
@@ -31,9 +31,9 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Conflict, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import BaseRateLimiter, ExtBot
 
+from channels.accounts import TelegramAccount
 from channels.base import (
     NOTICE_BUDGET_SECONDS,
-    AccountSettings,
     ActionEvent,
     Attachment,
     Capabilities,
@@ -44,10 +44,10 @@ from channels.base import (
     OutboundMessage,
     within,
 )
-from channels.chunking import chunk_text
 from channels.markup_telegram import markdown_to_html
 from channels.telegram_request import AiohttpRequest
 from routing import Peer
+from routing.errors import ChannelError
 
 log = logging.getLogger(__name__)
 
@@ -65,31 +65,14 @@ CAPABILITIES = Capabilities(
 DEFAULT_ROOT = "https://api.telegram.org"
 MAX_CALLBACK_DATA_BYTES = 64
 MAX_DELIVERY_ATTEMPTS = 3
+MAX_WEBHOOK_BODY = 10_000_000  # bytes of one webhook post; an update is a few kilobytes
+WEBHOOK_READ_SECONDS = 30  # a post whose body trickles in slower than this is dropped
 ALLOWED_UPDATES = ["message", "channel_post", "callback_query"]
 _TOPIC = ":topic:"
 _NO_THROTTLE = frozenset({"getMe", "deleteWebhook", "setWebhook", "setMyCommands", "answerCallbackQuery"})
 
 
-class TelegramAccount(AccountSettings):
-    """`channels.telegram.accounts.<id>`: the bot token, and how updates arrive (long polling unless told otherwise)."""
-
-    token: str = Field(min_length=1, repr=False)
-    mode: Literal["polling", "webhook"] = "polling"
-    poll_timeout: int = Field(default=30, ge=0, le=50)  # seconds one getUpdates is held open by Telegram
-    webhook_url: str | None = None  # the public HTTPS address Telegram posts to
-    webhook_secret: str | None = Field(default=None, repr=False)  # X-Telegram-Bot-Api-Secret-Token
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = Field(default=8443, ge=0, le=65535)
-    rate_limit: bool = True  # keep within Telegram's 30 messages/s and 20/min per group (off only to measure)
-
-    @model_validator(mode="after")
-    def _webhook_complete(self) -> TelegramAccount:
-        if self.mode == "webhook" and not (self.webhook_url and self.webhook_secret):
-            raise ValueError("mode webhook needs webhook_url and webhook_secret")
-        return self
-
-
-class TelegramSendError(ValueError):
+class TelegramSendError(ChannelError, ValueError):
     """A message Telegram would refuse, caught before it is sent (e.g. a button value over 64 bytes)."""
 
 
@@ -201,6 +184,8 @@ class TelegramRateLimiter(BaseRateLimiter[None]):
 class _Bot(ExtBot[None]):
     async def raw_updates(self, offset: int, timeout: int) -> Any:
         """getUpdates without parsing: one malformed update must not hide the others (or block the offset)."""
+        # The one private PTB call (`Bot._post`): the public `do_api_request` warns when asked for a method the Bot
+        # has, and `get_updates` parses every update. tests/test_private_apis.py fails if PTB changes `_post`.
         data = {"offset": offset, "timeout": timeout, "allowed_updates": ALLOWED_UPDATES}
         return await self._post("getUpdates", data, read_timeout=timeout + 10)
 
@@ -277,7 +262,7 @@ class TelegramAdapter:
         self._offset = 0
         self._failures: dict[int, int] = {}  # update id -> times on_message raised for it
         self._task: asyncio.Task[None] | None = None
-        self._webhook: asyncio.Server | None = None
+        self._webhook: web.AppRunner | None = None
         self._on_message: OnMessage | None = None
         self._on_action: OnAction | None = None
 
@@ -310,9 +295,8 @@ class TelegramAdapter:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.bot.raw_updates(self._offset, 0), 5)
         if self._webhook is not None:
-            self._webhook.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._webhook.wait_closed(), 5)
+                await asyncio.wait_for(self._webhook.cleanup(), 5)
             self._webhook = None
         with contextlib.suppress(Exception):
             await self.bot.shutdown()
@@ -512,7 +496,13 @@ class TelegramAdapter:
 
     async def _start_webhook(self) -> None:
         settings = self.settings
-        self._webhook = await asyncio.start_server(self._serve_webhook, settings.webhook_listen, settings.webhook_port)
+        # Any path: a reverse proxy may map the public URL's path to another one; the secret is what admits a post.
+        app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
+        app.router.add_post("/{path:.*}", self._webhook_request)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        self._webhook = runner
+        await web.TCPSite(runner, settings.webhook_listen, settings.webhook_port).start()
         await self.bot.set_webhook(
             url=settings.webhook_url or "", secret_token=settings.webhook_secret, allowed_updates=ALLOWED_UPDATES
         )
@@ -520,78 +510,54 @@ class TelegramAdapter:
     @property
     def webhook_port(self) -> int | None:
         """The port the webhook listens on (useful with webhook_port 0)."""
-        if self._webhook is None or not self._webhook.sockets:
+        if self._webhook is None or not self._webhook.addresses:
             return None
-        return int(self._webhook.sockets[0].getsockname()[1])
+        return int(self._webhook.addresses[0][1])
 
-    async def _serve_webhook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """A minimal HTTP/1.1 endpoint: POST with JSON and the secret header; answered after the gateway returned."""
-        status = "400 Bad Request"
+    async def _webhook_request(self, request: web.Request) -> web.Response:
+        """One POST from Telegram: the secret header, then a JSON update, answered after the gateway returned."""
+        secret = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+        if not hmac.compare_digest(secret.encode(), (self.settings.webhook_secret or "").encode()):
+            return web.Response(status=403)
+        if request.content_type != "application/json" or not request.body_exists:
+            return web.Response(status=400)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            request_line, *header_lines = head.decode("latin-1").split("\r\n")
-            headers = {}
-            for line in header_lines:
-                name, _, value = line.partition(":")
-                if name:
-                    headers[name.strip().lower()] = value.strip()
-            length = int(headers.get("content-length", "0"))
-            secret = headers.get("x-telegram-bot-api-secret-token", "")
-            if not request_line.startswith("POST "):
-                status = "405 Method Not Allowed"
-            elif not hmac.compare_digest(secret.encode(), (self.settings.webhook_secret or "").encode()):
-                status = "403 Forbidden"
-            elif not headers.get("content-type", "").startswith("application/json") or not 0 < length <= 10_000_000:
-                status = "400 Bad Request"
-            else:
-                body = await asyncio.wait_for(reader.readexactly(length), 30)
-                raw = json.loads(body)
-                if isinstance(raw, dict) and isinstance(raw.get("update_id"), int):
-                    await self.handle_update(raw)
-                else:
-                    log.warning("telegram %s: skipped a webhook body that is not an update", self.account)
-                status = "200 OK"
-        except (ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as error:
+            async with asyncio.timeout(WEBHOOK_READ_SECONDS):
+                body = await request.read()  # more than client_max_size: aiohttp answers 413
+            raw = json.loads(body)
+        except (ValueError, TimeoutError) as error:
             log.warning("telegram %s: bad webhook request: %s", self.account, type(error).__name__)
+            return web.Response(status=400)
+        if not (isinstance(raw, dict) and isinstance(raw.get("update_id"), int)):
+            log.warning("telegram %s: skipped a webhook body that is not an update", self.account)
+            return web.Response(status=200)
+        try:
+            await self.handle_update(raw)
         except Exception:  # not recorded: a 500 makes Telegram deliver it again later
             log.exception("telegram %s: webhook update not recorded", self.account)
-            status = "500 Internal Server Error"
-        try:
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
-            await writer.drain()
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            return web.Response(status=500)
+        return web.Response(status=200)
 
     # --- sending ------------------------------------------------------------------------------------------------
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
-        """Send as Telegram HTML (plain text if Telegram cannot parse it); a text over 4,096 characters goes in
-        several messages, the buttons on the last. Returns the last message's id."""
-        markup = _check_buttons(message)
+        """Send one message as Telegram HTML (plain text if Telegram cannot parse it); the gateway's delivery has
+        split the text to `max_text_length`. Returns its id."""
         chat_id, thread = chat_and_thread(target)
         if message.thread_id:
             thread = int(message.thread_id)
-        chunks = chunk_text(message.text, CAPABILITIES.max_text_length) or [message.text]
-        sent: Message | None = None
-        for index, chunk in enumerate(chunks):
-            last = index == len(chunks) - 1
-            reply = (
-                ReplyParameters(int(message.reply_to), allow_sending_without_reply=True) if message.reply_to else None
-            )
-            kwargs: dict[str, Any] = {
-                "message_thread_id": thread,
-                "reply_markup": markup if last else None,
-                "reply_parameters": reply if index == 0 else None,
-            }
-            try:
-                sent = await self._send_text(chat_id, chunk, kwargs)
-            except ChatMigrated as error:
-                log.warning("telegram %s: chat %s moved to %s", self.account, chat_id, error.new_chat_id)
-                chat_id = error.new_chat_id
-                sent = await self._send_text(chat_id, chunk, kwargs)
-        return str(sent.message_id) if sent is not None else None
+        reply = ReplyParameters(int(message.reply_to), allow_sending_without_reply=True) if message.reply_to else None
+        kwargs: dict[str, Any] = {
+            "message_thread_id": thread,
+            "reply_markup": _check_buttons(message),
+            "reply_parameters": reply,
+        }
+        try:
+            sent = await self._send_text(chat_id, message.text, kwargs)
+        except ChatMigrated as error:
+            log.warning("telegram %s: chat %s moved to %s", self.account, chat_id, error.new_chat_id)
+            sent = await self._send_text(error.new_chat_id, message.text, kwargs)
+        return str(sent.message_id)
 
     async def _send_text(self, chat_id: int | str, text: str, kwargs: dict[str, Any]) -> Message:
         try:

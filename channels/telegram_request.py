@@ -5,12 +5,26 @@ from __future__ import annotations
 import re
 
 import aiohttp
-from telegram._utils.defaultvalue import DefaultValue
-from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
 
 _TOKEN_IN_URL = re.compile(r"/bot[^/]+/")
+
+# A timeout as PTB passes it: seconds, None (no limit), or BaseRequest.DEFAULT_NONE ("not given: use your own").
+# PTB spells that type ODVInput[float], but only in its private telegram._utils; `object` stands in for it.
+Timeout = object
+
+
+def given_or(timeout: Timeout, default: float | None) -> float | None:
+    """`timeout` if the caller gave one, else `default`: the test PTB documents is `is BaseRequest.DEFAULT_NONE`;
+    anything else that is not a number is "not given" too, as PTB's own HTTPXRequest reads its DefaultValues."""
+    if timeout is BaseRequest.DEFAULT_NONE:
+        return default
+    if timeout is None:
+        return None
+    if isinstance(timeout, int | float):
+        return float(timeout)
+    return default
 
 
 class AiohttpRequest(BaseRequest):
@@ -55,17 +69,17 @@ class AiohttpRequest(BaseRequest):
         url: str,
         method: str,
         request_data: RequestData | None = None,
-        read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        read_timeout: Timeout = BaseRequest.DEFAULT_NONE,
+        write_timeout: Timeout = BaseRequest.DEFAULT_NONE,
+        connect_timeout: Timeout = BaseRequest.DEFAULT_NONE,
+        pool_timeout: Timeout = BaseRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
         if self._session is None or self._session.closed:
             raise RuntimeError("This AiohttpRequest is not initialized!")
-        read = self._read_timeout if isinstance(read_timeout, DefaultValue) else read_timeout
-        write = self._write_timeout if isinstance(write_timeout, DefaultValue) else write_timeout
-        connect = self._connect_timeout if isinstance(connect_timeout, DefaultValue) else connect_timeout
-        pool = self._pool_timeout if isinstance(pool_timeout, DefaultValue) else pool_timeout
+        read = given_or(read_timeout, self._read_timeout)
+        write = given_or(write_timeout, self._write_timeout)
+        connect = given_or(connect_timeout, self._connect_timeout)
+        pool = given_or(pool_timeout, self._pool_timeout)
         timeout = aiohttp.ClientTimeout(
             # aiohttp has no write timeout of its own: the time to send counts against the read timeout
             sock_read=None if read is None else read + (write or 0),

@@ -113,4 +113,4 @@ def settled(state_dir: Path) -> bool:
     this holds after the test's last message was answered (or acknowledged), nothing more is coming."""
     unfinished = read_state(state_dir, "SELECT count(*) FROM inbound WHERE status IN ('pending', 'running')")
     unsent = read_state(state_dir, "SELECT count(*) FROM outbox WHERE status = 'pending'")
-    return unfinished[0][0] == unsent[0][0] == 0
+    return bool(unfinished[0][0] == unsent[0][0] == 0)

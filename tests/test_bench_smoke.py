@@ -11,7 +11,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 def load(name: str) -> dict[str, Any]:
-    return runpy.run_path(str(BENCH / name), run_name="bench")
+    return runpy.run_path(str(BENCH / name), run_name="bench_smoke")
 
 
 async def test_the_pipeline_benchmark_runs(tmp_path: Path) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from bot.store.schema import SCHEMA_VERSION
 
 CONFIG = """\
 agents:
@@ -215,3 +219,56 @@ def test_help_imports_no_platform_sdk_and_no_config_machinery() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_an_error_of_the_tree_ends_the_command_with_one_line_and_its_exit_status(config: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    with contextlib.closing(sqlite3.connect(state / "state.db")) as connection:
+        connection.execute("PRAGMA user_version = 999")  # written by a newer Switchboard
+    result = bot("pairing", "list", "--config", str(config), "--state-dir", str(state))
+    assert result.returncode == 6
+    assert result.stderr.strip().splitlines() == [
+        f"bot: {state / 'state.db'}: schema version 999 is newer than this Switchboard ({SCHEMA_VERSION})"
+    ]
+
+
+def test_every_error_belongs_to_one_tree_with_its_exit_status() -> None:
+    from agent.compaction import CompactionError
+    from agent.providers.base import ProviderError
+    from bot.assemble import SetupError
+    from bot.chat import ChatFailed
+    from bot.cli import exit_code
+    from bot.config_errors import ConfigError
+    from bot.plugins import PluginError
+    from bot.store import StoreError
+    from channels.discord import DiscordStartError
+    from channels.telegram import TelegramSendError
+    from routing.errors import ChannelError, SwitchboardError, ToolError
+    from tools.fs import FsError, PathRefused
+    from tools.memory import MemoryToolError
+    from tools.provenance import ScopeError
+    from tools.web import FetchError, Refused, SearchError
+
+    branches = {
+        ChannelError: [DiscordStartError, TelegramSendError],
+        ToolError: [FsError, PathRefused, FetchError, Refused, SearchError, ScopeError, MemoryToolError],
+        SwitchboardError: [
+            ConfigError,
+            SetupError,
+            PluginError,
+            ProviderError,
+            CompactionError,
+            StoreError,
+            ChatFailed,
+            ChannelError,
+            ToolError,
+        ],
+    }
+    for branch, members in branches.items():
+        assert all(issubclass(member, branch) for member in members), branch
+    assert exit_code(ConfigError("bindings.yaml", [])) == 1
+    assert exit_code(ProviderError("server", "the provider is down")) == 3
+    assert exit_code(DiscordStartError("no READY")) == 4
+    assert exit_code(PathRefused("outside")) == 5
+    assert exit_code(StoreError("closed")) == 6

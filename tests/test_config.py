@@ -190,11 +190,11 @@ def test_env_references_in_comments_and_keys_are_left_alone() -> None:
     config = parse(
         """
         # set ${UNSET_IN_COMMENT} before running
-        channels:
-          ${NOT_A_KEY}: {}
+        providers:
+          local: {kind: openai, base_url: "http://127.0.0.1:1", headers: {"${NOT_A_KEY}": v}}
         """
     )
-    assert config.channels == {"${NOT_A_KEY}": {}}
+    assert config.providers is not None and config.providers["local"].headers == {"${NOT_A_KEY}": "v"}
 
 
 def test_a_value_cannot_inject_yaml() -> None:
@@ -360,6 +360,11 @@ def test_a_wrong_peer_kind_names_line_and_path() -> None:
             "agents: []\nagents: []\n",
             "bindings.yaml:2: agents: duplicate key 'agents' (first set on line 1)",
             id="duplicate key",
+        ),
+        pytest.param(
+            "providers:\n  g: {kind: gemini, base_url: 'https://x'}\n",
+            "bindings.yaml:2: providers.g.kind: unknown provider kind 'gemini' (known: anthropic, openai)",
+            id="a provider kind no plugin provides",
         ),
         pytest.param(
             "- just\n- a list\n",

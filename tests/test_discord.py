@@ -4,6 +4,7 @@ then end to end through a real Gateway with the fake LLM and a SQLite store."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from fakes.discord import (
 from fakes.llm import FakeLLM, Reply
 from helpers import eventually
 
+from bot.app import App
 from bot.config import parse_config
+from bot.delivery import Delivery
 from bot.gateway import Gateway
 from bot.store import SqliteStore
 from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
@@ -286,6 +289,23 @@ async def test_text_over_2000_characters_is_refused_by_the_server(
     assert caught.value.code == 50035
 
 
+async def test_a_text_over_2000_characters_is_delivered_in_pieces_the_server_takes(
+    fake_discord: FakeDiscord, started: tuple[DiscordAdapter, Inbox], tmp_path: Path
+) -> None:
+    adapter, _ = started
+    text = "\n\n".join(f"Paragraph {i}: " + "word " * 80 for i in range(12))
+    async with await SqliteStore.open(tmp_path) as store:
+        delivery = Delivery(store, {(adapter.channel, adapter.account): adapter}, time.time)
+        delivery.start()
+        try:
+            await delivery.send(channel_target(), OutboundMessage(text=text))
+        finally:
+            await delivery.stop()
+    pieces = fake_discord.texts()
+    assert len(pieces) >= 3 and all(len(piece) <= 2000 for piece in pieces)
+    assert "\n\n".join(pieces) == text
+
+
 async def test_a_429_is_waited_out_and_the_message_delivered_once(
     fake_discord: FakeDiscord,
     started: tuple[DiscordAdapter, Inbox],
@@ -394,7 +414,7 @@ async def serve(
         }
         adapter = DiscordAdapter("default", account(fake_discord, dm_policy="open", streaming=streaming))
         store = await SqliteStore.open(tmp_path / "state")
-        gateway = Gateway(parse_config(json.dumps(config)), store, tmp_path / "state", [adapter])
+        gateway = Gateway(App(parse_config(json.dumps(config)), tmp_path / "state"), store, [adapter])
         await gateway.start()
         served = Served(gateway, store, adapter)
         running.append(served)

@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.store import SCHEMA_VERSION, SqliteStore
+from bot.store.schema import MIGRATIONS
 from tools.exec_policy import (
     DEFAULT_SAFE_BINS,
     AllowEntry,
@@ -934,6 +935,9 @@ def test_allow_always_stores_nothing_for_an_interpreter_without_a_readable_scrip
     assert evaluate(command, ExecSettings(), path=path, cwd=str(ws)).always == []
 
 
+SHA256_MIGRATION = next(n for n, steps in enumerate(MIGRATIONS) if "sha256" in steps[0])
+
+
 async def test_the_store_keeps_the_script_hash_and_migrates_an_old_database(tmp_path: Path) -> None:
     state = tmp_path / "state"
     async with await SqliteStore.open(state) as store:
@@ -944,10 +948,13 @@ async def test_the_store_keeps_the_script_hash_and_migrates_an_old_database(tmp_
             ("/usr/bin/ls", ("-la",), None),
             ("/usr/bin/python3", ("build.py",), "bb" * 32),
         ]
+    assert SCHEMA_VERSION == SHA256_MIGRATION + 3, "a newer migration: undo it below too"
     with sqlite3.connect(state / "state.db") as db:  # an older database: no sha256 column (nor any later one) yet
-        db.execute("ALTER TABLE exec_allowed DROP COLUMN sha256")
+        db.execute("DROP INDEX outbox_key")
+        db.execute("ALTER TABLE outbox DROP COLUMN dedupe_key")
         db.execute("ALTER TABLE approvals DROP COLUMN seal")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 2}")
+        db.execute("ALTER TABLE exec_allowed DROP COLUMN sha256")
+        db.execute(f"PRAGMA user_version = {SHA256_MIGRATION}")
     async with await SqliteStore.open(state) as store:
         assert ("/usr/bin/ls", ("-la",), None) in await store.allowed_commands("main")
 

@@ -21,10 +21,11 @@ from agent.messages import AssistantMessage, UserMessage
 from agent.runner import Runner, RunOutcome, RunSpec
 from agent.sessions import read_transcript, transcript_for
 from bot.access import MAX_PENDING_PAIRINGS
-from bot.adapters import build_adapters
+from bot.app import App
 from bot.commands import HELP
 from bot.config import Config, parse_config
-from bot.gateway import PAIR_MISS_WINDOW_SECONDS, Gateway
+from bot.gateway import Gateway
+from bot.intake import PAIR_MISS_WINDOW_SECONDS
 from bot.store import SqliteStore
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, OnAction, OnMessage, OutboundMessage
 from tools.base import Tool, ToolContext, ToolResult, json_result
@@ -179,21 +180,13 @@ class Harness:
         clock: FakeClock | None = None,
     ) -> Gateway:
         """A started gateway; `clock`, if given, is the time of both the gateway and its store."""
-        config = config or self.config()
-        adapters, skipped = build_adapters(config)
+        app = App(config or self.config(), self.state_dir, runner=runner, clock=clock or time.time)
+        adapters, skipped = app.adapters()
         assert skipped == []
         store = await SqliteStore.open(self.state_dir, clock=clock or time.time)
         if before_start is not None:
             await before_start(store)
-        gateway = Gateway(
-            config,
-            store,
-            self.state_dir,
-            [*extra_adapters, *adapters],
-            runner=runner,
-            registry=registry,
-            clock=clock or time.time,
-        )
+        gateway = Gateway(app, store, [*extra_adapters, *adapters], registry=registry)
         self.running.append((gateway, store))
         await gateway.start()
         return gateway

@@ -64,7 +64,7 @@ class RecordingMessenger:
         if self.failure is not None:
             raise self.failure
 
-    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+    async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
         self._maybe_fail()
         self.sent.append((target, message))
         self._next_id += 1

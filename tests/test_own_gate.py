@@ -84,7 +84,7 @@ def test_config_check_sees_the_state_directory_it_is_given(tmp_path: Path) -> No
 # --- a command that names the bot's own files never runs, whoever would approve it ------------------------------
 
 
-class NoCourier:
+class NoChats:
     def capabilities(self, channel: str, account: str) -> None:
         return None
 
@@ -116,7 +116,7 @@ async def test_a_command_naming_the_config_or_the_state_is_denied_outright(
     config = load_config(config_with(folder, f"    exec: {{security: {security}, ask: always}}\n"))
     state = folder / "state"
     async with await SqliteStore.open(state) as store:
-        gate = Approvals(config, store, NoCourier(), own_files=own_files(config, state))  # type: ignore[arg-type]
+        gate = Approvals(config, store, NoChats(), own_files=own_files(config, state))  # type: ignore[arg-type]
         workspace = config.workspace("main")
         workspace.mkdir(parents=True)
         run = RunInfo(agent="main", session_key="agent:main:x", workspace=str(workspace), sender_is_owner=True)

@@ -647,7 +647,6 @@ def test_provider_config_keys_are_optional() -> None:
 @pytest.mark.parametrize(
     ("fields", "where"),
     [
-        ({"kind": "gemini"}, "kind"),
         ({"base_url": "api.openai.com/v1"}, "base_url"),
         ({"timeout_seconds": "0"}, "timeout_seconds"),
         ({"api_key_env": "X"}, "api_key_env"),

@@ -3,13 +3,14 @@ message still gets exactly one reply."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from fakes.bridge import FakeBridge
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import asked, bot_run, eventually, launch_bot
 
 STARTED = "channel loopback account default started"
@@ -63,3 +64,36 @@ async def test_a_sigkill_mid_run_loses_nothing_and_answers_once(tmp_path: Path, 
             assert asked(fake_llm)[0] == "question from alice"
             assert sorted(asked(fake_llm)[1:3]) == ["question from alice", BOB]
             assert sorted(asked(fake_llm)[3:]) == ["one more from alice", "one more from bob"]
+
+
+def tool_results(llm: FakeLLM, request: int) -> list[dict[str, Any]]:
+    """The tool results the model read in its `request`-th call (0-based)."""
+    return [json.loads(m["content"]) for m in llm.requests[request].body["messages"] if m["role"] == "tool"]
+
+
+async def test_a_message_tool_send_is_made_once_when_its_turn_runs_again_after_a_sigkill(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    note = ToolCallSpec("message", {"action": "send", "text": "A note on the way."})
+    async with FakeBridge() as bridge:
+        config = bot_config(tmp_path, fake_llm, bridge)
+        fake_llm.script(Reply.tool_calls(note), Reply.stall(120))  # the note goes out, then the turn hangs
+        bot = await launch_bot(config, tmp_path, STARTED)
+        try:
+            await bridge.say("please leave a note", sender="alice")
+            await eventually(lambda: len(fake_llm.requests) == 2, "the turn to go on after its note")
+        finally:
+            if bot.returncode is None:
+                bot.send_signal(signal.SIGKILL)
+            await bot.wait()
+        assert bridge.texts_to("alice") == ["A note on the way."]
+        first = tool_results(fake_llm, 1)
+
+        # The turn runs again from the start and makes the same send: the outbox knows it, so it is not made twice.
+        fake_llm.script(Reply.tool_calls(note), "Done.")
+        async with bot_run(config, tmp_path, STARTED):
+            await eventually(lambda: "Done." in bridge.texts_to("alice"), "the answer after the restart")
+        assert bridge.texts_to("alice") == ["A note on the way.", "Done."]
+        again = tool_results(fake_llm, 3)
+        assert first[0]["status"] == again[0]["status"] == "ok"
+        assert again[0]["message_id"] == first[0]["message_id"]  # the note the first run sent

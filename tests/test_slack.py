@@ -27,6 +27,7 @@ from fakes.slack import (
 from helpers import FakeClock, asked, eventually
 from slack_sdk.errors import SlackApiError
 
+from bot.app import App
 from bot.config import Config, parse_config
 from bot.gateway import Gateway
 from bot.store import SqliteStore
@@ -460,7 +461,7 @@ async def serve(
     async def start(**extra: Any) -> Gateway:
         adapter = SlackAdapter("default", account(fake_slack, dm_policy="open"))
         store = await SqliteStore.open(tmp_path / "state")
-        gateway = Gateway(make_config(fake_llm, tmp_path, **extra), store, tmp_path / "state", [adapter])
+        gateway = Gateway(App(make_config(fake_llm, tmp_path, **extra), tmp_path / "state"), store, [adapter])
         running.append((gateway, store))
         await gateway.start()
         await fake_slack.wait_connected()

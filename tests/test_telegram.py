@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from fakes.telegram import FakeTelegram, parse_html
 from helpers import WAIT, FakeClock, asked, eventually
 
 import channels.telegram as telegram_module
+from bot.app import App
 from bot.config import parse_config
+from bot.delivery import Delivery
 from bot.gateway import Gateway
 from bot.store import SqliteStore
 from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
@@ -456,22 +459,31 @@ async def test_the_rate_check_catches_a_limiter_that_lets_31_through_in_a_second
     assert not at_most_30_a_second(await burst(tg, LimiterOnAFakeClock(overall_per_second=31)))
 
 
-async def test_a_text_over_the_limit_is_sent_in_pieces(
-    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox]
+async def test_a_text_over_the_limit_is_delivered_in_pieces_with_the_buttons_on_the_last(
+    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox], tmp_path: Path
 ) -> None:
     adapter, _ = started
     text = "\n\n".join(f"Paragraph {i}: " + "word " * 180 for i in range(12))
-    await adapter.send(dm(tg), OutboundMessage(text=text))
+    buttons = [[Button(label="OK", value="ok")]]
+    async with await SqliteStore.open(tmp_path) as store:
+        delivery = Delivery(store, {(adapter.channel, adapter.account): adapter}, time.time)
+        delivery.start()
+        try:
+            last = await delivery.send(dm(tg), OutboundMessage(text=text, buttons=buttons))
+        finally:
+            await delivery.stop()
     pieces = tg.sent[tg.user_id]
     assert len(pieces) >= 3 and all(len(parse_html(piece)) <= 4096 for piece in pieces)
+    marked = [message_id for (chat, message_id), message in tg.messages.items() if message.reply_markup]
+    assert marked == [int(last or 0)]
 
 
 async def test_markdown_to_html_keeps_tags_balanced() -> None:
-    assert markdown_to_html("*a **b* c**") == "*a **b* c**"
+    assert markdown_to_html("*a **b* c**") == "<i>a b c</i>"  # CommonMark: italic in italic, shown once
     assert markdown_to_html("snake_case_name and 2 * 3 * 4") == "snake_case_name and 2 * 3 * 4"
     assert markdown_to_html("# Title\n- one\n> quoted") == "<b>Title</b>\n• one\n<blockquote>quoted</blockquote>"
     assert markdown_to_html('[docs](https://x.org/?a=1&b="2")') == (
-        '<a href="https://x.org/?a=1&amp;b=&quot;2&quot;">docs</a>'
+        '<a href="https://x.org/?a=1&amp;b=%222%22">docs</a>'  # the URL normalized, as markdown-it does
     )
     assert markdown_to_html("```\nstill streaming <") == "<pre>still streaming &lt;</pre>"
 
@@ -537,7 +549,7 @@ async def gateway(
         )
         adapter = TelegramAdapter("default", settings(tg))
         store = await SqliteStore.open(tmp_path / "state")
-        gateway = Gateway(config, store, tmp_path / "state", [adapter])
+        gateway = Gateway(App(config, tmp_path / "state"), store, [adapter])
         await gateway.start()
         running.append(Running(gateway, store, adapter))
         return running[-1]

@@ -1,1 +1,72 @@
-"""The Tool contract, registry, policy pipeline, schema normalization, hooks and built-in tools."""
+"""The Tool contract, registry, policy pipeline, schema normalization, hooks and built-in tools. The names below
+are its public surface, each imported on first use; its other modules are private by convention."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from routing.errors import ToolError
+    from tools.base import (
+        ImageBlock,
+        RunInfo,
+        TextBlock,
+        Tool,
+        ToolContext,
+        ToolResult,
+        error_result,
+        image_result,
+        json_result,
+    )
+    from tools.hooks import Hooks
+    from tools.registry import ToolFactory, ToolRegistry, ToolSetup
+
+__all__ = [
+    "Hooks",
+    "ImageBlock",
+    "RunInfo",
+    "TextBlock",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolFactory",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolSetup",
+    "error_result",
+    "image_result",
+    "json_result",
+]
+
+# Where each public name is defined: imported when first asked for.
+_HOMES = {
+    "ToolError": "routing.errors",
+    "ImageBlock": "tools.base",
+    "RunInfo": "tools.base",
+    "TextBlock": "tools.base",
+    "Tool": "tools.base",
+    "ToolContext": "tools.base",
+    "ToolResult": "tools.base",
+    "error_result": "tools.base",
+    "image_result": "tools.base",
+    "json_result": "tools.base",
+    "Hooks": "tools.hooks",
+    "ToolFactory": "tools.registry",
+    "ToolRegistry": "tools.registry",
+    "ToolSetup": "tools.registry",
+}
+
+# Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # later look-ups find it without coming here
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -91,6 +91,9 @@ class RunInfo(BaseModel):
     model: str | None = None  # `provider/model-id` of the model answering
     target: ChatTarget | None = None  # the chat the run answers in (None outside a chat, e.g. `bot prompt`)
     reply_to: str | None = None  # the platform id of the message being answered
+    # Which turn this run is (the journal row it answers), the same when the turn runs again after a restart: what
+    # the run sends is keyed by it, so that a send is not made twice.
+    turn: str | None = None
     sandbox: SandboxSettings | None = None  # exec/process run in this sandbox; None: unsandboxed (tools.sandbox)
     cross_chat: CrossChat = "owners"  # the agent's `message.cross_chat`
 

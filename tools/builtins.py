@@ -8,7 +8,7 @@ from tools.exec import Authorization, Authorize, ExecTool, ProcessTable, Process
 from tools.fs import fs_tools
 from tools.memory import memory_tools
 from tools.message import MessageTool, Messenger
-from tools.registry import ToolRegistry
+from tools.registry import ToolRegistry, ToolSetup
 from tools.session_status import SessionStatus
 from tools.web import web_tools
 
@@ -22,7 +22,7 @@ class NoChats:
     def accounts(self) -> list[tuple[str, str]]:
         return []
 
-    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+    async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
         raise LookupError("no channel is running here")
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
@@ -43,18 +43,22 @@ async def nobody_to_ask(command: str, ctx: ToolContext) -> Authorization:
     return Authorization(allowed=False, status="denied", reason="no approvals can be asked for here")
 
 
+def builtin_tools(setup: ToolSetup) -> list[Tool]:
+    """The built-in tools (the tool plugin `builtins`): `message` only with a messenger (`NoChats()` lists it where
+    no channel runs, as `bot tools` does); `web_search` only with BRAVE_API_KEY in the environment."""
+    tools: list[Tool] = [SessionStatus()]
+    if setup.messenger is not None:
+        tools.append(MessageTool(setup.messenger))
+    processes = setup.processes
+    tools += [ExecTool(setup.authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
+    return tools
+
+
 def builtin_registry(
     *,
     messenger: Messenger | None = None,
     authorize: Authorize = nobody_to_ask,
     processes: ProcessTable | None = None,
 ) -> ToolRegistry:
-    """The built-in tools, wired to the gateway (its chats, its approvals) when given; `message` only with a
-    messenger (`NoChats()` lists it where no channel runs, as `bot tools` does); `web_search` only with
-    BRAVE_API_KEY in the environment."""
-    processes = processes or ProcessTable()
-    tools: list[Tool] = [SessionStatus()]
-    if messenger is not None:
-        tools.append(MessageTool(messenger))
-    tools += [ExecTool(authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
-    return ToolRegistry(tools)
+    """A registry of the built-in tools alone, wired to the given chats and approvals."""
+    return ToolRegistry(builtin_tools(ToolSetup(messenger, authorize, processes or ProcessTable())))

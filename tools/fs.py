@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from routing.errors import ToolError
 from tools.base import NO_WORKSPACE, RunInfo, Tool, ToolContext, ToolResult, error_result, json_result
 from tools.memory import MAX_SCANNED, is_memory_file, note_authors
 from tools.owner_files import owner_file
@@ -39,7 +40,7 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO must not hang the t
 UNCHECKED = "unknown (a memory file whose notes could not be checked)"
 
 
-class FsError(ValueError):
+class FsError(ToolError, ValueError):
     """A file-tool failure whose message is written for the model (not found, a directory, binary ...)."""
 
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from routing.errors import ToolError
 from tools.base import NO_WORKSPACE, RunInfo, Tool, ToolContext, ToolResult, error_result, json_result
 from tools.provenance import SENDERS_FOLDER, Author, Provenance, ScopeError, clean_name, prepare_root, run_author
 from tools.untrusted import wrap_untrusted
@@ -76,7 +77,7 @@ _SEARCH = (
 _write_lock = threading.Lock()  # appends in this process, one at a time, so each note's ref is right
 
 
-class MemoryToolError(Exception):
+class MemoryToolError(ToolError):
     """A refusal or a failure the model should read as it is."""
 
 

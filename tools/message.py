@@ -35,7 +35,10 @@ class Messenger(Protocol):
         """The (channel, account) pairs running."""
         ...
 
-    async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None: ...
+    async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
+        """Send (split to the channel's limit when longer); the last piece's message id. A send made again under
+        the same `key` (the same turn run again after a restart) is not sent twice: the first one's id comes back."""
+        ...
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None: ...
 
@@ -286,6 +289,7 @@ class MessageTool(Tool):
         self.messenger = messenger
         self._sent: OrderedDict[str, deque[Sent]] = OrderedDict()
         self._own: OrderedDict[str, deque[MessageKey]] = OrderedDict()
+        self._turn_sends: dict[str, int] = {}  # session key -> sends its current turn made
 
     def json_schema(self, run: RunInfo | None = None) -> dict[str, Any]:
         if run is None:
@@ -300,6 +304,7 @@ class MessageTool(Tool):
         """Drop what was recorded for the session (the gateway calls this as each run starts and ends); what the
         session may edit or delete is kept."""
         self._sent.pop(run_session_key, None)
+        self._turn_sends.pop(run_session_key, None)
 
     def remember(self, session_key: str, target: ChatTarget, message_id: str) -> None:
         """Note a message the bot sent for the session (the gateway does, for its answers): the session's runs
@@ -433,7 +438,7 @@ class MessageTool(Tool):
             if reply_to is None:
                 return self._error("reply needs message_id: this run is not answering a message there")
         try:
-            message_id = await self._perform(args, target, reply_to)
+            message_id = await self._perform(args, target, reply_to, run)
         except Exception as error:  # the platform refused: the model reads why, the run goes on
             return self._error(f"{args.action} failed: {str(error) or type(error).__name__}")
         if args.action in ("send", "reply", "edit") and args.text is not None:
@@ -452,7 +457,14 @@ class MessageTool(Tool):
             payload["thread_id"] = target.thread_id
         return json_result(payload)
 
-    async def _perform(self, args: MessageArgs, target: ChatTarget, reply_to: str | None) -> str | None:
+    def _send_key(self, run: RunInfo) -> str | None:
+        """The key of this run's next send: its turn and how many sends the turn made before, which is the same
+        when the turn runs again after a restart."""
+        count = self._turn_sends.get(run.session_key, 0) + 1
+        self._turn_sends[run.session_key] = count
+        return f"message:{run.turn}:{count}" if run.turn is not None else None
+
+    async def _perform(self, args: MessageArgs, target: ChatTarget, reply_to: str | None, run: RunInfo) -> str | None:
         """Do the (checked) action; the message id it concerns."""
         buttons = [
             [Button(label=spec.label, value=spec.value, style=spec.style) for spec in row] for row in args.buttons or []
@@ -461,7 +473,7 @@ class MessageTool(Tool):
             message = OutboundMessage(
                 text=args.text or "", buttons=buttons, reply_to=reply_to, thread_id=target.thread_id
             )
-            return await self.messenger.send(target, message)
+            return await self.messenger.send(target, message, key=self._send_key(run))
         message_id = args.message_id or ""
         if args.action == "edit":
             message = OutboundMessage(text=args.text or "", buttons=buttons, thread_id=target.thread_id)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from routing.errors import ToolError
 from tools.base import RunInfo
 
 __all__ = [
@@ -51,7 +52,7 @@ _NAME_DROP = re.compile(r'["()\x00-\x1f\x7f\u2028\u2029]')
 _record_lock = threading.Lock()  # read-modify-write of authors.json, one tool call at a time in this process
 
 
-class ScopeError(ValueError):
+class ScopeError(ToolError, ValueError):
     """A non-owner's folder that is not a plain folder inside the agent's workspace (a link leads elsewhere)."""
 
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tools.base import Tool
+
+if TYPE_CHECKING:
+    from tools.exec import Authorize, ProcessTable
+    from tools.message import Messenger
 
 # The built-in groups a policy may name instead of listing tools. A tool joins a group also through
 # its own `Tool.group`, so plugins can add to these or bring groups of their own.
@@ -97,3 +103,17 @@ class ToolRegistry:
     def known_names(self) -> frozenset[str]:
         """Tool names a policy may mention without being a typo: the registered ones and the built-in ones."""
         return BUILTIN_TOOL_NAMES | frozenset(self._tools)
+
+
+@dataclass(frozen=True)
+class ToolSetup:
+    """What the application hands a tool plugin: this process's chats (None where no channel runs), the way to
+    ask for an approval, and the table of background commands."""
+
+    messenger: Messenger | None
+    authorize: Authorize
+    processes: ProcessTable
+
+
+# A tool plugin (entry point group `switchboard.tools`): builds its tools for one application.
+ToolFactory = Callable[[ToolSetup], Iterable[Tool]]

@@ -19,6 +19,7 @@ import httpcore
 import httpx
 from pydantic import BaseModel, Field
 
+from routing.errors import ToolError
 from tools.base import Tool, ToolContext, ToolResult, error_result, json_result
 from tools.untrusted import wrap_untrusted
 
@@ -43,7 +44,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _REDIRECTS = {301, 302, 303, 307, 308}
 
 
-class FetchError(Exception):
+class FetchError(ToolError):
     """web_fetch could not give a page; the message says why, for the model."""
 
 
@@ -564,7 +565,7 @@ class SearchHit(BaseModel):
     snippet: str = ""
 
 
-class SearchError(Exception):
+class SearchError(ToolError):
     """The search backend failed; the message is for the model (and never holds a key)."""
 
 

@@ -1,1 +1,78 @@
-"""LLM providers: OpenAI-compatible Chat Completions and Anthropic Messages, streaming over httpx."""
+"""LLM providers: OpenAI-compatible Chat Completions and Anthropic Messages, streaming over httpx, and
+`ScriptedProvider` for tests. The names below are its public surface, each imported on first use; its other
+modules are private by convention."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.providers.base import (
+        Completed,
+        ModelRequest,
+        Provider,
+        ProviderError,
+        SchemaDialect,
+        StreamEvent,
+        TextDelta,
+        ToolCallStarted,
+        ToolSpec,
+    )
+    from agent.providers.config import ModelOptions, ProviderConfig, ProviderPlugin, build_provider, split_model
+    from agent.providers.scripted import Scripted, ScriptedProvider, ScriptedSettings
+
+__all__ = [
+    "Completed",
+    "ModelOptions",
+    "ModelRequest",
+    "Provider",
+    "ProviderConfig",
+    "ProviderError",
+    "ProviderPlugin",
+    "SchemaDialect",
+    "Scripted",
+    "ScriptedProvider",
+    "ScriptedSettings",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCallStarted",
+    "ToolSpec",
+    "build_provider",
+    "split_model",
+]
+
+# Where each public name is defined: imported when first asked for.
+_HOMES = {
+    "Completed": "agent.providers.base",
+    "ModelRequest": "agent.providers.base",
+    "Provider": "agent.providers.base",
+    "ProviderError": "agent.providers.base",
+    "SchemaDialect": "agent.providers.base",
+    "StreamEvent": "agent.providers.base",
+    "TextDelta": "agent.providers.base",
+    "ToolCallStarted": "agent.providers.base",
+    "ToolSpec": "agent.providers.base",
+    "ModelOptions": "agent.providers.config",
+    "ProviderConfig": "agent.providers.config",
+    "ProviderPlugin": "agent.providers.config",
+    "build_provider": "agent.providers.config",
+    "split_model": "agent.providers.config",
+    "Scripted": "agent.providers.scripted",
+    "ScriptedProvider": "agent.providers.scripted",
+    "ScriptedSettings": "agent.providers.scripted",
+}
+
+# Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # later look-ups find it without coming here
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from agent.messages import AssistantMessage, Message, Usage
+from routing.errors import SwitchboardError
 
 # Which JSON-Schema dialect a provider's tool parameters must be normalized to (tools/schema.py).
 SchemaDialect = Literal["openai", "gemini", "anthropic"]
@@ -64,7 +65,7 @@ class Completed(BaseModel):
 StreamEvent = TextDelta | ToolCallStarted | Completed
 
 
-class ProviderError(Exception):
+class ProviderError(SwitchboardError):
     """A failed model call, classified so the runner knows whether to retry, rotate keys, compact or give up.
 
     The message never contains an API key or a request header.

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -54,7 +55,9 @@ class ProviderConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Annotated[Literal["openai", "anthropic"], BeforeValidator(_lower)]
+    # Which plugin speaks to it (entry point group `switchboard.providers`): `openai` (any Chat Completions
+    # endpoint) and `anthropic` are built in.
+    kind: Annotated[str, BeforeValidator(_lower)]
     base_url: str
     api_key: Annotated[str | None, BeforeValidator(_blank_is_none)] = None
     api_keys: Annotated[list[str], BeforeValidator(_key_list)] = Field(default_factory=list)
@@ -111,13 +114,29 @@ def providers_from_env(environ: Mapping[str, str]) -> dict[str, ProviderConfig]:
     return found
 
 
-def build_provider(name: str, config: ProviderConfig, client: httpx.AsyncClient | None = None) -> Provider:
-    """The Provider for `config`; it uses `client` if given, else its own (close it with `aclose()`)."""
-    # Imported here: the provider modules import this one.
-    if config.kind == "anthropic":
-        from agent.providers.anthropic import AnthropicProvider
+@dataclass(frozen=True)
+class ProviderPlugin:
+    """A kind of LLM endpoint as a plugin (entry point group `switchboard.providers`, named for the kind): its
+    settings model (ProviderConfig or a subclass with keys of its own) and how to build its Provider."""
 
-        return AnthropicProvider(name, config, client)
-    from agent.providers.openai import OpenAIProvider
+    settings: type[ProviderConfig]
+    create: Callable[[str, Any, httpx.AsyncClient | None], Provider]
 
-    return OpenAIProvider(name, config, client)
+
+def build_provider(
+    name: str,
+    config: ProviderConfig,
+    client: httpx.AsyncClient | None = None,
+    plugins: Mapping[str, ProviderPlugin] | None = None,
+) -> Provider:
+    """The Provider for `config` from the plugin of its kind (`plugins`, else the built-in ones); it uses `client`
+    if given, else its own (close it with `aclose()`). LookupError for a kind no plugin provides."""
+    if plugins is None:
+        from agent.providers import builtins  # imported here: the provider modules import this one
+
+        plugins = builtins.PROVIDERS
+    plugin = plugins.get(config.kind)
+    if plugin is None:
+        known = ", ".join(sorted(plugins))
+        raise LookupError(f"provider {name!r}: no plugin for kind {config.kind!r} (known: {known})")
+    return plugin.create(name, config, client)

@@ -1,0 +1,257 @@
+"""Delivery: replies are recorded in the outbox with the journal rows they answer, then sent in order per chat,
+retried with backoff; what tools and approvals send reaches the same adapters (the Messenger they are given)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+from bot.store import OutboxEntry, OutboxRecord, Store
+from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
+from channels.chunking import chunk_text
+from routing.errors import ChannelError
+from tools.message import MessageTool
+
+log = logging.getLogger(__name__)
+
+RETRY_BASE_SECONDS = 1.0
+RETRY_MAX_SECONDS = 300.0
+MAX_SEND_ATTEMPTS = 8
+MAX_ANSWER_SESSIONS = 1000  # answers still on their way whose messages are noted for the message tool
+SEND_WAIT_SECONDS = 60.0  # how long `send` waits behind the chat's earlier messages before it says "queued"
+
+Adapters = Mapping[tuple[str, str], ChannelAdapter]
+
+
+class SendFailed(ChannelError):
+    """A send recorded before (the same turn, run again) that was never delivered."""
+
+
+class Delivery:
+    """The outbox and its sender, and the Messenger (`tools.message`) through which tools and approvals act in the
+    chats of the running adapters."""
+
+    def __init__(self, store: Store, adapters: Adapters, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.adapters = adapters
+        self.clock = clock
+        self.message_tool: MessageTool | None = None  # told the ids of an answer's messages, to edit or delete them
+        self._wake = asyncio.Event()
+        self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
+        self._task: asyncio.Task[None] | None = None
+        # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
+        self._answer_sessions: OrderedDict[int, str] = OrderedDict()
+        self._waiting: dict[int, asyncio.Future[str | None]] = {}  # outbox id -> the `send` waiting for it
+
+    def adapter_for(self, channel: str, account: str) -> ChannelAdapter | None:
+        """The running adapter of this channel account, None if there is none."""
+        return self.adapters.get((channel, account))
+
+    def note_answer(self, inbound_id: int, session_key: str) -> None:
+        """The answer to `inbound_id` belongs to `session_key`: its messages are that session's to change."""
+        self._answer_sessions[inbound_id] = session_key
+        while len(self._answer_sessions) > MAX_ANSWER_SESSIONS:
+            self._answer_sessions.popitem(last=False)
+
+    # --- the Messenger: what tools and approvals reach the chats with ---------------------------------------------
+
+    def capabilities(self, channel: str, account: str) -> Capabilities | None:
+        adapter = self.adapter_for(channel, account)
+        return adapter.capabilities if adapter is not None else None
+
+    def accounts(self) -> list[tuple[str, str]]:
+        return list(self.adapters)
+
+    def _adapter(self, target: ChatTarget) -> ChannelAdapter:
+        adapter = self.adapter_for(target.channel, target.account)
+        if adapter is None:
+            raise LookupError(f"no running {target.channel} account {target.account!r}")
+        return adapter
+
+    async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
+        """Send through the outbox, in the chat's order: recorded first, split to the channel's limit (the buttons
+        on the last piece); the last piece's message id once it is out (None if it is still queued after
+        SEND_WAIT_SECONDS). A send recorded before under `key` is not made again: its id comes back. It is tried
+        once while someone waits for it, and its failure raised to them; one that outlived a crash is retried."""
+        limit = self._adapter(target).capabilities.max_text_length
+        pieces = chunk_text(message.text, limit) or [message.text]
+        last, where = len(pieces) - 1, target.model_dump(mode="json")
+        entries = [
+            OutboxEntry(
+                inbound_id=None,
+                channel=target.channel,
+                account=target.account,
+                target=where,
+                payload=message.model_copy(
+                    update={
+                        "text": piece,
+                        "buttons": message.buttons if index == last else [],
+                        "reply_to": message.reply_to if index == 0 else None,
+                    }
+                ).model_dump(mode="json"),
+                kind="message",
+                key=f"{key}:{index}" if key is not None else None,
+            )
+            for index, piece in enumerate(pieces)
+        ]
+        records = await self.store.enqueue_once(entries)
+        outcomes = [self._outcome(record) for record in records]
+        self.wake()
+        try:
+            async with asyncio.timeout(SEND_WAIT_SECONDS):
+                ids = [await outcome for outcome in outcomes]
+        except TimeoutError:
+            return None
+        finally:
+            for record in records:
+                self._waiting.pop(record.id, None)
+        return ids[-1]
+
+    def _outcome(self, record: OutboxRecord) -> asyncio.Future[str | None]:
+        """What becomes of a recorded entry: its message id once sent, its error if it died."""
+        outcome: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        if record.status == "sent":
+            outcome.set_result(record.platform_message_id)
+        elif record.status == "dead":
+            outcome.set_exception(SendFailed(record.error or "not delivered"))
+        else:
+            self._waiting[record.id] = outcome
+        return outcome
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        await self._adapter(target).edit(target, message_id, message)
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        await self._adapter(target).delete(target, message_id)
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        await self._adapter(target).react(target, message_id, emoji)
+
+    async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
+        peer = target.peer
+        return await self.store.is_approval_message(
+            target.channel, target.account, peer.kind, peer.id or "", message_id
+        )
+
+    # --- the outbox -------------------------------------------------------------------------------------------------
+
+    def replies(
+        self, inbound_id: int | None, message: InboundMessage, text: str, chunks: list[str] | None = None
+    ) -> list[OutboxEntry]:
+        """The outbox entries that deliver `text` to the message's chat, in chunks the channel takes (`chunks`:
+        already split, e.g. what a streamed message did not hold); none for an empty text."""
+        adapter = self.adapter_for(message.channel, message.account)
+        limit = adapter.capabilities.max_text_length if adapter is not None else 4000
+        target = message.target().model_dump(mode="json")
+        return [
+            OutboxEntry(
+                inbound_id=inbound_id,
+                channel=message.channel,
+                account=message.account,
+                target=target,
+                payload=OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json"),
+            )
+            for chunk in (chunk_text(text, limit) if chunks is None else chunks)
+        ]
+
+    async def close(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"] = "done",
+        error: str | None = None,
+        *,
+        replies: Sequence[OutboxEntry] = (),
+        session_key: str | None = None,
+    ) -> None:
+        """Record the replies and finish the messages' journal rows in one step (a crash leaves both or
+        neither), then let the outbox send the replies."""
+        await self.store.finish_inbound(inbound_ids, status, error, session_key=session_key, replies=replies)
+        if replies:
+            self._wake.set()
+
+    async def reply(self, message: InboundMessage, text: str) -> None:
+        """A reply that answers no journaled message (a notice, a pairing confirmation)."""
+        await self.close([], replies=self.replies(None, message, text))
+
+    def start(self) -> None:
+        """Send whatever is recorded from now on (and, after `wake()`, what was left unsent)."""
+        self._task = asyncio.create_task(self._worker(), name="outbox")
+
+    def wake(self) -> None:
+        """Look for due entries now."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop the sender between two sends, then send once more what is due."""
+        if self._task is not None:
+            async with self._flush_lock:  # not in the middle of a send
+                self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()
+
+    async def _worker(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+            due = await self.store.unsent_outbox()
+            if due:  # what arrived meanwhile goes at once; what failed waits for its retry time
+                wait = min(record.retry_at for record in due) - self.clock()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), wait)
+                self._wake.set()
+
+    async def flush(self) -> None:
+        """Send every due entry: chats in parallel, each chat in order; a failure waits with backoff, and the
+        chat's later entries wait behind it."""
+        async with self._flush_lock:
+            now = self.clock()
+            chats: dict[str, list[OutboxRecord]] = {}
+            for record in await self.store.unsent_outbox():
+                chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+            await asyncio.gather(*(self._send_in_order(records, now) for records in chats.values()))
+
+    async def _send_in_order(self, records: list[OutboxRecord], now: float) -> None:
+        for record in records:
+            if record.retry_at > now or not await self._send(record):
+                return  # keep the chat's order: nothing after an entry that is waiting to retry
+
+    async def _send(self, record: OutboxRecord) -> bool:
+        adapter = self.adapter_for(record.channel, record.account)
+        if adapter is None:
+            await self.store.mark_dead(record.id, f"no running adapter for {record.channel}/{record.account}")
+            return True
+        try:
+            message_id = await adapter.send(
+                ChatTarget.model_validate(record.target), OutboundMessage.model_validate(record.payload)
+            )
+        except Exception as error:
+            attempts = record.attempts + 1
+            waiting = self._waiting.pop(record.id, None)
+            if waiting is not None:  # someone waits for this send: they hear of its failure and decide
+                await self.store.mark_dead(record.id, str(error)[:300])
+                if not waiting.done():
+                    waiting.set_exception(error)
+                return True
+            if attempts >= MAX_SEND_ATTEMPTS:
+                log.error("giving up on reply %d after %d attempts: %s", record.id, attempts, error)
+                await self.store.mark_dead(record.id, str(error)[:300])
+                return True
+            delay = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**record.attempts)
+            log.warning("sending reply %d failed (%s); retrying in %.0fs", record.id, error, delay)
+            await self.store.mark_send_failed(record.id, str(error)[:300], self.clock() + delay)
+            return False
+        await self.store.mark_sent(record.id, message_id)
+        waiting = self._waiting.pop(record.id, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(message_id)
+        session_key = self._answer_sessions.get(record.inbound_id) if record.inbound_id is not None else None
+        if session_key is not None and message_id is not None and self.message_tool is not None:
+            self.message_tool.remember(session_key, ChatTarget.model_validate(record.target), message_id)
+        return True

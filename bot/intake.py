@@ -1,0 +1,209 @@
+"""Intake: every message and button click is journaled first (duplicates dropped), then access control, chat
+commands and routing decide whether it reaches an agent, and which session's lane it joins."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+from typing import TYPE_CHECKING
+
+from agent.lanes import OWNER, Lanes, Party
+from bot.access import check_access, owner_key
+from bot.approvals import Approvals
+from bot.assemble import model_refs
+from bot.commands import HELP, Command, parse_command
+from bot.delivery import Delivery
+from bot.store import InboundRecord, Store
+from bot.turns import Job
+from channels.base import AccountSettings, ActionEvent, InboundMessage
+from routing import Peer
+
+if TYPE_CHECKING:
+    from bot.app import App
+
+log = logging.getLogger(__name__)
+
+PAIR_MAX_MISSES = 5
+PAIR_MISS_WINDOW_SECONDS = 600.0
+_ADDRESSED = re.compile(r"^/[A-Za-z_]+@")  # `/cmd@somebot`
+
+
+def _chat(message: InboundMessage) -> str:
+    thread = f":thread:{message.thread_id}" if message.thread_id else ""
+    return f"{message.peer.kind}:{message.peer.id}{thread}"
+
+
+class Intake:
+    """What happens to a message before a turn: the journal, access, commands, routing; `accepting` is off while
+    the gateway starts and stops (a message is then only journaled, for the next start)."""
+
+    def __init__(self, app: App, store: Store, delivery: Delivery, lanes: Lanes[Job], approvals: Approvals) -> None:
+        self.app = app
+        self.config = app.config
+        self.store = store
+        self.delivery = delivery
+        self.lanes = lanes
+        self.approvals = approvals
+        self.clock = app.clock
+        self.router = app.router
+        self.accepting = False
+        self._pair_misses: dict[str, list[float]] = {}
+
+    def party(self, job: Job) -> Party:
+        """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
+        message = job.message
+        if self.app.owns(message.channel, message.sender_id):
+            return OWNER
+        return Party(sender=owner_key(message.channel, message.sender_id), owner=False)
+
+    async def on_message(self, message: InboundMessage) -> None:
+        """Called by adapters: journal first (the adapter acknowledges the platform after this returns)."""
+        record = await self.store.record_inbound(
+            message.channel, message.account, _chat(message), message.message_id, message.model_dump(mode="json")
+        )
+        if record is None:
+            log.info("dropped a second delivery of message %s in %s", message.message_id, _chat(message))
+            return
+        if not self.accepting:  # the adapter acknowledges it anyway, so the journal keeps it for the next start
+            log.info("shutting down: message %s is kept for the next start", message.message_id)
+            return
+        try:
+            await self.accept(record, message)
+        except Exception:  # one bad message must not take the adapter down
+            log.exception("message %s could not be handled", message.message_id)
+            await self.store.mark_inbound(record.id, "failed", "internal error")
+
+    async def on_action(self, event: ActionEvent) -> str | None:
+        """A button click: an approval decision, or a button the agent sent, which comes back to the chat's
+        session as a message from the person who clicked, carrying the button's value (and passes the same
+        access checks as any message). Returns a notice only the clicker sees."""
+        if self.approvals.is_click(event):
+            return await self.approvals.on_click(event)
+        await self.on_message(
+            InboundMessage(
+                channel=event.channel,
+                account=event.account,
+                peer=event.peer,
+                sender_id=event.sender_id,
+                sender_name=event.sender_name,
+                text=event.value,
+                # each click is its own message; a redelivered click (same platform id) is dropped by the journal
+                message_id=f"click:{event.message_id}:{event.click_id or secrets.token_hex(4)}",
+                reply_to=event.message_id,
+                reply_to_bot=True,  # a click on the bot's button is addressed to the bot
+                thread_id=event.thread_id,
+                button=True,
+            )
+        )
+        return None
+
+    async def accept(self, record: InboundRecord, message: InboundMessage) -> None:
+        adapter = self.delivery.adapter_for(message.channel, message.account)
+        settings = adapter.settings if adapter is not None else AccountSettings()
+        verdict = await check_access(message, settings, self.store, self.app.owners)
+        if not verdict.allowed:  # strangers reach nothing: no typing, no agent, at most a pairing code
+            replies = self.delivery.replies(record.id, message, verdict.reply or "")
+            await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
+            return
+        route = self.router.resolve(message.routing_input())
+        job = Job(record.id, message, route.agent, route.session_key)
+        command = self._parse_command(message)
+        if command is not None:
+            await self._command(job, command)
+            return
+        if self.lanes.closed:
+            return  # shutting down: the journal keeps it pending for the next start
+        await self.lanes.submit(route.session_key, job)
+
+    def _parse_command(self, message: InboundMessage) -> Command | None:
+        if message.button:
+            return None  # a button's value is what the agent wrote: `/approve …` in it is text, not a command
+        adapter = self.delivery.adapter_for(message.channel, message.account)
+        username: str | None = getattr(adapter, "bot_username", None)
+        command = parse_command(message.text, username)
+        if command is not None and username is None and _ADDRESSED.match(message.text.strip()):
+            return None  # addressed to a bot by name, and this adapter cannot tell whether that name is ours
+        return command
+
+    # --- chat commands --------------------------------------------------------------------------------------------
+
+    async def _command(self, job: Job, command: Command) -> None:
+        key = job.session_key
+        queued = self.lanes.pending_items().get(key, [])
+        if command.name in ("new", "reset"):
+            dropped = await self.lanes.stop(key)
+            await self._drop(queued, f"dropped by /{command.name}")
+            if await self.store.get_session(key) is not None:
+                await self.store.reset_session(key)
+            text = "Started a new conversation."
+            if dropped:
+                text += f" ({dropped} queued message{'s' if dropped != 1 else ''} dropped.)"
+        elif command.name == "pair":
+            text = await self._pair(job, command.args)
+        elif command.name == "stop":
+            busy = self.lanes.busy(key)
+            dropped = await self.lanes.stop(key)
+            await self._drop(queued, "dropped by /stop")
+            text = "Stopped." if busy else "Nothing was running."
+            if dropped:
+                text += f" {dropped} queued message{'s' if dropped != 1 else ''} dropped."
+        elif command.name == "status":
+            text = await self._status(job)
+        elif command.name == "approve":
+            who = owner_key(job.message.channel, job.message.sender_id)
+            text = await self.approvals.on_command(command.args, who, job.message.sender_name)
+        else:
+            text = HELP
+        replies = self.delivery.replies(job.inbound_id, job.message, text)
+        await self.delivery.close([job.inbound_id], replies=replies, session_key=key)
+
+    async def _drop(self, jobs: list[Job], reason: str) -> None:
+        """Close the journal rows of queued messages that will never run, so that no restart runs them."""
+        for job in jobs:
+            for inbound_id in job.inbound_ids:
+                with contextlib.suppress(KeyError, ValueError):
+                    await self.store.mark_inbound(inbound_id, "done", reason)
+
+    async def _pair(self, job: Job, code: str) -> str:
+        message = job.message
+        if not self.app.owns(message.channel, message.sender_id):
+            return "Only the bot's owners can approve pairing codes."
+        if not code:
+            return "Usage: /pair CODE"
+        who = owner_key(message.channel, message.sender_id)
+        now = self.clock()
+        misses = [at for at in self._pair_misses.get(who, []) if now - at < PAIR_MISS_WINDOW_SECONDS]
+        if len(misses) >= PAIR_MAX_MISSES:  # guessing codes is slow: a few wrong tries, then a pause
+            return "Too many wrong codes; try again in a few minutes."
+        approved = await self.store.approve_pairing(message.channel, code, message.sender_id)
+        if approved is None:
+            self._pair_misses[who] = [*misses, now]
+            return "No pending request has that code (it may have expired)."
+        stranger = InboundMessage(
+            channel=approved.channel,
+            account=approved.account,
+            peer=Peer("direct", approved.sender_id),
+            sender_id=approved.sender_id,
+            message_id=f"pairing-{approved.code}",
+        )
+        await self.delivery.reply(stranger, "You're approved: I'm listening now.")
+        return f"Approved {approved.sender_name or approved.sender_id}."
+
+    async def _status(self, job: Job) -> str:
+        session = await self.store.get_session(job.session_key)
+        refs = model_refs(self.config, job.agent) if self.config.model_for(job.agent) else []
+        lines = [
+            f"Agent: {job.agent}",
+            f"Model: {session.model if session and session.model else (refs[0] if refs else 'none configured')}",
+            f"Session: {job.session_key}",
+            f"Tokens used: {session.input_tokens if session else 0} in, {session.output_tokens if session else 0} out",
+            f"Queue: {self.lanes.depth(job.session_key)} waiting"
+            + (", answering now" if self.lanes.busy(job.session_key) else ""),
+        ]
+        return "\n".join(lines)
+
+    async def notice(self, key: str, job: Job, text: str) -> None:
+        """A lane's notice about a queued message (dropped, folded, busy), to its chat."""
+        await self.delivery.reply(job.message, text)

@@ -1,0 +1,46 @@
+"""The state store: session index, inbound journal, outbox, previews, pairing and approvals, each behind a small
+role interface (`SessionStore`, `JournalStore`, `OutboxStore` …); SQLite by default (`SqliteStore`)."""
+
+from bot.store.approvals import ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
+from bot.store.base import DEDUPE_SECONDS, Clock, StoreError
+from bot.store.database import BUSY_TIMEOUT_MS, DB_FILE, KEY_FILE
+from bot.store.interface import RetentionStore, Store
+from bot.store.journal import InboundRecord, InboundStatus, JournalStore
+from bot.store.outbox import OutboxEntry, OutboxRecord, OutboxStatus, OutboxStore
+from bot.store.pairing import PAIRING_ALPHABET, PairingRecord, PairingStore
+from bot.store.previews import PreviewRecord, PreviewStore
+from bot.store.schema import SCHEMA_VERSION
+from bot.store.sessions import SessionRecord, SessionStore, new_session_id
+from bot.store.sqlite import SqliteStore
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "DB_FILE",
+    "DEDUPE_SECONDS",
+    "KEY_FILE",
+    "PAIRING_ALPHABET",
+    "SCHEMA_VERSION",
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "Clock",
+    "InboundRecord",
+    "InboundStatus",
+    "JournalStore",
+    "OutboxEntry",
+    "OutboxRecord",
+    "OutboxStatus",
+    "OutboxStore",
+    "PairingRecord",
+    "PairingStore",
+    "PreviewRecord",
+    "PreviewStore",
+    "RetentionStore",
+    "SessionRecord",
+    "SessionStore",
+    "SqliteStore",
+    "Store",
+    "StoreError",
+    "new_session_id",
+]

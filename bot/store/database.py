@@ -1,0 +1,257 @@
+"""The SQLite database under the store: `state.db` in WAL mode, its worker thread, migrations and SQL helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import queue
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from bot.store.base import Clock, StoreError
+from bot.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "DB_FILE",
+    "KEY_FILE",
+    "Database",
+    "Part",
+    "delete",
+    "dumps",
+    "dumps_list",
+    "execute",
+    "first",
+    "loads",
+    "scalar",
+    "write_transaction",
+]
+
+DB_FILE = "state.db"
+KEY_FILE = "decision.key"  # beside the database, readable by the bot's user only; no command can see it
+BUSY_TIMEOUT_MS = 5_000
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class Database:
+    """The open `state.db`, used from one worker thread that owns the connection.
+
+    Every call is handed to that thread, so the event loop never waits on SQLite and calls run one at a
+    time, in the order they were made. A call whose caller is cancelled may still complete.
+    """
+
+    def __init__(self, path: Path, worker: _Worker, connection: sqlite3.Connection, clock: Clock, key: bytes = b""):
+        self.path = path
+        self.key = key  # seals approval decisions
+        self.clock = clock
+        self.connection: sqlite3.Connection | None = connection
+        self._worker = worker
+
+    @classmethod
+    async def open(cls, state_dir: Path, *, clock: Clock = time.time) -> Database:
+        """Open (creating or migrating) `state_dir/state.db`."""
+        path = state_dir / DB_FILE
+        worker = _Worker()
+        try:
+            connection = await worker.call(partial(_connect, path))
+            key = await worker.call(partial(_decision_key, state_dir / KEY_FILE))
+        except BaseException:
+            worker.stop()
+            raise
+        return cls(path, worker, connection, clock, key)
+
+    async def close(self) -> None:
+        """Finish the calls already made, then close the database. Closing twice is fine."""
+        if self.connection is None:
+            return
+        connection, self.connection = self.connection, None
+        try:
+            await self._worker.call(partial(_close, connection))
+        finally:
+            self._worker.stop()
+
+    async def call(
+        self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """Run `function(connection, ...)` on the worker thread; StoreError once the database is closed."""
+        if self.connection is None:
+            raise StoreError("the store is closed")
+        return await self._worker.call(partial(function, self.connection, *args, **kwargs))
+
+    def cutoff(self, older_than_seconds: float) -> float:
+        """The time before which finished rows are old enough to prune."""
+        if older_than_seconds < 0:
+            raise ValueError(f"older_than_seconds cannot be negative: {older_than_seconds}")
+        return self.clock() - older_than_seconds
+
+
+class Part:
+    """One domain's share of the SQLite store. Every part keeps its state in the one `Database` it is given
+    (shared by all parts of a store), so the parts can be combined into one object without stepping on each other."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def _call(
+        self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        return await self._db.call(function, *args, **kwargs)
+
+
+# --- on the worker thread: everything below runs there, and only there -----------------------------------------
+
+
+class _Worker:
+    """The one thread that owns the connection: runs calls in the order they were made and, when several are
+    waiting, runs them all and wakes the event loop once for the lot (a wake-up per call costs more than most
+    statements)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._serve, name="switchboard-store", daemon=True)
+        self._thread.start()
+
+    def call(self, job: Callable[[], _T]) -> asyncio.Future[_T]:
+        future: asyncio.Future[_T] = self._loop.create_future()
+        self._jobs.put((job, future))
+        return future
+
+    def stop(self) -> None:
+        """No more calls: the thread ends after the ones already made."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            batch = [self._jobs.get()]
+            with contextlib.suppress(queue.Empty):
+                while batch[-1] is not None:
+                    batch.append(self._jobs.get_nowait())
+            outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+            for item in batch:
+                if item is not None:
+                    job, future = item
+                    try:
+                        outcomes.append((future, job(), None))
+                    except BaseException as error:  # handed to the caller, whatever it is
+                        outcomes.append((future, None, error))
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
+                self._loop.call_soon_threadsafe(_settle, outcomes)
+            if batch[-1] is None:
+                return
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in outcomes:
+        if future.cancelled():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Autocommit mode: each statement commits alone unless an explicit BEGIN groups it with others.
+    connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.row_factory = sqlite3.Row
+        mode = scalar(connection, "PRAGMA journal_mode = WAL")
+        if mode != "wal":
+            raise StoreError(f"{path}: cannot use write-ahead logging (journal mode stays {mode!r})")
+        connection.execute("PRAGMA synchronous = NORMAL")  # with WAL: durable across app crashes, not power loss
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA foreign_keys = ON")
+        _migrate(connection, path)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+@contextlib.contextmanager
+def write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (the write lock, taken before anything is read) ... COMMIT, or ROLLBACK on any error."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+def _migrate(connection: sqlite3.Connection, path: Path) -> None:
+    with write_transaction(connection):  # read the version under the write lock: two openers cannot both migrate
+        version = scalar(connection, "PRAGMA user_version")
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{path}: schema version {version} is newer than this Switchboard ({SCHEMA_VERSION})")
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                connection.execute(statement)
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _close(connection: sqlite3.Connection) -> None:
+    try:
+        connection.execute("PRAGMA optimize")
+    finally:
+        connection.close()
+
+
+def _decision_key(path: Path) -> bytes:
+    """The key that seals approval decisions: made once, 32 random bytes, readable by the bot's user only."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes()
+    key = secrets.token_bytes(32)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(key)
+    return key
+
+
+# --- SQL helpers shared by the domain modules ---------------------------------------------------------------------
+
+
+def dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def dumps_list(value: list[Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def execute(connection: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> None:
+    connection.execute(sql, params)
+
+
+def scalar(connection: sqlite3.Connection, sql: str, *params: object) -> Any:
+    row = first(connection, sql, params)
+    assert row is not None
+    return row[0]
+
+
+def delete(connection: sqlite3.Connection, sql: str, *params: object) -> int:
+    return connection.execute(sql, params).rowcount
+
+
+def first(connection: sqlite3.Connection, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
+    # Step every statement to its end: in autocommit mode a half-read statement holds its transaction open.
+    rows = connection.execute(sql, params).fetchall()
+    return rows[0] if rows else None

@@ -1,0 +1,32 @@
+"""The store's interfaces beyond one domain: what retention prunes, and `Store`, every role in one object."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bot.store.approvals import ApprovalStore
+from bot.store.base import DEDUPE_SECONDS
+from bot.store.journal import JournalStore
+from bot.store.outbox import OutboxStore
+from bot.store.pairing import PairingStore
+from bot.store.previews import PreviewStore
+from bot.store.sessions import SessionStore
+
+__all__ = ["RetentionStore", "Store"]
+
+
+class RetentionStore(Protocol):
+    """What retention needs: each domain's finished rows deleted once old enough; nothing unfinished, ever."""
+
+    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
+    async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
+    async def prune_approvals(self, older_than_seconds: float) -> int: ...
+
+
+class Store(
+    SessionStore, JournalStore, OutboxStore, PreviewStore, PairingStore, ApprovalStore, RetentionStore, Protocol
+):
+    """What the gateway needs from its state, every role at once; every payload is a JSON-able dict, so any
+    backend can hold it. Code that needs one role should take that role's interface instead."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,163 @@
+"""The inbound journal: every received message, recorded (duplicates dropped) before any work is done for it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from bot.store.base import DEDUPE_SECONDS, Record
+from bot.store.database import Part, delete, dumps, first, loads, write_transaction
+from bot.store.outbox import OutboxEntry, OutboxRecord, insert_outbox, outbox_row
+from bot.store.previews import delete_previews
+
+__all__ = ["InboundRecord", "InboundStatus", "JournalStore", "SqliteJournal"]
+
+InboundStatus = Literal["pending", "running", "done", "failed"]
+
+
+class InboundRecord(Record):
+    """A message received from a platform, journaled before any work is done for it."""
+
+    id: int
+    channel: str
+    account: str
+    chat: str
+    message_id: str
+    payload: dict[str, Any]
+    status: InboundStatus
+    error: str | None = None
+    session_key: str | None = None
+    received: float
+    updated: float
+
+
+class JournalStore(Protocol):
+    """What intake needs: journal a message once, move it along, finish it together with its replies, and on
+    start find the work a crash left unfinished."""
+
+    async def record_inbound(
+        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
+    ) -> InboundRecord | None: ...
+    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None: ...
+    async def finish_inbound(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"],
+        error: str | None = None,
+        *,
+        session_key: str | None = None,
+        replies: Sequence[OutboxEntry] = (),
+    ) -> list[OutboxRecord]: ...
+    async def unfinished_inbound(self) -> list[InboundRecord]: ...
+
+
+class SqliteJournal(Part):
+    """The journal in the `inbound` table; finishing a message also writes the outbox and previews tables."""
+
+    async def record_inbound(
+        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
+    ) -> InboundRecord | None:
+        """Journal a received message as pending; None if this message was recorded before (a redelivery)."""
+        return await self._call(_record_inbound, channel, account, chat, message_id, dumps(payload), self._db.clock())
+
+    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
+        """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
+        if status not in ("pending", "running", "done", "failed"):
+            raise ValueError(f"not an inbound status: {status!r}")
+        await self._call(_mark_inbound, inbound_id, status, error, self._db.clock())
+
+    async def finish_inbound(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"],
+        error: str | None = None,
+        *,
+        session_key: str | None = None,
+        replies: Sequence[OutboxEntry] = (),
+    ) -> list[OutboxRecord]:
+        """Record `replies` in the outbox and move the messages to their final `status` (noting the session that
+        answered them, and forgetting their streamed previews), in one transaction: after a crash all of it
+        happened or none did. KeyError for an unknown message, ValueError for one already finished; nothing is
+        written then."""
+        rows = [outbox_row(reply) for reply in replies]
+        return await self._call(_finish_inbound, list(inbound_ids), status, error, session_key, rows, self._db.clock())
+
+    async def unfinished_inbound(self) -> list[InboundRecord]:
+        """Pending and running messages in arrival order: after a crash, the work to run again."""
+        return await self._call(_inbound_rows, "WHERE status IN ('pending', 'running') ORDER BY id", ())
+
+    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
+        """Delete done and failed messages finished more than this long ago; returns how many.
+
+        Their keys stop deduplicating redeliveries, hence the default of a day.
+        """
+        cutoff = self._db.cutoff(older_than_seconds)
+        return await self._call(
+            delete, "DELETE FROM inbound WHERE status IN ('done', 'failed') AND updated < ?", cutoff
+        )
+
+
+if TYPE_CHECKING:
+    _checked: type[JournalStore] = SqliteJournal
+
+
+# --- on the worker thread -----------------------------------------------------------------------------------------
+
+
+def _inbound(row: sqlite3.Row) -> InboundRecord:
+    return InboundRecord.model_validate({**dict(row), "payload": loads(row["payload"])})
+
+
+def _record_inbound(
+    connection: sqlite3.Connection, channel: str, account: str, chat: str, message_id: str, payload: str, now: float
+) -> InboundRecord | None:
+    row = first(
+        connection,
+        "INSERT INTO inbound (channel, account, chat, message_id, payload, status, received, updated)"
+        " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)"
+        " ON CONFLICT (channel, account, chat, message_id) DO NOTHING RETURNING *",
+        (channel, account, chat, message_id, payload, now, now),
+    )
+    return None if row is None else _inbound(row)
+
+
+def _mark_inbound(
+    connection: sqlite3.Connection,
+    inbound_id: int,
+    status: InboundStatus,
+    error: str | None,
+    now: float,
+    session_key: str | None = None,
+) -> None:
+    updated = connection.execute(
+        "UPDATE inbound SET status = ?, error = ?, session_key = coalesce(?, session_key), updated = ?"
+        " WHERE id = ? AND status IN ('pending', 'running')",
+        (status, error, session_key, now, inbound_id),
+    ).rowcount
+    if not updated:
+        current = first(connection, "SELECT status FROM inbound WHERE id = ?", (inbound_id,))
+        if current is None:
+            raise KeyError(f"no inbound message {inbound_id}")
+        raise ValueError(f"inbound message {inbound_id} is already {current[0]}")
+
+
+def _finish_inbound(
+    connection: sqlite3.Connection,
+    inbound_ids: list[int],
+    status: InboundStatus,
+    error: str | None,
+    session_key: str | None,
+    rows: list[tuple[object, ...]],
+    now: float,
+) -> list[OutboxRecord]:
+    with write_transaction(connection):
+        records = [insert_outbox(connection, row, now) for row in rows]
+        for inbound_id in inbound_ids:
+            _mark_inbound(connection, inbound_id, status, error, now, session_key)
+        delete_previews(connection, inbound_ids)
+    return records
+
+
+def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:
+    return [_inbound(row) for row in connection.execute(f"SELECT * FROM inbound {where}", params)]

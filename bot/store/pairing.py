@@ -1,0 +1,145 @@
+"""Pairing and allowlists: strangers ask with a one-time code, an owner approves, the sender may talk from then on."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import sqlite3
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from bot.store.base import Record
+from bot.store.database import Part, first, write_transaction
+
+__all__ = ["PAIRING_ALPHABET", "PairingRecord", "PairingStore", "SqlitePairing"]
+
+PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: codes are read aloud and typed
+
+
+class PairingRecord(Record):
+    """A stranger's request to talk to the bot, approved by an owner with its one-time code."""
+
+    channel: str
+    account: str
+    code: str
+    sender_id: str
+    sender_name: str | None = None
+    created: float
+    expires: float
+    status: Literal["pending", "approved"]
+
+
+class PairingStore(Protocol):
+    """What access control and the owners' pairing commands need: who is allowed, codes asked for and approved."""
+
+    async def request_pairing(
+        self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
+    ) -> PairingRecord: ...
+    async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None: ...
+    async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool: ...
+    async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]: ...
+
+
+class SqlitePairing(Part):
+    """Pairing requests in the `pairing` table, approved senders in `allowed_senders`."""
+
+    async def request_pairing(
+        self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
+    ) -> PairingRecord:
+        """The sender's pending code (a new one if it has none). Each sender holds at most one; when `max_pending`
+        others are waiting, the oldest of them is dropped to make room, so strangers cannot use the slots up."""
+        return await self._call(
+            _request_pairing, channel, account, sender_id, sender_name, self._db.clock(), ttl, max_pending
+        )
+
+    async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None:
+        """Approve the pending, unexpired request with this code (compared in constant time); None if none."""
+        return await self._call(_approve_pairing, channel, code.strip().upper(), approved_by, self._db.clock())
+
+    async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool:
+        row = await self._call(
+            first,
+            "SELECT 1 FROM allowed_senders WHERE channel = ? AND account = ? AND sender_id = ?",
+            (channel, account, sender_id),
+        )
+        return row is not None
+
+    async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]:
+        rows = await self._call(_pending_pairings, channel, self._db.clock())
+        return [PairingRecord(**dict(row)) for row in rows]
+
+
+if TYPE_CHECKING:
+    _checked: type[PairingStore] = SqlitePairing
+
+
+# --- on the worker thread -----------------------------------------------------------------------------------------
+
+
+def _pending_pairings(connection: sqlite3.Connection, channel: str | None, now: float) -> list[sqlite3.Row]:
+    sql = "SELECT * FROM pairing WHERE status = 'pending' AND expires > ?"
+    params: tuple[object, ...] = (now,)
+    if channel is not None:
+        sql += " AND channel = ?"
+        params += (channel,)
+    return connection.execute(sql + " ORDER BY created", params).fetchall()
+
+
+def _request_pairing(
+    connection: sqlite3.Connection,
+    channel: str,
+    account: str,
+    sender_id: str,
+    sender_name: str | None,
+    now: float,
+    ttl: float,
+    max_pending: int,
+) -> PairingRecord:
+    with write_transaction(connection):
+        connection.execute("DELETE FROM pairing WHERE status = 'pending' AND expires <= ?", (now,))
+        mine = first(
+            connection,
+            "SELECT * FROM pairing WHERE channel = ? AND account = ? AND sender_id = ? AND status = 'pending'",
+            (channel, account, sender_id),
+        )
+        if mine is not None:
+            return PairingRecord(**dict(mine))
+        connection.execute(  # all but the newest max_pending - 1 waiting requests make room for this one
+            "DELETE FROM pairing WHERE channel = ? AND account = ? AND code IN (SELECT code FROM pairing"
+            " WHERE channel = ? AND account = ? AND status = 'pending' ORDER BY created DESC LIMIT -1 OFFSET ?)",
+            (channel, account, channel, account, max(0, max_pending - 1)),
+        )
+        code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
+        record = PairingRecord(
+            channel=channel, account=account, code=code, sender_id=sender_id, sender_name=sender_name,
+            created=now, expires=now + ttl, status="pending",
+        )  # fmt: skip
+        connection.execute(
+            "INSERT INTO pairing VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (channel, account, code, sender_id, sender_name, now, now + ttl, "pending"),
+        )
+        return record
+
+
+def _approve_pairing(
+    connection: sqlite3.Connection, channel: str, code: str, approved_by: str, now: float
+) -> PairingRecord | None:
+    with write_transaction(connection):
+        rows = connection.execute(
+            "SELECT * FROM pairing WHERE channel = ? AND status = 'pending' AND expires > ?", (channel, now)
+        ).fetchall()
+        # Compare every pending code in constant time, so timing tells nothing about how close a guess was.
+        match = None
+        for row in rows:
+            if hmac.compare_digest(row["code"].encode(), code.encode()):
+                match = row
+        if match is None:
+            return None
+        connection.execute(
+            "UPDATE pairing SET status = 'approved' WHERE channel = ? AND account = ? AND code = ?",
+            (match["channel"], match["account"], match["code"]),
+        )
+        connection.execute(
+            "INSERT OR REPLACE INTO allowed_senders VALUES (?, ?, ?, ?, ?)",
+            (match["channel"], match["account"], match["sender_id"], approved_by, now),
+        )
+        return PairingRecord(**(dict(match) | {"status": "approved"}))

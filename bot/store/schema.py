@@ -1,0 +1,130 @@
+"""The SQLite schema's history: one migration per version, applied in order; PRAGMA user_version counts them."""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+# Each migration is a list of statements, applied in one transaction. Never edit or reorder one that has shipped:
+# existing databases are at its version already. Append a new one instead.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE sessions (
+            session_key TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL UNIQUE,
+            agent TEXT NOT NULL,
+            created REAL NOT NULL,
+            updated REAL NOT NULL,
+            model TEXT,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            last_channel TEXT,
+            last_account TEXT,
+            last_target TEXT
+        ) WITHOUT ROWID""",
+        # AUTOINCREMENT: ids are never reused after pruning, so an old outbox row cannot point at a new message.
+        """CREATE TABLE inbound (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            chat TEXT NOT NULL,
+            message_id TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'failed')),
+            error TEXT,
+            session_key TEXT,
+            received REAL NOT NULL,
+            updated REAL NOT NULL,
+            UNIQUE (channel, account, chat, message_id)
+        )""",
+        "CREATE INDEX inbound_unfinished ON inbound (id) WHERE status IN ('pending', 'running')",
+        "CREATE INDEX inbound_finished ON inbound (updated) WHERE status IN ('done', 'failed')",
+        """CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            inbound_id INTEGER REFERENCES inbound (id) ON DELETE SET NULL,
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            target TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'dead')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            retry_at REAL NOT NULL,
+            error TEXT,
+            platform_message_id TEXT,
+            created REAL NOT NULL,
+            updated REAL NOT NULL
+        )""",
+        "CREATE INDEX outbox_pending ON outbox (id) WHERE status = 'pending'",
+        "CREATE INDEX outbox_finished ON outbox (updated) WHERE status IN ('sent', 'dead')",
+        "CREATE INDEX outbox_inbound ON outbox (inbound_id)",
+    ),
+    (
+        """CREATE TABLE pairing (
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            code TEXT NOT NULL,
+            sender_id TEXT NOT NULL,
+            sender_name TEXT,
+            created REAL NOT NULL,
+            expires REAL NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'approved')),
+            PRIMARY KEY (channel, account, code)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE allowed_senders (
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            sender_id TEXT NOT NULL,
+            approved_by TEXT,
+            created REAL NOT NULL,
+            PRIMARY KEY (channel, account, sender_id)
+        ) WITHOUT ROWID""",
+    ),
+    (
+        """CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            agent TEXT NOT NULL,
+            session_key TEXT NOT NULL,
+            command TEXT NOT NULL,
+            cwd TEXT NOT NULL,
+            requester TEXT,
+            approvers TEXT NOT NULL,
+            offer_always INTEGER NOT NULL,
+            created REAL NOT NULL,
+            expires REAL NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired')),
+            decided_by TEXT,
+            decision TEXT CHECK (decision IN ('allow-once', 'allow-always', 'deny')),
+            messages TEXT NOT NULL DEFAULT '[]'
+        ) WITHOUT ROWID""",
+        "CREATE INDEX approvals_pending ON approvals (created) WHERE status = 'pending'",
+        """CREATE TABLE exec_allowed (
+            agent TEXT NOT NULL,
+            executable TEXT NOT NULL,
+            args TEXT NOT NULL,
+            approved_by TEXT,
+            created REAL NOT NULL,
+            PRIMARY KEY (agent, executable, args)
+        ) WITHOUT ROWID""",
+    ),
+    (
+        """CREATE TABLE previews (
+            inbound_id INTEGER PRIMARY KEY REFERENCES inbound (id) ON DELETE CASCADE,
+            channel TEXT NOT NULL,
+            account TEXT NOT NULL,
+            target TEXT NOT NULL,
+            message_id TEXT NOT NULL,
+            created REAL NOT NULL
+        )""",
+    ),
+    # "Allow always" on a script (`python3 build.py`) pins the script's content: NULL for any other command.
+    ("ALTER TABLE exec_allowed ADD COLUMN sha256 TEXT",),
+    # A decision carries a seal made with the state directory's key: a row changed behind the store's back has none.
+    ("ALTER TABLE approvals ADD COLUMN seal TEXT",),
+    # A send someone awaits (the message tool's, an approval card) carries a key: the same send made again after a
+    # restart finds its row instead of sending twice.
+    (
+        "ALTER TABLE outbox ADD COLUMN dedupe_key TEXT",
+        "CREATE UNIQUE INDEX outbox_key ON outbox (dedupe_key) WHERE dedupe_key IS NOT NULL",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)

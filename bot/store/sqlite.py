@@ -1,0 +1,62 @@
+"""The embedded store: one object serving every role from `state.db`, made of one part per domain."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from bot.store.approvals import SqliteApprovals
+from bot.store.base import Clock
+from bot.store.database import Database
+from bot.store.journal import SqliteJournal
+from bot.store.outbox import SqliteOutbox
+from bot.store.pairing import SqlitePairing
+from bot.store.previews import SqlitePreviews
+from bot.store.sessions import SqliteSessions
+
+if TYPE_CHECKING:
+    from bot.store.interface import Store
+
+__all__ = ["SqliteStore"]
+
+
+# Each part holds its domain's methods and SQL and keeps no state of its own, only the shared Database; combining
+# them by inheritance gives one object for every role without restating each method's signature here.
+class SqliteStore(SqliteSessions, SqliteJournal, SqliteOutbox, SqlitePreviews, SqlitePairing, SqliteApprovals):
+    """The embedded store: `state.db` in WAL mode, used from one worker thread that owns the connection.
+
+    Every call is handed to that thread, so the event loop never waits on SQLite and calls run one at a
+    time, in the order they were made. A call whose caller is cancelled may still complete.
+    """
+
+    @classmethod
+    async def open(cls, state_dir: Path, *, clock: Clock = time.time) -> SqliteStore:
+        """Open (creating or migrating) `state_dir/state.db`."""
+        return cls(await Database.open(state_dir, clock=clock))
+
+    @property
+    def path(self) -> Path:
+        return self._db.path
+
+    @property
+    def _connection(self) -> sqlite3.Connection | None:
+        return self._db.connection
+
+    async def close(self) -> None:
+        """Finish the calls already made, then close the database. Closing twice is fine."""
+        await self._db.close()
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+if TYPE_CHECKING:
+    _checked: type[Store] = SqliteStore  # mypy proves the SQLite store has the whole interface

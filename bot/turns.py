@@ -1,0 +1,237 @@
+"""Turns: a batch of one session's messages answered by its agent: the run, its streamed reply, the record of
+what it said, and the journal rows it answers closed with the replies in one step."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent.events import discard
+from agent.lanes import RunControl
+from agent.messages import TextBlock, UserMessage
+from agent.prompt import quoted_name
+from agent.runner import RunOutcome
+from bot.assemble import SetupError
+from bot.conversation import Conversations
+from bot.delivery import Delivery
+from bot.store import InboundRecord, PreviewStore
+from bot.streaming import StreamingReply
+from channels.base import ChatTarget, InboundMessage
+from tools.message import MessageTool
+
+if TYPE_CHECKING:
+    from bot.app import App
+    from bot.store import PreviewRecord
+
+log = logging.getLogger(__name__)
+
+TYPING_EVERY_SECONDS = 4.0
+TYPING_DELAY_SECONDS = 0.5
+
+
+class _Interrupted(Exception):
+    """The turn was cancelled by shutdown: its messages stay unfinished in the journal for the next start."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One inbound message on its way to an agent: its journal row, the message, and where it routes."""
+
+    inbound_id: int
+    message: InboundMessage
+    agent: str
+    session_key: str
+    folded_ids: tuple[int, ...] = ()  # journal rows of earlier messages folded into this one
+
+    @property
+    def inbound_ids(self) -> tuple[int, ...]:
+        """Every journal row this job answers for."""
+        return (*self.folded_ids, self.inbound_id)
+
+
+def _said(message: InboundMessage) -> str:
+    """What the person said; a click on one of the agent's buttons is marked as that button's value."""
+    return f"[tapped the button with the value: {message.text}]" if message.button else message.text
+
+
+def _line(message: InboundMessage) -> str:
+    """One person's message in a batch: their name quoted as data, then what they said with every further line
+    indented, so neither a name nor a text can start a line that looks like another speaker's."""
+    said = _said(message).replace("\n", "\n  ")
+    return f"{quoted_name(message.sender_name, message.sender_id)}: {said}"
+
+
+def fold(jobs: list[Job]) -> Job:
+    """Many queued messages folded into one: the newest message's place, every text kept in order."""
+    newest = jobs[-1]
+    lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
+    lines += [_line(job.message) for job in jobs]
+    message = newest.message.model_copy(update={"text": "\n".join(lines), "button": False})
+    folded = tuple(inbound_id for job in jobs for inbound_id in job.inbound_ids if inbound_id != newest.inbound_id)
+    return Job(newest.inbound_id, message, newest.agent, newest.session_key, folded)
+
+
+class Turns:
+    """Runs the lanes' batches (`handle`); `closing()` says whether the gateway is shutting down."""
+
+    def __init__(
+        self,
+        app: App,
+        conversations: Conversations,
+        delivery: Delivery,
+        previews: PreviewStore,
+        message_tool: MessageTool | None,
+        closing: Callable[[], bool],
+    ) -> None:
+        self.app = app
+        self.conversations = conversations
+        self.delivery = delivery
+        self.previews = previews
+        self.message_tool = message_tool
+        self.closing = closing
+        self.unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
+
+    async def keep_previews(self, leftovers: list[InboundRecord]) -> None:
+        """Streamed messages of turns that run again are kept, for the new answer to be written into them; the
+        others belong to turns that finished (or failed) and are forgotten."""
+        unfinished = {record.id for record in leftovers}
+        previews = await self.previews.previews()
+        self.unfinished_previews = {p.inbound_id: p for p in previews if p.inbound_id in unfinished}
+        await self.previews.clear_previews([p.inbound_id for p in previews if p.inbound_id not in unfinished])
+
+    async def handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
+        """Answer a batch of messages for one session: run the agent, deliver, record, mark the journal."""
+        newest = jobs[-1]
+        inbound_ids = [inbound_id for job in jobs for inbound_id in job.inbound_ids]
+        stream = self._streaming_reply(newest, inbound_ids)
+        if self.message_tool is not None:
+            self.message_tool.forget(key)
+        self.delivery.note_answer(newest.inbound_id, key)
+        try:
+            text = await self._answer(key, jobs, control, stream)
+            if self._delivered_by_tool(key, newest.message.target(), text):
+                text = ""  # the agent already sent this answer with the message tool: not twice
+                if stream is not None:
+                    await stream.retract()
+            chunks = await stream.finish(text) if stream is not None else None
+            replies = self.delivery.replies(newest.inbound_id, newest.message, text, chunks)
+            await self.delivery.close(inbound_ids, replies=replies, session_key=key)
+        except asyncio.CancelledError:
+            raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
+        except _Interrupted:
+            # unfinished, its streamed message stays recorded too: the next start writes the answer into it
+            log.info("turn for %s interrupted by shutdown; the next start runs it again", key)
+        except Exception as error:
+            log.exception("turn for %s failed", key)
+            if stream is not None:
+                await stream.abandon()
+            sorry = "Sorry, something went wrong on my side."
+            replies = self.delivery.replies(newest.inbound_id, newest.message, sorry)
+            await self.delivery.close(inbound_ids, "failed", type(error).__name__, replies=replies, session_key=key)
+
+    def _streaming_reply(self, newest: Job, inbound_ids: list[int]) -> StreamingReply | None:
+        """The reply that streams this turn's answer, if its account streams (or an earlier run of the same turn
+        left a half-written answer, which this one finishes in place); None to send the answer whole."""
+        message = newest.message
+        adapter = self.delivery.adapter_for(message.channel, message.account)
+        earlier = [self.unfinished_previews.pop(i) for i in inbound_ids if i in self.unfinished_previews]
+        if adapter is None or not adapter.capabilities.edit:
+            return None
+        if adapter.settings.streaming != "partial" and not earlier:
+            return None
+        target = message.target()
+
+        async def shown(message_id: str) -> None:
+            where = target.model_dump(mode="json")
+            await self.previews.set_preview(newest.inbound_id, message.channel, message.account, where, message_id)
+            if self.message_tool is not None:
+                self.message_tool.remember(newest.session_key, target, message_id)
+
+        return StreamingReply(
+            adapter,
+            target,
+            thread_id=message.thread_id,
+            message_id=earlier[-1].message_id if earlier else None,
+            on_shown=shown,
+        )
+
+    def _delivered_by_tool(self, key: str, target: ChatTarget, text: str) -> bool:
+        if self.message_tool is None or not text.strip():
+            return False
+        sent = self.message_tool.sent_in(key)
+        self.message_tool.forget(key)
+        chat = (target.channel, target.account, target.peer)
+        return any(
+            (s.target.channel, s.target.account, s.target.peer) == chat and s.text.strip() == text.strip() for s in sent
+        )
+
+    async def _answer(
+        self, key: str, jobs: list[Job], control: RunControl[Job], stream: StreamingReply | None = None
+    ) -> str:
+        """Run the agent on the batch; returns the text to send ("" for none)."""
+        sender = jobs[-1].message
+        adapter = self.delivery.adapter_for(sender.channel, sender.account)
+        run = self.app.run_info(
+            jobs[-1].agent,
+            key,
+            channel=sender.channel,
+            owner=self.app.owns(sender.channel, sender.sender_id),
+            peer_kind=sender.peer.kind,
+            sender_id=sender.sender_id,
+            sender_name=sender.sender_name,
+            capabilities=adapter.capabilities if adapter is not None else None,
+            target=sender.target(),
+            reply_to=sender.message_id if not sender.message_id.startswith("click:") else None,
+            turn=str(jobs[-1].inbound_id),
+        )
+
+        def interrupted(outcome: RunOutcome) -> bool:
+            cut = outcome.result is None or outcome.result.stop_reason == "cancelled"
+            return self.closing() and control.cancel.is_set() and cut
+
+        typing = asyncio.create_task(self._typing(sender)) if adapter is not None else None
+        try:
+            outcome = await self.conversations.answer(
+                run,
+                _user_message(*jobs),
+                peer=sender.peer,
+                target=sender.target(),
+                emit=stream.on_event if stream is not None else discard,
+                cancel=control.cancel,
+                steer=lambda: [_user_message(steered) for steered in control.take_steered()],
+                record=lambda outcome: not interrupted(outcome),
+            )
+        except SetupError as error:
+            log.error("agent %s cannot answer: %s", run.agent, error)
+            return "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
+        finally:
+            if typing is not None:
+                typing.cancel()
+        if interrupted(outcome):
+            raise _Interrupted  # nothing recorded: the next start runs the turn again from the same history
+        if outcome.result is not None:
+            return outcome.result.text
+        return outcome.user_message or "Sorry, I could not answer that."
+
+    async def _typing(self, message: InboundMessage) -> None:
+        adapter = self.delivery.adapter_for(message.channel, message.account)
+        if adapter is None:
+            return
+        # An answer that comes at once needs no indicator: one API call saved per message.
+        await asyncio.sleep(TYPING_DELAY_SECONDS)
+        while True:
+            with contextlib.suppress(Exception):
+                await adapter.typing(message.target())
+            await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+
+def _user_message(*jobs: Job) -> UserMessage:
+    """One user message for a batch; in groups (or with several senders) each line names its sender."""
+    if len(jobs) == 1 and jobs[0].message.peer.kind == "direct":
+        return UserMessage(content=[TextBlock(text=_said(jobs[0].message))])
+    lines = [_line(job.message) for job in jobs]
+    return UserMessage(content=[TextBlock(text="\n".join(lines))])

@@ -1,0 +1,55 @@
+"""Each package names its public surface in `__all__`: every name there resolves (most are imported on first use),
+and importing the packages stays light, so that `bot --help` never pays for a platform SDK."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PACKAGES = ("bot", "channels", "routing", "agent", "agent.providers", "tools")
+LAZY = ("bot", "channels", "agent", "agent.providers", "tools")
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_name_in_all_resolves(name: str) -> None:
+    package = importlib.import_module(name)
+    public = package.__all__
+    assert public and len(set(public)) == len(public)
+    for attribute in public:
+        assert getattr(package, attribute) is not None, f"{name}.{attribute}"
+    assert set(public) <= set(dir(package))
+
+
+@pytest.mark.parametrize("name", LAZY)
+def test_a_lazy_package_finds_exactly_its_public_names(name: str) -> None:
+    package = importlib.import_module(name)
+    assert set(package._HOMES) == set(package.__all__)
+    with pytest.raises(AttributeError, match=f"module '{name}' has no attribute 'NoSuchName'"):
+        package.NoSuchName  # noqa: B018
+
+
+def test_a_public_name_is_the_object_its_module_defines() -> None:
+    from bot import App
+    from bot.app import App as DefinedApp
+    from channels import MemoryChannel
+    from channels.memory import MemoryChannel as DefinedChannel
+
+    assert App is DefinedApp and MemoryChannel is DefinedChannel
+
+
+def test_importing_the_packages_imports_no_platform_sdk_and_nothing_heavy() -> None:
+    probe = textwrap.dedent(
+        """
+        import sys
+        import bot, channels, agent, agent.providers, tools, routing
+        heavy = {"telegram", "discord", "slack_bolt", "slack_sdk", "pydantic", "yaml", "httpx", "aiohttp"}
+        print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -99,8 +99,8 @@ async def soak(messages: int, users: int, step: int = 10_000, *, echo: bool = Fa
                 idle = rss_kib(bot.pid, "VmRSS") / 1024
                 if echo:
                     print(f"idle RSS {idle:.1f} MiB", flush=True)
-                    columns = ("answered", "answers/s", "RSS MiB", "db MiB", "jsonl MiB", "CPU ms")
-                    print(" ".join(f"{column:>9}" for column in columns))
+                    columns = (("answered", 9), ("answers/s", 9), ("RSS MiB", 8), ("db MiB", 8), ("jsonl MiB", 8))
+                    print(" ".join(f"{name:>{width}}" for name, width in (*columns, ("CPU ms", 8))))
                 sent = 0
                 while sent < messages:
                     size = min(step, messages - sent)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Literal
@@ -19,7 +21,7 @@ from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, Approval
 from channels import markup_slack
 from channels.base import ActionEvent, Button, Capabilities, ChatTarget, OutboundMessage
 from routing import Peer
-from tools.base import ToolContext
+from tools.base import RunInfo, ToolContext
 from tools.exec import Authorization
 from tools.exec_policy import AllowEntry, Verdict, evaluate
 from tools.message import Messenger
@@ -45,6 +47,7 @@ _OUTCOMES = {
 }
 NOT_AUTHORIZED = "You are not authorized to approve this."
 NOT_PENDING = "This approval request is unknown or no longer pending."
+MAX_TURNS_KEPT = 1000  # turns whose count of requests is kept (a turn asks again only when it runs again)
 POLL_SECONDS = 1.0  # how often a waiting run looks for a decision made from the CLI (another process)
 
 Target = Literal["chat", "dm", "both"]
@@ -76,6 +79,8 @@ class Approvals:
         self.terminal = terminal
         self.clock = clock
         self._decided: dict[str, asyncio.Event] = {}
+        self._showing: dict[str, asyncio.Event] = {}  # request id -> set once its cards are sent and recorded
+        self._turn_asks: OrderedDict[str, int] = OrderedDict()  # turn -> requests it made in this process
 
     # --- the exec tool's question -----------------------------------------------------------------------------
 
@@ -98,8 +103,15 @@ class Approvals:
         if not approvers and run.channel != "console":
             reason = f"{verdict.reason}; nobody can approve it (set `owners` or `agents[].exec.approvers`)"
             return Authorization(allowed=False, status="denied", reason=reason)
-        record = ApprovalRecord(
-            id=secrets.token_hex(6),
+        turn_id = self._turn_request_id(run, command)
+        found = await self.store.get_approval(turn_id) if turn_id is not None else None
+        same = found is not None and (found.command, found.session_key) == (command, run.session_key)
+        again = found if same else None
+        if again is not None and again.status in ("allowed", "denied"):
+            return await self._outcome(again, verdict)  # decided while the bot was down: the decision stands
+        record = again if again is not None and again.status == "pending" else ApprovalRecord(
+            id=turn_id if turn_id is not None and found is None else secrets.token_hex(6),
+            turn=run.turn,
             agent=run.agent,
             session_key=run.session_key,
             command=command,
@@ -117,7 +129,8 @@ class Approvals:
             return Authorization(allowed=False, status="denied", reason=too_long)
         decided = self._decided[record.id] = asyncio.Event()  # first: a sweep for orphans must skip it
         try:
-            await self.store.create_approval(record)  # before any message: a click can only find a stored request
+            if record is not again:
+                await self.store.create_approval(record)  # before any message: a click only finds a stored request
             if targets is None:
                 settled = await self._ask_terminal(record)
             elif await self._announce(record, targets):
@@ -131,6 +144,18 @@ class Approvals:
         finally:
             self._decided.pop(record.id, None)
         return await self._outcome(settled, verdict)
+
+    def _turn_request_id(self, run: RunInfo, command: str) -> str | None:
+        """The id of the turn's next request: made from the turn (the journaled message it answers), how many
+        requests the turn made before and the command, so the same turn run again after a restart meets the request
+        it made before instead of asking twice. None outside a turn."""
+        if run.turn is None:
+            return None
+        count = self._turn_asks.pop(run.turn, 0) + 1
+        self._turn_asks[run.turn] = count
+        while len(self._turn_asks) > MAX_TURNS_KEPT:
+            self._turn_asks.popitem(last=False)
+        return hashlib.sha256(f"{run.turn}\0{count}\0{command}".encode()).hexdigest()[:12]
 
     async def _outcome(self, record: ApprovalRecord, verdict: Verdict) -> Authorization:
         who = record.decided_by
@@ -156,8 +181,14 @@ class Approvals:
         return targets
 
     async def _announce(self, record: ApprovalRecord, targets: list[ChatTarget]) -> int:
-        """Show the request in each of `targets`; how many places show it."""
-        return sum([await self._show(record, target) for target in targets])
+        """Show the request in each of `targets`; how many places show it. Until every place is recorded, a click
+        on a card waits for it (`on_click`)."""
+        showing = self._showing[record.id] = asyncio.Event()
+        try:
+            return sum([await self._show(record, target) for target in targets])
+        finally:
+            showing.set()
+            del self._showing[record.id]
 
     def _too_long(self, record: ApprovalRecord, targets: list[ChatTarget]) -> str | None:
         """Why the request cannot be shown whole, in one message with its buttons, everywhere it would go (the
@@ -275,6 +306,11 @@ class Approvals:
         approval_id, _, code = rest.partition(":")
         decision = _CODES.get(code)
         record = await self.store.get_approval(approval_id) if decision is not None and approval_id else None
+        showing = self._showing.get(approval_id)
+        if record is not None and showing is not None and not _shown_on(record, event):
+            # Clicked between the card reaching the chat and its place being recorded: look once it is.
+            await showing.wait()
+            record = await self.store.get_approval(approval_id)
         if decision is None or record is None or not _shown_on(record, event):
             # Not a button of this request's own card: one the agent sent can look the same, but decides nothing.
             return NOT_PENDING
@@ -300,7 +336,9 @@ class Approvals:
         log.info("approval %s: %s by %s", approval_id, decision, who)
         waiting = self._decided.get(approval_id)
         if waiting is not None:
-            waiting.set()
+            waiting.set()  # the waiting run shows the outcome
+        else:  # a request held for a turn that has not run again yet: nobody else will show it
+            await self._show_outcome(settled)
         return None
 
     async def on_command(self, args: str, who: str, name: str | None = None) -> str:
@@ -329,6 +367,12 @@ class Approvals:
                 expired += 1
                 await self._show_outcome(settled)
         return expired
+
+    async def expire_when_due(self, held: list[ApprovalRecord]) -> int:
+        """Expire `held` requests (left pending by a previous process for turns that run again) once their time is
+        up, unless a run waits for them again by then."""
+        await asyncio.sleep(max(0.0, max(record.expires for record in held) - self.clock()))
+        return await self.expire_orphans(held)
 
 
 def _shown_on(record: ApprovalRecord, event: ActionEvent) -> bool:

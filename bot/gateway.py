@@ -62,6 +62,7 @@ class Gateway:
         )
         self.intake = Intake(app, store, self.delivery, self.lanes, self.approvals)
         self._prune_task: asyncio.Task[None] | None = None
+        self._held_task: asyncio.Task[int] | None = None
 
     async def on_message(self, message: InboundMessage) -> None:
         """What adapters call with a message (intake: journal first)."""
@@ -89,9 +90,14 @@ class Gateway:
                 log.exception(
                     "channel %s account %s failed to start; the others keep running", adapter.channel, adapter.account
                 )
-        expired = await self.approvals.expire_orphans(orphans)
+        # A request whose turn runs again stays pending: the turn meets it again and waits for its card's answer.
+        rerun = {str(record.id) for record in leftovers}
+        held = [record for record in orphans if record.turn in rerun]
+        expired = await self.approvals.expire_orphans([record for record in orphans if record.turn not in rerun])
         if expired:
             log.info("expired %d approval request(s) left pending by the last run", expired)
+        if held:
+            self._held_task = asyncio.create_task(self.approvals.expire_when_due(held), name="held approvals")
         await self._recover(leftovers)
 
     async def _recover(self, leftovers: list[InboundRecord]) -> None:
@@ -116,10 +122,11 @@ class Gateway:
         Adapters stop last: the runs that finish during the grace period still need them to deliver.
         """
         self.intake.accepting = False
-        if self._prune_task is not None:
-            self._prune_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prune_task
+        for task in (self._prune_task, self._held_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.lanes.close(grace_seconds)
         await self.delivery.stop()
         await self.processes.close()  # background commands do not outlive the bot

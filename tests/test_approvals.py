@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,9 @@ class RecordingMessenger:
         self.broken = broken
         self.sent: list[tuple[ChatTarget, OutboundMessage]] = []
         self.edits: list[tuple[str, OutboundMessage]] = []
+        self.keys: dict[str, str] = {}
+        # called once a message is in the chat, before its send returns (what a person sees first)
+        self.on_delivered: Callable[[OutboundMessage], Awaitable[None]] | None = None
 
     def capabilities(self, channel: str, account: str) -> Capabilities | None:
         return self.caps
@@ -39,8 +42,13 @@ class RecordingMessenger:
     async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
         if self.broken:
             raise ConnectionError("the platform is down")
+        if key is not None and key in self.keys:  # the same send made again: as the outbox does, not sent twice
+            return self.keys[key]
         self.sent.append((target, message))
-        return str(len(self.sent))
+        message_id = self.keys[key or ""] = str(len(self.sent))
+        if self.on_delivered is not None:
+            await self.on_delivered(message)
+        return message_id
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
         self.edits.append((message_id, message))
@@ -71,10 +79,10 @@ def approvals(store: SqliteStore, chats: RecordingMessenger, tmp_path: Path, **e
     return Approvals(config, store, chats)
 
 
-def context(tmp_path: Path) -> ToolContext:
+def context(tmp_path: Path, turn: str | None = None) -> ToolContext:
     run = RunInfo(
         agent="main", session_key="agent:main:x", channel="telegram", sender_id="7", target=CHAT,
-        workspace=str(tmp_path / "ws" / "main"),
+        workspace=str(tmp_path / "ws" / "main"), turn=turn,
     )  # fmt: skip
     return ToolContext(run)
 
@@ -226,6 +234,65 @@ async def test_requests_left_by_a_crashed_process_are_expired_at_start(store: Sq
     assert chats.edits[-1][0] == "1" and "Expired" in chats.edits[-1][1].text
     assert await restarted.on_click(click(f"ap:{approval_id}:o")) == NOT_PENDING  # its button can never run it
     assert not (await asyncio.wait_for(waiting, WAIT)).allowed  # the old waiter sees the expiry too
+
+
+async def test_a_click_that_comes_before_the_cards_place_is_recorded_still_counts(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    chats = RecordingMessenger()
+    gate = approvals(store, chats, tmp_path)
+    clicks: list[asyncio.Task[str | None]] = []
+
+    async def click_at_once(card: OutboundMessage) -> None:
+        clicks.append(asyncio.create_task(gate.on_click(click(card.buttons[0][0].value))))
+        await asyncio.sleep(0)  # the click reads the request (queued on the store's thread before the card's place)
+
+    chats.on_delivered = click_at_once
+    outcome = await asyncio.wait_for(gate.authorize("rm -rf build", context(tmp_path)), WAIT)
+    assert await clicks[0] is None
+    assert outcome.allowed and outcome.decided_by == "telegram:42"
+
+
+async def test_a_turn_run_again_after_a_restart_meets_its_request_instead_of_asking_twice(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    chats = RecordingMessenger()
+    crashed = approvals(store, chats, tmp_path)
+    first = asyncio.create_task(crashed.authorize("rm -rf build", context(tmp_path, turn="17")))
+    approval_id = await shown(chats)
+    crashed._decided.clear()  # as if its process had died while the card waited (its run is left to itself)
+
+    restarted = approvals(store, chats, tmp_path)
+    again = asyncio.create_task(restarted.authorize("rm -rf build", context(tmp_path, turn="17")))
+    await eventually(lambda: approval_id in restarted._decided, "the turn to wait for its request again")
+    assert len(chats.sent) == 1  # the card already out is the one it waits on
+    assert await restarted.on_click(click(f"ap:{approval_id}:o")) is None
+    assert (await asyncio.wait_for(again, WAIT)).allowed
+    [record] = await store.find_approvals(approval_id, pending_only=False)
+    assert (record.turn, len(record.messages)) == ("17", 1)
+
+    # A later request of the same turn, or another turn's, is a request of its own.
+    other = asyncio.create_task(restarted.authorize("rm -rf build", context(tmp_path, turn="18")))
+    await eventually(lambda: len(chats.sent) == 2, "another turn's card")
+    assert chats.sent[1][1].buttons[0][0].value.split(":")[1] != approval_id
+    for task in (first, other):
+        task.cancel()
+
+
+async def test_a_decision_made_before_the_turn_runs_again_stands_and_is_shown(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    chats = RecordingMessenger()
+    crashed = approvals(store, chats, tmp_path)
+    first = asyncio.create_task(crashed.authorize("rm -rf build", context(tmp_path, turn="5")))
+    approval_id = await shown(chats)
+    crashed._decided.clear()
+    restarted = approvals(store, chats, tmp_path)
+    assert await restarted.on_click(click(f"ap:{approval_id}:d")) is None  # nobody waits: the card shows it now
+    assert chats.edits[-1][0] == "1" and "Denied" in chats.edits[-1][1].text
+    outcome = await asyncio.wait_for(restarted.authorize("rm -rf build", context(tmp_path, turn="5")), WAIT)
+    assert (outcome.allowed, outcome.status, len(chats.sent)) == (False, "denied", 1)
+    first.cancel()
 
 
 async def test_the_card_the_text_fallback_and_the_outcome_show_hidden_characters_escaped(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bot.store import SCHEMA_VERSION, SqliteStore
+from bot.store import SqliteStore
 from bot.store.schema import MIGRATIONS
 from tools.exec_policy import (
     DEFAULT_SAFE_BINS,
@@ -948,15 +949,17 @@ async def test_the_store_keeps_the_script_hash_and_migrates_an_old_database(tmp_
             ("/usr/bin/ls", ("-la",), None),
             ("/usr/bin/python3", ("build.py",), "bb" * 32),
         ]
-    assert SCHEMA_VERSION == SHA256_MIGRATION + 3, "a newer migration: undo it below too"
-    with sqlite3.connect(state / "state.db") as db:  # an older database: no sha256 column (nor any later one) yet
-        db.execute("DROP INDEX outbox_key")
-        db.execute("ALTER TABLE outbox DROP COLUMN dedupe_key")
-        db.execute("ALTER TABLE approvals DROP COLUMN seal")
-        db.execute("ALTER TABLE exec_allowed DROP COLUMN sha256")
+    old = tmp_path / "old"
+    old.mkdir()
+    with contextlib.closing(sqlite3.connect(old / "state.db")) as db:  # a database from before the sha256 column
+        for statements in MIGRATIONS[:SHA256_MIGRATION]:
+            for statement in statements:
+                db.execute(statement)
+        db.execute("INSERT INTO exec_allowed VALUES ('main', '/usr/bin/ls', '[\"-la\"]', NULL, 0)")
         db.execute(f"PRAGMA user_version = {SHA256_MIGRATION}")
-    async with await SqliteStore.open(state) as store:
-        assert ("/usr/bin/ls", ("-la",), None) in await store.allowed_commands("main")
+        db.commit()
+    async with await SqliteStore.open(old) as store:
+        assert await store.allowed_commands("main") == [("/usr/bin/ls", ("-la",), None)]
 
 
 # --- Protected paths: the bot's own config and state are denied outright ------------------------------------------

@@ -3,8 +3,10 @@ message still gets exactly one reply."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -97,3 +99,42 @@ async def test_a_message_tool_send_is_made_once_when_its_turn_runs_again_after_a
         again = tool_results(fake_llm, 3)
         assert first[0]["status"] == again[0]["status"] == "ok"
         assert again[0]["message_id"] == first[0]["message_id"]  # the note the first run sent
+
+
+def card_recorded(state: Path) -> bool:
+    """Whether the bot has noted where its approval card was shown (what a click on it is checked against)."""
+    with contextlib.closing(sqlite3.connect(state / "state.db")) as db:
+        return db.execute("SELECT count(*) FROM approvals WHERE messages != '[]'").fetchone()[0] == 1
+
+
+async def test_an_approval_card_is_shown_once_and_still_decides_after_a_sigkill(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    touch = ToolCallSpec("exec", {"command": "touch approved.txt"})  # an unknown program: it asks
+    async with FakeBridge() as bridge:
+        config = bot_config(tmp_path, fake_llm, bridge) | {"owners": ["loopback:alice"]}
+        fake_llm.script(Reply.tool_calls(touch))  # the turn waits for the card's answer...
+        bot = await launch_bot(config, tmp_path, STARTED)
+        try:
+            await bridge.say("please make the file", sender="alice")
+            [card] = await bridge.wait_for_sends(1)
+            await eventually(lambda: card_recorded(tmp_path / "state"), "the card to be recorded")
+        finally:  # ...when the process dies
+            if bot.returncode is None:
+                bot.send_signal(signal.SIGKILL)
+            await bot.wait()
+        [[allow, *_]] = card["message"]["buttons"]
+        assert "touch approved.txt" in card["message"]["text"] and allow["label"] == "Allow once"
+
+        # The turn runs again and makes the same request: it finds the card already out and waits for its answer.
+        fake_llm.script(Reply.tool_calls(touch), "Done.")
+        async with bot_run(config, tmp_path, STARTED):
+            await bridge.click(bridge.sent_ids[0], allow["value"], sender="alice")
+            await eventually(lambda: "Done." in bridge.texts_to("alice"), "the answer once the command ran")
+        assert (tmp_path / "ws" / "main" / "approved.txt").exists()
+        assert bridge.texts_to("alice") == [card["message"]["text"], "Done."]  # one card, one answer
+        [result] = tool_results(fake_llm, 2)
+        assert result["status"] == "ok"
+        edits = [body for method, body in bridge.calls if method == "edit"]
+        assert [edit["message_id"] for edit in edits] == [bridge.sent_ids[0]]
+        assert "Allowed (once)" in edits[0]["message"]["text"]

@@ -22,6 +22,7 @@ class ApprovalRecord(Record):
     """A command waiting for a person's decision; `messages` are where it was shown (to edit them later)."""
 
     id: str
+    turn: str | None = None  # the journaled message whose turn asked: run again after a restart, it asks no more
     agent: str
     session_key: str
     command: str
@@ -83,9 +84,14 @@ class SqliteApprovals(Part):
         return await self._call(_approval_rows, self._db.key, "WHERE status = 'pending' ORDER BY created", ())
 
     async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None:
-        """Remember one place the request was shown, so that its outcome can be written there."""
-        sql = "UPDATE approvals SET messages = json_insert(messages, '$[#]', json(?)) WHERE id = ?"
-        await self._call(execute, sql, (dumps(message), approval_id))
+        """Remember one place the request was shown, so that its outcome can be written there (once: the same card
+        shown again after a restart is not added twice)."""
+        shown = dumps(message)
+        sql = (
+            "UPDATE approvals SET messages = json_insert(messages, '$[#]', json(?)) WHERE id = ?"
+            " AND NOT EXISTS (SELECT 1 FROM json_each(messages) WHERE json(value) = json(?))"
+        )
+        await self._call(execute, sql, (shown, approval_id, shown))
 
     async def is_approval_message(
         self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str

@@ -126,5 +126,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE outbox ADD COLUMN dedupe_key TEXT",
         "CREATE UNIQUE INDEX outbox_key ON outbox (dedupe_key) WHERE dedupe_key IS NOT NULL",
     ),
+    # A request made in a turn names the turn: after a restart the turn, run again, finds its request (still shown,
+    # still answerable) instead of asking twice.
+    ("ALTER TABLE approvals ADD COLUMN turn TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,6 +25,7 @@ class FakeBridge:
         self._new_updates = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
+        self.sent_ids: list[str] = []  # the message id of each of `sent`
         self.fail_sends = 0  # answer this many sends with HTTP 500 first
 
     @property
@@ -61,6 +62,14 @@ class FakeBridge:
         }
         return await self.push({"update_id": number, "message": message})
 
+    async def click(
+        self, message_id: str, value: str, *, sender: str = "u1", peer: tuple[str, str] | None = None
+    ) -> None:
+        """Queue a click by `sender` on the button `value` of the bot's message `message_id`."""
+        kind, peer_id = peer or ("direct", sender)
+        action = {"peer": {"kind": kind, "id": peer_id}, "sender_id": sender, "message_id": message_id, "value": value}
+        await self.push({"update_id": next(self._ids), "action": action})
+
     async def push(self, update: dict[str, Any]) -> dict[str, Any]:
         async with self._new_updates:
             self.updates.append(update)
@@ -91,7 +100,10 @@ class FakeBridge:
             self.fail_sends -= 1
             return web.json_response({"error": "try again"}, status=500)
         self.calls.append((method, body))
-        return web.json_response({"ok": True, "message_id": str(next(self._message_ids))})
+        message_id = str(next(self._message_ids))
+        if method == "send":
+            self.sent_ids.append(message_id)
+        return web.json_response({"ok": True, "message_id": message_id})
 
     async def __aenter__(self) -> FakeBridge:
         app = web.Application()

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from bot.store import OutboxEntry, OutboxRecord, Store
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 MAX_SEND_ATTEMPTS = 8
+DEFAULT_LIMIT = 4000  # the length a reply is split to for an account that is not running (it is not sent anyway)
 MAX_ANSWER_SESSIONS = 1000  # answers still on their way whose messages are noted for the message tool
 SEND_WAIT_SECONDS = 60.0  # how long `send` waits behind the chat's earlier messages before it says "queued"
 
@@ -72,44 +73,78 @@ class Delivery:
             raise LookupError(f"no running {target.channel} account {target.account!r}")
         return adapter
 
+    def split(self, channel: str, account: str, text: str) -> list[str]:
+        """`text` in the pieces the channel account takes, each within its declared limit: the one place a reply is
+        chunked (no pieces for an empty text)."""
+        adapter = self.adapter_for(channel, account)
+        return chunk_text(text, adapter.capabilities.max_text_length if adapter is not None else DEFAULT_LIMIT)
+
     async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
         """Send through the outbox, in the chat's order: recorded first, split to the channel's limit (the buttons
         on the last piece); the last piece's message id once it is out (None if it is still queued after
         SEND_WAIT_SECONDS). A send recorded before under `key` is not made again: its id comes back. It is tried
         once while someone waits for it, and its failure raised to them; one that outlived a crash is retried."""
-        limit = self._adapter(target).capabilities.max_text_length
-        pieces = chunk_text(message.text, limit) or [message.text]
-        last, where = len(pieces) - 1, target.model_dump(mode="json")
+        self._adapter(target)  # no running account: LookupError before anything is recorded
+        pieces = self.split(target.channel, target.account, message.text) or [message.text]
+        last = len(pieces) - 1
+        payloads = [
+            message.model_copy(
+                update={
+                    "text": piece,
+                    "buttons": message.buttons if index == last else [],
+                    "reply_to": message.reply_to if index == 0 else None,
+                }
+            ).model_dump(mode="json")
+            for index, piece in enumerate(pieces)
+        ]
+        keys = [f"{key}:{index}" if key is not None else None for index in range(len(pieces))]
+        ids = await self._record_and_wait(target, "message", payloads, keys)
+        return ids[-1] if ids is not None else None
+
+    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
+        """Edit a message the bot sent, through the outbox: after everything recorded for the chat before."""
+        payload = {"message_id": message_id, "message": message.model_dump(mode="json")}
+        await self._act(target, "edit", payload)
+
+    async def delete(self, target: ChatTarget, message_id: str) -> None:
+        await self._act(target, "delete", {"message_id": message_id})
+
+    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
+        await self._act(target, "react", {"message_id": message_id, "emoji": emoji})
+
+    async def _act(self, target: ChatTarget, kind: str, payload: dict[str, Any]) -> None:
+        self._adapter(target)
+        await self._record_and_wait(target, kind, [payload], [None])
+
+    async def _record_and_wait(
+        self, target: ChatTarget, kind: str, payloads: list[dict[str, Any]], keys: list[str | None]
+    ) -> list[str | None] | None:
+        """Record the chat's entries, let the outbox carry them out, and wait for each outcome (None when they are
+        still queued after SEND_WAIT_SECONDS: they go out later, in order)."""
+        where = target.model_dump(mode="json")
         entries = [
             OutboxEntry(
                 inbound_id=None,
                 channel=target.channel,
                 account=target.account,
                 target=where,
-                payload=message.model_copy(
-                    update={
-                        "text": piece,
-                        "buttons": message.buttons if index == last else [],
-                        "reply_to": message.reply_to if index == 0 else None,
-                    }
-                ).model_dump(mode="json"),
-                kind="message",
-                key=f"{key}:{index}" if key is not None else None,
+                payload=payload,
+                kind=kind,
+                key=key,
             )
-            for index, piece in enumerate(pieces)
+            for payload, key in zip(payloads, keys, strict=True)
         ]
         records = await self.store.enqueue_once(entries)
         outcomes = [self._outcome(record) for record in records]
         self.wake()
         try:
             async with asyncio.timeout(SEND_WAIT_SECONDS):
-                ids = [await outcome for outcome in outcomes]
+                return [await outcome for outcome in outcomes]
         except TimeoutError:
             return None
         finally:
             for record in records:
                 self._waiting.pop(record.id, None)
-        return ids[-1]
 
     def _outcome(self, record: OutboxRecord) -> asyncio.Future[str | None]:
         """What becomes of a recorded entry: its message id once sent, its error if it died."""
@@ -121,15 +156,6 @@ class Delivery:
         else:
             self._waiting[record.id] = outcome
         return outcome
-
-    async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
-        await self._adapter(target).edit(target, message_id, message)
-
-    async def delete(self, target: ChatTarget, message_id: str) -> None:
-        await self._adapter(target).delete(target, message_id)
-
-    async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
-        await self._adapter(target).react(target, message_id, emoji)
 
     async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
         peer = target.peer
@@ -144,8 +170,6 @@ class Delivery:
     ) -> list[OutboxEntry]:
         """The outbox entries that deliver `text` to the message's chat, in chunks the channel takes (`chunks`:
         already split, e.g. what a streamed message did not hold); none for an empty text."""
-        adapter = self.adapter_for(message.channel, message.account)
-        limit = adapter.capabilities.max_text_length if adapter is not None else 4000
         target = message.target().model_dump(mode="json")
         return [
             OutboxEntry(
@@ -155,7 +179,7 @@ class Delivery:
                 target=target,
                 payload=OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json"),
             )
-            for chunk in (chunk_text(text, limit) if chunks is None else chunks)
+            for chunk in (self.split(message.channel, message.account, text) if chunks is None else chunks)
         ]
 
     async def close(
@@ -228,9 +252,7 @@ class Delivery:
             await self.store.mark_dead(record.id, f"no running adapter for {record.channel}/{record.account}")
             return True
         try:
-            message_id = await adapter.send(
-                ChatTarget.model_validate(record.target), OutboundMessage.model_validate(record.payload)
-            )
+            message_id = await _carry_out(adapter, record)
         except Exception as error:
             attempts = record.attempts + 1
             waiting = self._waiting.pop(record.id, None)
@@ -255,3 +277,17 @@ class Delivery:
         if session_key is not None and message_id is not None and self.message_tool is not None:
             self.message_tool.remember(session_key, ChatTarget.model_validate(record.target), message_id)
         return True
+
+
+async def _carry_out(adapter: ChannelAdapter, record: OutboxRecord) -> str | None:
+    """Do what an outbox entry records: a send (its message id), or an edit, deletion or reaction of a message."""
+    target, payload = ChatTarget.model_validate(record.target), record.payload
+    if record.kind == "edit":
+        await adapter.edit(target, payload["message_id"], OutboundMessage.model_validate(payload["message"]))
+    elif record.kind == "delete":
+        await adapter.delete(target, payload["message_id"])
+    elif record.kind == "react":
+        await adapter.react(target, payload["message_id"], payload["emoji"])
+    else:
+        return await adapter.send(target, OutboundMessage.model_validate(payload))
+    return None

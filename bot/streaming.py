@@ -1,4 +1,5 @@
-"""Streaming replies: the answer appears while the model writes it, as one message edited in place."""
+"""Streaming replies: the answer appears while the model writes it, as one message edited in place (sent and
+edited through the outbox, like everything the bot says)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from agent.events import AssistantEvent, RunEvent
-from channels.base import ChannelAdapter, ChatTarget, OutboundMessage
-from channels.chunking import chunk_text
+from channels.base import Capabilities, ChatTarget, OutboundMessage
+
+if TYPE_CHECKING:
+    from bot.delivery import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -21,27 +25,32 @@ class StreamingReply:
     outbox. A quick answer is never streamed: it goes out whole.
 
     `message_id`: a message an earlier, interrupted run streamed into; this answer is written there instead of
-    in a new message. `on_shown(message_id)` is awaited once, when the first preview has been sent. `clock` and
-    `sleep` pace the edits (tests pass a clock they move by hand).
+    in a new message. `key`: the first preview's outbox key (the turn's), so that a turn run again after a crash
+    finds the preview it sent instead of sending another. `on_shown(message_id)` is awaited once, when the first
+    preview has been sent. `clock` and `sleep` pace the edits (tests pass a clock they move by hand).
     """
 
     def __init__(
         self,
-        adapter: ChannelAdapter,
+        delivery: Delivery,
         target: ChatTarget,
+        capabilities: Capabilities,
         *,
         thread_id: str | None = None,
         message_id: str | None = None,
+        key: str | None = None,
         on_shown: Callable[[str], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.adapter = adapter
+        self.delivery = delivery
         self.target = target
+        self.capabilities = capabilities
         self.thread_id = thread_id
-        self.limit = adapter.capabilities.max_text_length
-        self.interval = adapter.capabilities.edit_interval_seconds
+        self.limit = capabilities.max_text_length
+        self.interval = capabilities.edit_interval_seconds
         self.message_id = message_id
+        self.key = key
         self._on_shown = on_shown
         self._clock, self._sleep = clock, sleep
         self._text = ""
@@ -85,11 +94,11 @@ class StreamingReply:
         first = self.message_id is None
         try:
             if self.message_id is None:
-                self.message_id = await self.adapter.send(self.target, message)
+                self.message_id = await self.delivery.send(self.target, message, key=self.key)
                 if self.message_id is None:  # a platform without message ids cannot be edited: stop streaming
                     self._broken = True
             else:
-                await self.adapter.edit(self.target, self.message_id, message)
+                await self.delivery.edit(self.target, self.message_id, message)
         except Exception as error:  # the final answer still goes out through the outbox
             log.warning("streaming preview to %s stopped: %s", self.target.channel, error)
             self._broken = True
@@ -118,7 +127,7 @@ class StreamingReply:
         """Put the answer's first chunk into the streamed message; the chunks still to send, in order. With no
         answer at all, the streamed message is taken back."""
         await self._stop()
-        chunks = chunk_text(text, self.limit)
+        chunks = self.delivery.split(self.target.channel, self.target.account, text)
         if not chunks:
             await self.retract()
             return chunks
@@ -134,9 +143,9 @@ class StreamingReply:
     async def retract(self) -> None:
         """The answer went out another way (the message tool): stop, and take the preview back where possible."""
         await self._stop()
-        if self.message_id is not None and self.adapter.capabilities.delete:
+        if self.message_id is not None and self.capabilities.delete:
             try:
-                await self.adapter.delete(self.target, self.message_id)
+                await self.delivery.delete(self.target, self.message_id)
             except Exception as error:
                 log.warning("could not remove the streamed preview in %s: %s", self.target.channel, error)
         self.message_id = None

@@ -152,10 +152,12 @@ class Turns:
                 self.message_tool.remember(newest.session_key, target, message_id)
 
         return StreamingReply(
-            adapter,
+            self.delivery,
             target,
+            adapter.capabilities,
             thread_id=message.thread_id,
             message_id=earlier[-1].message_id if earlier else None,
+            key=f"preview:{newest.inbound_id}",
             on_shown=shown,
         )
 

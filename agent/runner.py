@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -124,20 +123,6 @@ class RunOutcome:
 
 
 @dataclass(frozen=True)
-class RunStatus:
-    """What `wait` saw. status "timeout" with `done` False: the wait timed out and the run goes on; with `done`
-    True: the run hit its own time limit. `started_at`/`ended_at` are wall-clock seconds."""
-
-    run_id: str
-    status: RunState
-    started_at: float
-    ended_at: float | None = None
-    error: str | None = None
-    done: bool = True
-    outcome: RunOutcome | None = None
-
-
-@dataclass(frozen=True)
 class _Failure:
     """Why one candidate gave up."""
 
@@ -168,13 +153,11 @@ class _OutputWatch:
 @dataclass
 class _Run:
     spec: RunSpec
-    started_at: float
     history: list[Message]
     secrets: set[str]
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     turn: Turn | None = None
     timed_out: bool = False
-    ended_at: float | None = None
     compaction: CompactionResult | None = None
     failures: list[_Failure] = field(default_factory=list)
     task: asyncio.Task[RunOutcome] | None = None
@@ -186,7 +169,7 @@ class _Run:
 
 
 class Runner:
-    """Owns runs: starts them in the background, enforces their time limits, and decides what happens after each
+    """Owns runs: runs each one as a task, enforces its time limit, and decides what happens after each
     provider failure. One Runner (and its KeyPool) is meant to serve the whole process."""
 
     def __init__(
@@ -196,12 +179,10 @@ class Runner:
         client: httpx.AsyncClient | None = None,
         provider_factory: ProviderFactory = build_provider,
         clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         server_retry_delay: float = 1.0,
         cancel_grace_seconds: float = 5.0,
         keep_last_turns: int = DEFAULT_KEEP_LAST_TURNS,
-        keep_finished: int = 256,
     ) -> None:
         self.key_pool = key_pool or KeyPool(clock=clock)
         # One HTTP client for every run: building one costs milliseconds of CPU (its TLS context), and a
@@ -209,65 +190,37 @@ class Runner:
         self.client = client
         self._own_client = client is None
         self.provider_factory = provider_factory
-        self.wall_clock = wall_clock
         self.sleep = sleep  # waits out time limits, grace periods and retry delays (tests pass one they control)
         self.server_retry_delay = server_retry_delay
         self.cancel_grace_seconds = cancel_grace_seconds
         self.keep_last_turns = keep_last_turns
-        self.keep_finished = keep_finished
         self._runs: dict[str, _Run] = {}
-        self._done_ids: deque[str] = deque()  # ids of finished runs still kept, oldest first
 
     # --- the public surface ---------------------------------------------------------------------------------------
 
-    def start(self, spec: RunSpec) -> str:
-        """Start a run in the background; returns its id (ValueError if a run with that id is still known). Once it
-        ends it is kept, among the last `keep_finished`, for `wait`."""
-        return self._start(spec, keep=True)
-
-    def _start(self, spec: RunSpec, *, keep: bool) -> str:
+    def _start(self, spec: RunSpec) -> str:
         if spec.run_id in self._runs:
             raise ValueError(f"run {spec.run_id!r} already exists")
         secrets: set[str] = set()
         for candidate in spec.candidates:
             secrets.update(candidate.provider.keys())
-        run = _Run(spec=spec, started_at=self.wall_clock(), history=list(spec.history), secrets=secrets)
+        run = _Run(spec=spec, history=list(spec.history), secrets=secrets)
         run.task = asyncio.create_task(self._supervise(run), name=f"run {spec.run_id}")
-        forget = self._forget_old if keep else self._forget
-        run.task.add_done_callback(lambda _: forget(spec.run_id))
+        # Dropped once it ends: a kept run holds its whole history, which grows with the conversation.
+        run.task.add_done_callback(lambda _: self._runs.pop(spec.run_id, None))
         self._runs[spec.run_id] = run
         return spec.run_id
 
-    async def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
-        """Wait up to `timeout` seconds (None: until it ends) for a run; KeyError for an unknown run id."""
-        run = self._runs[run_id]
-        assert run.task is not None
-        done, _ = await asyncio.wait({run.task}, timeout=timeout)
-        if not done:
-            return RunStatus(run_id, "timeout", run.started_at, done=False)
-        if run.task.cancelled():
-            return RunStatus(run_id, "error", run.started_at, run.ended_at, error="the run was cancelled")
-        outcome = run.task.result()
-        return RunStatus(run_id, outcome.status, run.started_at, run.ended_at, error=outcome.reason, outcome=outcome)
-
     async def run(self, spec: RunSpec) -> RunOutcome:
-        """Start a run and wait for its outcome; cancelling the caller cancels the run. The outcome is the caller's:
-        once the run ends the runner forgets it (`wait` knows only runs begun with `start`)."""
-        run = self._runs[self._start(spec, keep=False)]
+        """Run to the end and return the outcome; cancelling the caller cancels the run. Once it ends the runner
+        forgets it. (Background runs with their own waiting come with subagents.)"""
+        run = self._runs[self._start(spec)]
         assert run.task is not None
         try:
             return await asyncio.shield(run.task)
         except asyncio.CancelledError:
             run.task.cancel()
             raise
-
-    def cancel(self, run_id: str) -> bool:
-        """Stop a run the way its timeout would (the turn's cancel event); False when it is not running."""
-        run = self._runs.get(run_id)
-        if run is None or run.task is None or run.task.done():
-            return False
-        run.halt()
-        return True
 
     async def aclose(self) -> None:
         """Cancel every run still going, and wait for them to end."""
@@ -302,7 +255,6 @@ class Runner:
             work.cancel()
             raise
         finally:
-            run.ended_at = self.wall_clock()
             run.turn = None
         outcome = work.result() if work.done() and not work.cancelled() else None
         return self._timed_out(run, outcome) if run.timed_out else self._finished(run, outcome)
@@ -571,16 +523,6 @@ class Runner:
 
     def _redact(self, run: _Run, text: str) -> str:
         return redact(text, run.secrets)
-
-    def _forget(self, finished: str) -> None:
-        """Drop a finished run at once: a kept run holds its whole history, which grows with the conversation."""
-        self._runs.pop(finished, None)
-
-    def _forget_old(self, finished: str) -> None:
-        """Keep the status of the last `keep_finished` finished runs for `wait` and `status`."""
-        self._done_ids.append(finished)
-        while len(self._done_ids) > self.keep_finished:
-            self._runs.pop(self._done_ids.popleft(), None)
 
 
 def _category(kind: ErrorKind) -> _Category:

@@ -148,7 +148,7 @@ async def h(fake_llm: FakeLLM) -> AsyncIterator[Harness]:
     clock, timers = FakeClock(), Timers()
     pool = KeyPool(clock=clock)
     runner = Runner(
-        key_pool=pool, wall_clock=clock, sleep=timers.sleep, server_retry_delay=0, cancel_grace_seconds=GRACE
+        key_pool=pool, sleep=timers.sleep, server_retry_delay=0, cancel_grace_seconds=GRACE
     )
     try:
         yield Harness(fake_llm, clock, timers, pool, runner)
@@ -438,23 +438,21 @@ async def test_an_overflow_without_history_cannot_be_compacted_and_moves_on(h: H
     assert h.compacted == []
 
 
-# --- time limits and waiting --------------------------------------------------------------------------------------
+# --- time limits --------------------------------------------------------------------------------------------------
 
 
 async def test_a_run_past_its_time_limit_is_stopped_through_the_turns_cancel(h: Harness) -> None:
     h.llm.script(Reply.held("Let me think"))  # never finished
     spec = h.spec(h.candidate("alpha/model-a", api_key=K1), timeout_seconds=0.3)
-    run_id = h.runner.start(spec)
+    running = asyncio.create_task(h.runner.run(spec))
     await eventually(lambda: any(isinstance(e, AssistantEvent) for e in h.run_events), "the model's first words")
     h.clock.advance(0.3)
     await h.timers.expire(0.3)  # the limit passes while the model is writing
-    status = await asyncio.wait_for(h.runner.wait(run_id), WAIT)
-    assert (status.status, status.done) == ("timeout", True)
-    assert (status.started_at, status.ended_at) == (1000.0, 1000.3)  # by the runner's clock, at start and at end
+    outcome = await asyncio.wait_for(running, WAIT)
+    assert outcome.status == "timeout"
     [turn] = h.turns
     assert turn.cancel.is_set()
-    outcome = status.outcome
-    assert outcome is not None and outcome.result is None
+    assert outcome.result is None
     assert outcome.partial_messages == [spec.user]  # the cancelled turn, for the transcript
     assert outcome.user_message == "Sorry — this took longer than my 0.3-second limit, so I stopped."
     assert h.kinds() == ["timeout"]
@@ -467,50 +465,15 @@ async def test_a_turn_that_ignores_its_cancel_is_cancelled_after_the_grace_perio
         await never.wait()
         raise AssertionError("unreachable")
 
-    run_id = h.runner.start(h.spec(h.candidate("alpha/model-a"), make_turn=stuck, timeout_seconds=0.1))
+    spec = h.spec(h.candidate("alpha/model-a"), make_turn=stuck, timeout_seconds=0.1)
+    running = asyncio.create_task(h.runner.run(spec))
     await h.timers.expire(0.1)  # the limit passes: the turn is told to stop...
     await h.timers.expire(GRACE)  # ...and has not stopped when the grace period is over
-    outcome = (await asyncio.wait_for(h.runner.wait(run_id), WAIT)).outcome
-    assert outcome is not None and outcome.status == "timeout"
+    outcome = await asyncio.wait_for(running, WAIT)
+    assert outcome.status == "timeout"
     assert outcome.partial_messages == []
     assert h.kinds() == ["timeout", "timeout"]
     assert "cancelling" in h.decisions[1].reason
-
-
-async def test_wait_with_a_short_timeout_returns_while_the_run_goes_on(h: Harness) -> None:
-    gate = asyncio.Event()
-
-    async def gated(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
-        await gate.wait()
-        return h.make_turn(candidate, provider, api_key)
-
-    h.llm.script("Done waiting.")
-    run_id = h.runner.start(h.spec(h.candidate("alpha/model-a"), make_turn=gated))
-    early = await h.runner.wait(run_id, timeout=0.05)
-    assert (early.status, early.done, early.ended_at, early.outcome) == ("timeout", False, None, None)
-    assert h.llm.requests == []
-    gate.set()
-    final = await asyncio.wait_for(h.runner.wait(run_id), WAIT)
-    assert (final.status, final.done, final.error) == ("ok", True, None)
-    assert final.outcome is not None and final.outcome.result is not None
-    assert final.outcome.result.text == "Done waiting."
-    with pytest.raises(KeyError):
-        await h.runner.wait("run_nobody_started")
-
-
-async def test_cancel_stops_a_running_turn(h: Harness) -> None:
-    h.llm.script(Reply.held(""))  # never finished
-    run_id = h.runner.start(h.spec(h.candidate("alpha/model-a")))
-    await eventually(lambda: h.llm.holding == 1, "the model to be answering")
-    assert h.runner.cancel(run_id)
-    status = await asyncio.wait_for(h.runner.wait(run_id), WAIT)
-    assert status.status == "ok"
-    assert status.outcome is not None and status.outcome.result is not None
-    assert status.outcome.result.stop_reason == "cancelled"
-    assert not h.runner.cancel(run_id)  # no longer running
-
-
-# --- never repeat what already happened ---------------------------------------------------------------------------
 
 
 async def test_no_retry_once_a_tool_has_run(h: Harness) -> None:

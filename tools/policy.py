@@ -106,6 +106,7 @@ class ToolsConfig(_Section):
     non_owner: ToolPolicy = Field(default_factory=_non_owner_default)
     """Runs started by anyone not in `owners`; writing the section replaces the default deny list."""
     sandbox: ToolPolicy | None = None
+    # Not applied yet: no run is a subagent until `sessions_spawn` exists (the subagents issue sets `subagent`).
     subagent: ToolPolicy | None = None
 
 
@@ -130,7 +131,7 @@ class Selection(BaseModel):
     peer_kind: Annotated[Literal["direct", "group", "channel"] | None, BeforeValidator(_lower)] = None
     peer_id: str | None = None
     sandboxed: bool = False
-    subagent: bool = False
+    subagent: bool = False  # always False until subagents exist (see ToolsConfig.subagent)
 
 
 @dataclass(frozen=True)

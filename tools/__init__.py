@@ -3,8 +3,9 @@ are its public surface, each imported on first use; its other modules are privat
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from routing.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from routing.errors import ToolError
@@ -59,14 +60,4 @@ _HOMES = {
 
 # Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> Any:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
-        globals()[name] = value  # later look-ups find it without coming here
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from bot.store import OutboxEntry, OutboxRecord, Store
+from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
 from channels.chunking import chunk_text
 from routing.errors import ChannelError
@@ -36,7 +36,7 @@ class Delivery:
     """The outbox and its sender, and the Messenger (`tools.message`) through which tools and approvals act in the
     chats of the running adapters."""
 
-    def __init__(self, store: Store, adapters: Adapters, clock: Callable[[], float]) -> None:
+    def __init__(self, store: DeliveryStore, adapters: Adapters, clock: Callable[[], float]) -> None:
         self.store = store
         self.adapters = adapters
         self.clock = clock

@@ -15,7 +15,7 @@ from bot.approvals import Approvals
 from bot.assemble import model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.delivery import Delivery
-from bot.store import InboundRecord, Store
+from bot.store import InboundRecord, IntakeStore
 from bot.turns import Job
 from channels.base import AccountSettings, ActionEvent, InboundMessage
 from routing import Peer
@@ -39,7 +39,9 @@ class Intake:
     """What happens to a message before a turn: the journal, access, commands, routing; `accepting` is off while
     the gateway starts and stops (a message is then only journaled, for the next start)."""
 
-    def __init__(self, app: App, store: Store, delivery: Delivery, lanes: Lanes[Job], approvals: Approvals) -> None:
+    def __init__(
+        self, app: App, store: IntakeStore, delivery: Delivery, lanes: Lanes[Job], approvals: Approvals
+    ) -> None:
         self.app = app
         self.config = app.config
         self.store = store

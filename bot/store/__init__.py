@@ -4,7 +4,7 @@ role interface (`SessionStore`, `JournalStore`, `OutboxStore` …); SQLite by de
 from bot.store.approvals import ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
 from bot.store.base import DEDUPE_SECONDS, Clock, StoreError
 from bot.store.database import BUSY_TIMEOUT_MS, DB_FILE, KEY_FILE
-from bot.store.interface import RetentionStore, Store
+from bot.store.interface import DeliveryStore, IntakeStore, RetentionStore, Store
 from bot.store.journal import InboundRecord, InboundStatus, JournalStore
 from bot.store.outbox import OutboxEntry, OutboxRecord, OutboxStatus, OutboxStore
 from bot.store.pairing import PAIRING_ALPHABET, PairingRecord, PairingStore
@@ -25,8 +25,10 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalStore",
     "Clock",
+    "DeliveryStore",
     "InboundRecord",
     "InboundStatus",
+    "IntakeStore",
     "JournalStore",
     "OutboxEntry",
     "OutboxRecord",

@@ -1,4 +1,5 @@
-"""The store's interfaces beyond one domain: what retention prunes, and `Store`, every role in one object."""
+"""The store's interfaces beyond one domain: what intake, delivery and retention each need, and `Store`, every role
+in one object."""
 
 from __future__ import annotations
 
@@ -12,7 +13,20 @@ from bot.store.pairing import PairingStore
 from bot.store.previews import PreviewStore
 from bot.store.sessions import SessionStore
 
-__all__ = ["RetentionStore", "Store"]
+__all__ = ["DeliveryStore", "IntakeStore", "RetentionStore", "Store"]
+
+
+class IntakeStore(JournalStore, SessionStore, PairingStore, Protocol):
+    """What intake needs: the journal (record, then mark), the sessions its commands read and reset, pairing."""
+
+
+class DeliveryStore(OutboxStore, JournalStore, Protocol):
+    """What delivery needs: the outbox, the journal rows its answers close, and which messages are approval cards
+    (the message tool may never change one)."""
+
+    async def is_approval_message(
+        self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str
+    ) -> bool: ...
 
 
 class RetentionStore(Protocol):

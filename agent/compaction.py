@@ -39,8 +39,12 @@ class CompactionResult:
 
 
 def is_summary(message: Message) -> bool:
-    """Whether `message` is the summary message compaction put at the start of a history."""
-    return isinstance(message, UserMessage) and _text(message).startswith(SUMMARY_HEADER)
+    """Whether `message` is the summary message compaction put at the start of a history: a user message whose text
+    starts with SUMMARY_HEADER (which has no line break, so its first block alone can start with it)."""
+    if not isinstance(message, UserMessage) or not message.content:
+        return False
+    first = message.content[0]
+    return isinstance(first, TextBlock) and first.text.startswith(SUMMARY_HEADER)
 
 
 def since_last_summary(history: Sequence[Message]) -> list[Message]:

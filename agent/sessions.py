@@ -11,10 +11,13 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from agent.compaction import SUMMARY_HEADER, is_summary
 from agent.messages import Message
 
 log = logging.getLogger(__name__)
 _MESSAGE = TypeAdapter(Message)
+# A summary's header as its line holds it (the transcript's own JSON encoder): a line without it is no summary.
+_SUMMARY_MARK = TypeAdapter(str).dump_json(SUMMARY_HEADER)[1:-1]
 # What the store's session ids look like (secrets.token_urlsafe); nothing else becomes a file name.
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
@@ -46,11 +49,46 @@ async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
 
 def load_transcript(path: Path) -> list[Message]:
     """read_transcript for callers already off the event loop."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
+    data = _read(path)
     return _parse(path, data) if data else []
+
+
+def load_history(path: Path) -> list[Message]:
+    """What a run sends the model: the transcript from its latest compaction summary on (all of it if there is none),
+    as `since_last_summary(load_transcript(path))` would give it, but parsing only those lines. A turn then costs
+    what the model is sent, not what the file has gathered since the session began. Call it off the event loop."""
+    data = _read(path)
+    start = _latest_summary(data)
+    first_line = data.count(b"\n", 0, start) + 1
+    return _parse(path, data[start:], first_line) if data else []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _latest_summary(data: bytes) -> int:
+    """Where the line of the latest summary starts (0 if there is none): lines are searched for the summary's header
+    from the end, and only a line that holds it is parsed (a message may quote the header without being a summary).
+    """
+    end = len(data)
+    while (found := data.rfind(_SUMMARY_MARK, 0, end)) >= 0:
+        start = data.rfind(b"\n", 0, found) + 1
+        stop = data.find(b"\n", found)
+        if _is_summary_line(data[start : stop if stop >= 0 else len(data)]):
+            return start
+        end = start
+    return 0
+
+
+def _is_summary_line(line: bytes) -> bool:
+    try:
+        return is_summary(_MESSAGE.validate_json(line))
+    except ValidationError:
+        return False
 
 
 def _append(path: Path, data: bytes) -> None:
@@ -64,11 +102,12 @@ def _append(path: Path, data: bytes) -> None:
         handle.write(data)  # append mode: lands at the end wherever the read left the position
 
 
-def _parse(path: Path, data: bytes) -> list[Message]:
+def _parse(path: Path, data: bytes, first_line: int = 1) -> list[Message]:
+    """The messages in `data`, whose first line is line `first_line` of the file (for the warnings)."""
     lines = data.split(b"\n")
     last = lines.pop()  # b"" when the file ends with a newline, as every whole write does
     messages: list[Message] = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         try:
@@ -79,5 +118,6 @@ def _parse(path: Path, data: bytes) -> list[Message]:
         try:
             messages.append(_MESSAGE.validate_json(last))  # a write can stop just before its newline
         except ValidationError:
-            log.warning("%s:%d: skipped a torn last line (a write cut short by a crash?)", path, len(lines) + 1)
+            number = first_line + len(lines)
+            log.warning("%s:%d: skipped a torn last line (a write cut short by a crash?)", path, number)
     return messages

@@ -8,14 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.compaction import since_last_summary
 from agent.events import Emit, discard
 from agent.loop import Turn
 from agent.messages import Message, UserMessage
 from agent.prompt import load_bootstrap
 from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
-from agent.sessions import append_transcript, load_transcript, transcript_for
+from agent.sessions import append_transcript, load_history, transcript_for
 from bot.assemble import build_turn, candidates
 from bot.config import Config
 from bot.store import Store
@@ -57,8 +56,7 @@ class Conversations:
         models = candidates(self.config, run.agent)
         session = await self.store.ensure_session(run.session_key, run.agent)
         transcript = transcript_for(self.state_dir, session.session_id)
-        stored, bootstrap = await asyncio.to_thread(_read_inputs, transcript, run)
-        history = since_last_summary(stored)
+        history, bootstrap = await asyncio.to_thread(_read_inputs, transcript, run)
         stop = cancel or asyncio.Event()
 
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
@@ -98,13 +96,13 @@ class Conversations:
 
 
 def _read_inputs(transcript: Path, run: RunInfo) -> tuple[list[Message], list[tuple[str, str]]]:
-    """What a turn reads from disk, in one trip off the event loop: the session's transcript and the bootstrap files
-    of the agent's workspace, even when the run works in a non-owner's own folder of it (created on first use, as
-    the workspace is)."""
+    """What a turn reads from disk, in one trip off the event loop: the session's history (its transcript from the
+    latest compaction summary on) and the bootstrap files of the agent's workspace, even when the run works in a
+    non-owner's own folder of it (created on first use, as the workspace is)."""
     bootstrap: list[tuple[str, str]] = []
     agent_workspace = run.agent_workspace or run.workspace
     if agent_workspace:
         Path(agent_workspace).mkdir(parents=True, exist_ok=True)
         bootstrap = load_bootstrap(Path(agent_workspace))
         prepare_root(run)
-    return load_transcript(transcript), bootstrap
+    return load_history(transcript), bootstrap

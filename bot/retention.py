@@ -16,13 +16,16 @@ DAY = 86_400.0
 
 
 async def prune_once(store: RetentionStore, retention_days: float) -> dict[str, int]:
-    """Delete what finished more than `retention_days` ago (never anything unfinished); how many of each kind."""
+    """Delete what finished more than `retention_days` ago (never anything unfinished), then give the space back to
+    the file system; how many of each kind were deleted."""
     age = retention_days * DAY
-    return {
+    pruned = {
         "inbound": await store.prune_inbound(age),
         "outbox": await store.prune_outbox(age),
         "approvals": await store.prune_approvals(age),
     }
+    await store.release_space()  # without it the database file keeps its size, however much was deleted
+    return pruned
 
 
 async def keep_pruning(

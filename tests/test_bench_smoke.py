@@ -26,6 +26,14 @@ async def test_the_telegram_benchmark_runs() -> None:
     assert columns[-3:] == ["0", "0", "0"]  # nothing lost, nothing duplicated, no 429
 
 
+async def test_the_soak_benchmark_runs_and_the_database_shrinks_after_pruning() -> None:
+    result = await load("soak.py")["soak"](20, 2, 10)
+    assert [step.answered for step in result.steps] == [10, 20]
+    assert result.lost == 0
+    assert result.pruned["inbound"] == 20
+    assert result.db_pruned < result.db_stopped
+
+
 def test_the_routing_benchmark_builds_its_bindings_and_inputs() -> None:
     bench = load("routing.py")
     bindings = bench["make_bindings"](100, random.Random(1))

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from bot.config import StateConfig
 from bot.retention import DAY, keep_pruning, prune_once
-from bot.store import ApprovalRecord, SqliteStore
+from bot.store import ApprovalRecord, OutboxEntry, SqliteStore
 
 
 @pytest.fixture
@@ -48,6 +48,13 @@ async def fill(store: SqliteStore, clock: FakeClock, tag: str) -> None:
     await store.decide_approval(f"{tag}-settled", "denied", "deny", "telegram:1")
 
 
+def reply(inbound_id: int) -> OutboxEntry:
+    target = {"channel": "telegram", "account": "default", "peer": {"kind": "direct", "id": "42"}}
+    return OutboxEntry(
+        inbound_id=inbound_id, channel="telegram", account="default", target=target, payload={"text": "y" * 2000}
+    )
+
+
 async def counts(store: SqliteStore) -> tuple[int, int, int]:
     unfinished = len(await store.unfinished_inbound())
     unsent = len(await store.unsent_outbox())
@@ -64,6 +71,23 @@ async def test_only_what_finished_before_the_retention_window_is_pruned(store: S
     kept = {record.id for record in await store.find_approvals("", pending_only=False)}
     assert kept == {"new-settled", "new-pending", "old-pending"}
     assert await prune_once(store, 30) == {"inbound": 0, "outbox": 0, "approvals": 0}
+
+
+def size_on_disk(state_dir: Path) -> int:
+    files = (state_dir / "state.db", state_dir / "state.db-wal")
+    return sum(path.stat().st_size for path in files if path.exists())
+
+
+async def test_pruning_gives_the_space_of_what_it_deleted_back(store: SqliteStore, clock: FakeClock) -> None:
+    for number in range(200):
+        record = await store.record_inbound("telegram", "default", "42", str(number), {"text": "x" * 2000})
+        assert record is not None
+        sent = await store.finish_inbound([record.id], "done", replies=[reply(record.id)])
+        await store.mark_sent(sent[0].id, str(number))
+    full = size_on_disk(store.path.parent)
+    clock.advance(31 * DAY)
+    assert await prune_once(store, 30) == {"inbound": 200, "outbox": 200, "approvals": 0}
+    assert size_on_disk(store.path.parent) < full / 10
 
 
 async def test_pruning_runs_at_once_then_every_day_and_survives_a_failed_pass(store: SqliteStore) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sqlite3
 import sys
@@ -59,6 +60,26 @@ async def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> Non
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError, match="newer"):
         await SqliteStore.open(tmp_path)
+
+
+async def test_a_new_database_can_give_the_space_of_deleted_rows_back(tmp_path: Path) -> None:
+    await (await SqliteStore.open(tmp_path)).close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "state.db")) as db:
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+
+
+async def test_a_database_from_before_incremental_vacuum_is_converted_once_when_opened(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path) as store:
+        await inbound(store, "1")
+    with contextlib.closing(sqlite3.connect(tmp_path / "state.db", isolation_level=None)) as db:
+        db.execute("PRAGMA auto_vacuum = NONE")  # as earlier versions made it
+        db.execute("VACUUM")
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    async with await SqliteStore.open(tmp_path) as store:
+        assert [record.message_id for record in await store.unfinished_inbound()] == ["1"]
+    with contextlib.closing(sqlite3.connect(tmp_path / "state.db")) as db:
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(tmp_path: Path) -> None:
@@ -290,6 +311,27 @@ async def test_prune_drops_only_old_finished_messages_and_frees_their_keys(
     assert [record.id for record in await store.unfinished_inbound()] == [old_pending.id, again.id]
     with pytest.raises(ValueError):
         await store.prune_inbound(-1)
+
+
+def size_on_disk(state_dir: Path) -> int:
+    """state.db and its write-ahead log, in bytes."""
+    files = (state_dir / "state.db", state_dir / "state.db-wal")
+    return sum(path.stat().st_size for path in files if path.exists())
+
+
+async def test_released_space_leaves_the_files_at_once_after_a_prune(store: SqliteStore, clock: FakeClock) -> None:
+    for number in range(300):
+        record = await store.record_inbound("telegram", "default", "42", str(number), {"text": "x" * 2000})
+        assert record is not None
+        await store.mark_inbound(record.id, "done")
+    full = size_on_disk(store.path.parent)
+    assert full > 600_000
+    clock.advance(25 * 3600)
+    assert await store.prune_inbound() == 300
+    assert await store.release_space() > 100  # pages
+    assert size_on_disk(store.path.parent) < full / 10  # while the store is still open
+    assert await store.release_space() == 0  # nothing more to give back
+    assert await store.record_inbound("telegram", "default", "42", "300", {}) is not None  # and it goes on working
 
 
 # --- outbox ----------------------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.compaction import SUMMARY_HEADER, since_last_summary, summary_message
 from agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from agent.sessions import append_transcript, read_transcript, transcript_for
+from agent.sessions import append_transcript, load_history, load_transcript, read_transcript, transcript_for
 from bot.store import new_session_id
 from tools.base import TextBlock
 
@@ -91,6 +92,44 @@ async def test_unparseable_middle_lines_are_skipped_with_a_warning(
         assert await read_transcript(path) == [first, second, third]
     skipped = [record.getMessage() for record in caplog.records if "skipped" in record.getMessage()]
     assert skipped == [f"{path}:{number}: skipped a line that is not a message" for number in (2, 3, 4)]
+
+
+async def test_the_history_starts_at_the_latest_summary_as_the_whole_transcript_would_give_it(tmp_path: Path) -> None:
+    path = transcript_for(tmp_path, SESSION_ID)
+    quoting = UserMessage.of(f"my notes say {SUMMARY_HEADER} somewhere")  # quotes the header: not a summary
+    latest = [summary_message("later"), AssistantMessage(text="kept"), quoting, *conversation()]
+    await append_transcript(path, conversation())
+    await append_transcript(path, [summary_message("early"), UserMessage.of("kept too")])
+    await append_transcript(path, latest)
+    assert load_history(path) == latest == since_last_summary(load_transcript(path))
+
+
+async def test_a_history_without_a_summary_is_the_whole_transcript(tmp_path: Path) -> None:
+    path = transcript_for(tmp_path, SESSION_ID)
+    assert load_history(path) == []
+    await append_transcript(path, conversation())
+    assert load_history(path) == conversation()
+
+
+async def test_a_summary_torn_by_a_crash_is_skipped_and_the_history_starts_at_the_one_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = transcript_for(tmp_path, SESSION_ID)
+    kept = [summary_message("early"), *conversation()]
+    await append_transcript(path, [UserMessage.of("hello"), *kept])
+    whole = summary_message("late").model_dump_json().encode()
+    with path.open("ab") as handle:  # the process died halfway through writing the next summary
+        handle.write(whole[: whole.index(b"late")])  # the header is there, the rest is not
+
+    with caplog.at_level(logging.WARNING, logger="agent.sessions"):
+        assert load_history(path) == kept
+    assert f"{path}:7: skipped a torn last line" in caplog.text
+
+    await append_transcript(path, [AssistantMessage(text="after the crash")])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agent.sessions"):
+        assert load_history(path) == [*kept, AssistantMessage(text="after the crash")]
+    assert f"{path}:7: skipped a line" in caplog.text  # the torn line is in the middle now, and numbered as it is
 
 
 def test_transcript_for_names_a_file_per_session_id(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The SQLite database under the store: `state.db` in WAL mode, its worker thread, migrations and SQL helpers."""
+"""The SQLite database under the store: `state.db` in WAL mode with incremental vacuum, its worker thread, migrations
+and SQL helpers."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ __all__ = [
     "execute",
     "first",
     "loads",
+    "release_free_pages",
     "scalar",
     "write_transaction",
 ]
@@ -38,6 +40,7 @@ __all__ = [
 DB_FILE = "state.db"
 KEY_FILE = "decision.key"  # beside the database, readable by the bot's user only; no command can see it
 BUSY_TIMEOUT_MS = 5_000
+AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum: 0 none, 1 full, 2 incremental
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -167,6 +170,9 @@ def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         connection.row_factory = sqlite3.Row
+        # Before anything writes the header (even WAL mode does): a new database takes it at once, so that pages
+        # freed by deletes can be given back to the file system (`release_free_pages`).
+        connection.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
         mode = scalar(connection, "PRAGMA journal_mode = WAL")
         if mode != "wal":
             raise StoreError(f"{path}: cannot use write-ahead logging (journal mode stays {mode!r})")
@@ -174,10 +180,36 @@ def _connect(path: Path) -> sqlite3.Connection:
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         connection.execute("PRAGMA foreign_keys = ON")
         _migrate(connection, path)
+        _convert_to_incremental_vacuum(connection)  # after the version check: never rebuild a newer file
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+def _convert_to_incremental_vacuum(connection: sqlite3.Connection) -> None:
+    """A database made before incremental vacuum (`_connect` asks for it before anything is written, but a file
+    that has tables keeps its mode) takes it when VACUUM rebuilds it: once, at open, outside any transaction, in
+    the time of one copy of the file. Without it, the pages that pruning frees stay in the file for reuse."""
+    if scalar(connection, "PRAGMA auto_vacuum") == AUTO_VACUUM_INCREMENTAL:
+        return
+    connection.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")  # full to incremental needs no more
+    if scalar(connection, "PRAGMA auto_vacuum") == AUTO_VACUUM_INCREMENTAL:
+        return
+    connection.execute("VACUUM")  # like the migration, it waits (busy timeout) for a writer in another process
+
+
+def release_free_pages(connection: sqlite3.Connection) -> int:
+    """Give the database's free pages back to the file system (the file shrinks), then fold the write-ahead log
+    into the database and empty it (it holds a copy of every page the deletes touched); how many pages were
+    freed."""
+    free = int(scalar(connection, "PRAGMA freelist_count"))
+    # executescript steps the pragma to its end: execute() would free one page per call.
+    connection.executescript("PRAGMA incremental_vacuum;")
+    # TRUNCATE waits (up to the busy timeout) for readers in other processes; if they outlast it, the log keeps its
+    # size until the next checkpoint, which is harmless.
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return free
 
 
 @contextlib.contextmanager

@@ -30,11 +30,13 @@ class DeliveryStore(OutboxStore, JournalStore, Protocol):
 
 
 class RetentionStore(Protocol):
-    """What retention needs: each domain's finished rows deleted once old enough; nothing unfinished, ever."""
+    """What retention needs: each domain's finished rows deleted once old enough, nothing unfinished, ever; then
+    the space they took given back."""
 
     async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
     async def prune_approvals(self, older_than_seconds: float) -> int: ...
+    async def release_space(self) -> int: ...
 
 
 class Store(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from bot.store.approvals import SqliteApprovals
 from bot.store.base import Clock
-from bot.store.database import Database
+from bot.store.database import Database, release_free_pages
 from bot.store.journal import SqliteJournal
 from bot.store.outbox import SqliteOutbox
 from bot.store.pairing import SqlitePairing
@@ -44,6 +44,10 @@ class SqliteStore(SqliteSessions, SqliteJournal, SqliteOutbox, SqlitePreviews, S
     @property
     def _connection(self) -> sqlite3.Connection | None:
         return self._db.connection
+
+    async def release_space(self) -> int:
+        """Shrink `state.db` by the pages that deleted rows left free (after pruning); how many pages that was."""
+        return await self._db.call(release_free_pages)
 
     async def close(self) -> None:
         """Finish the calls already made, then close the database. Closing twice is fine."""

@@ -18,10 +18,13 @@ MAX_BUTTON_LABEL = 64
 MAX_BUTTON_VALUE_BYTES = 64  # Telegram's callback_data limit, the tightest of the platforms
 RESERVED_PREFIX = "ap:"  # approval buttons: the agent must never be able to forge one
 MAX_SENT_PER_SESSION = 50
-MAX_OWN_PER_SESSION = 200  # messages a session may still edit or delete: the latest ones it sent
+# Messages a session may still edit or delete: the latest ones it sent. With MAX_SESSIONS that bounds the record at
+# 50,000 short strings (bench/soak.py: 200 per session kept RSS growing for 100,000 messages).
+MAX_OWN_PER_SESSION = 50
 MAX_SESSIONS = 1000
 
-MessageKey = tuple[str, str, Peer, str]  # channel, account, chat, message id (a thread does not change the message)
+# channel, account, chat and message id in one string (a thread does not change the message): small to keep
+MessageKey = str
 
 
 class Messenger(Protocol):
@@ -146,7 +149,7 @@ def _session_entries(records: OrderedDict[str, deque[_Entry]], key: str, maxlen:
 
 
 def _key(target: ChatTarget, message_id: str) -> MessageKey:
-    return (target.channel, target.account, target.peer, message_id)
+    return "\x1f".join((target.channel, target.account, target.peer.kind, target.peer.id or "", message_id))
 
 
 def _same_message(first: Sent, second: Sent) -> bool:

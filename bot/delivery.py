@@ -84,7 +84,6 @@ class Delivery:
         on the last piece); the last piece's message id once it is out (None if it is still queued after
         SEND_WAIT_SECONDS). A send recorded before under `key` is not made again: its id comes back. It is tried
         once while someone waits for it, and its failure raised to them; one that outlived a crash is retried."""
-        self._adapter(target)  # no running account: LookupError before anything is recorded
         pieces = self.split(target.channel, target.account, message.text) or [message.text]
         last = len(pieces) - 1
         payloads = [
@@ -113,14 +112,15 @@ class Delivery:
         await self._act(target, "react", {"message_id": message_id, "emoji": emoji})
 
     async def _act(self, target: ChatTarget, kind: str, payload: dict[str, Any]) -> None:
-        self._adapter(target)
         await self._record_and_wait(target, kind, [payload], [None])
 
     async def _record_and_wait(
         self, target: ChatTarget, kind: str, payloads: list[dict[str, Any]], keys: list[str | None]
     ) -> list[str | None] | None:
         """Record the chat's entries, let the outbox carry them out, and wait for each outcome (None when they are
-        still queued after SEND_WAIT_SECONDS: they go out later, in order)."""
+        still queued after SEND_WAIT_SECONDS: they go out later, in order). LookupError, with nothing recorded, for
+        an account that is not running."""
+        self._adapter(target)
         where = target.model_dump(mode="json")
         entries = [
             OutboxEntry(

@@ -31,34 +31,22 @@ class CompactionError(SwitchboardError):
 
 @dataclass(frozen=True)
 class CompactionResult:
-    """The summary, and the new history: the summary message, then the kept messages verbatim."""
+    """The summary, and the messages kept verbatim after it."""
 
     summary: str
-    history: list[Message]
+    kept: list[Message]
     summarized: int  # how many messages the summary replaced
 
-
-def is_summary(message: Message) -> bool:
-    """Whether `message` is the summary message compaction put at the start of a history: a user message whose text
-    starts with SUMMARY_HEADER (which has no line break, so its first block alone can start with it)."""
-    if not isinstance(message, UserMessage) or not message.content:
-        return False
-    first = message.content[0]
-    return isinstance(first, TextBlock) and first.text.startswith(SUMMARY_HEADER)
-
-
-def since_last_summary(history: Sequence[Message]) -> list[Message]:
-    """A transcript as the model should see it: from the latest compaction summary on (all of it if none).
-
-    Compaction appends the summary and the turns it kept, so the transcript stays append-only."""
-    for index in range(len(history) - 1, -1, -1):
-        if is_summary(history[index]):
-            return list(history[index:])
-    return list(history)
+    @property
+    def history(self) -> list[Message]:
+        """The new history as the model is shown it: the summary message, then the kept messages."""
+        return [summary_message(self.summary), *self.kept]
 
 
 def summary_message(summary: str) -> UserMessage:
-    """The message that stands for the summarized part of the conversation."""
+    """The message that stands for the summarized part of the conversation, as the model is shown it. Compaction
+    makes one, and so does loading a transcript's compaction record (agent.sessions.Compaction); nothing decides from
+    a message's text that it is a summary, so a person who types the header forges nothing."""
     return UserMessage.of(f"{SUMMARY_HEADER}\n\n{summary.strip()}")
 
 
@@ -141,7 +129,7 @@ async def compact(
     summary = summary.strip()
     if not summary:
         raise CompactionError("the model wrote an empty summary")
-    return CompactionResult(summary=summary, history=[summary_message(summary), *kept], summarized=len(older))
+    return CompactionResult(summary=summary, kept=kept, summarized=len(older))
 
 
 def render(messages: Sequence[Message], max_chars: int = 120_000) -> str:

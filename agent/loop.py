@@ -125,7 +125,7 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
 
 def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> ModelRequest:
     """The request for one model call: tool schemas normalized for the provider, or described in the
-    system prompt for XML dispatch."""
+    system prompt for XML dispatch; sorted by name either way, so every call of a session starts alike."""
     dialect = turn.provider.dialect(turn.model)
     specs = [
         ToolSpec(
@@ -133,7 +133,7 @@ def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Mo
             description=tool.description,
             parameters=normalize_schema(tool.json_schema(turn.run), dialect),
         )
-        for tool in turn.tools
+        for tool in sorted(turn.tools, key=lambda tool: tool.name)
     ]
     system = turn.system
     if dispatch == "xml" and specs:

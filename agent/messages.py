@@ -57,10 +57,18 @@ Message = Annotated[UserMessage | AssistantMessage | ToolResultMessage, Field(di
 
 
 class Usage(BaseModel):
+    """What model calls cost, in tokens. `input_tokens` is the whole prompt (uncached, written to and read from the
+    provider's cache); `cache_read_tokens` and `cache_write_tokens` are the parts of it the cache served or stored."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )

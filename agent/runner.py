@@ -69,7 +69,7 @@ class RunnerEvent(BaseModel):
 
 
 MakeTurn = Callable[[ModelCandidate, Provider, str | None], Turn | Awaitable[Turn]]
-OnCompacted = Callable[[list[Message], str], Awaitable[None]]
+OnCompacted = Callable[[str, list[Message]], Awaitable[None]]  # (summary, kept messages)
 RunnerEmit = Callable[[RunnerEvent], Awaitable[None]]
 ProviderFactory = Callable[[str, ProviderConfig, httpx.AsyncClient | None], Provider]
 
@@ -90,7 +90,8 @@ class RunSpec:
     history: list[Message]
     user: UserMessage
     timeout_seconds: float = 600
-    on_compacted: OnCompacted | None = None  # (new history, summary): write the summary into the transcript
+    # (summary, the messages kept after it): record the compaction in the transcript (agent.sessions.append_compaction)
+    on_compacted: OnCompacted | None = None
     emit: RunnerEmit = _ignore
 
 
@@ -396,11 +397,11 @@ class Runner:
             run.spec.run_id,
             result.summarized,
             len(result.summary),
-            len(result.history) - 1,
+            len(result.kept),
         )
         if run.spec.on_compacted is not None:
             try:
-                await run.spec.on_compacted(list(result.history), result.summary)
+                await run.spec.on_compacted(result.summary, list(result.kept))
             except Exception as error:  # the answer matters more than recording the summary
                 log.warning("run %s: on_compacted failed: %s: %s", run.spec.run_id, type(error).__name__, error)
 

@@ -8,16 +8,34 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated, BinaryIO, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from agent.compaction import SUMMARY_HEADER, is_summary
+from agent.compaction import summary_message
 from agent.messages import Message
 
 log = logging.getLogger(__name__)
-_MESSAGE = TypeAdapter(Message)
-# A summary's header as its line holds it (the transcript's own JSON encoder): a line without it is no summary.
-_SUMMARY_MARK = TypeAdapter(str).dump_json(SUMMARY_HEADER)[1:-1]
+
+
+class Compaction(BaseModel):
+    """A transcript record: compaction replaced everything before it with `summary`; the messages it kept follow.
+
+    Only compaction writes it (append_compaction), and nothing a person types can become one: a message is always
+    a record of another role, whatever its text says. Transcripts written before this record existed hold their
+    summaries as ordinary user messages, which now read as ordinary messages (the next overflow compacts again).
+    """
+
+    role: Literal["compaction"] = "compaction"
+    summary: str
+
+
+Line = Annotated[Message | Compaction, Field(discriminator="role")]  # one line of a transcript
+_LINE = TypeAdapter(Line)
+# How a compaction record's line starts. The transcript's JSON encoder writes no line breaks and escapes every quote
+# inside a string, so a line can start with these bytes only if it is a compaction record: nothing else is parsed.
+_RECORD = b'{"role":"compaction"'
+_BLOCK = 64 * 1024  # bytes read at a time, backwards from the end, looking for the latest compaction record
 # What the store's session ids look like (secrets.token_urlsafe); nothing else becomes a file name.
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
@@ -33,7 +51,8 @@ def transcript_for(state_dir: Path, session_id: str) -> Path:
 
 
 async def read_transcript(path: Path) -> list[Message]:
-    """Every message in the transcript, skipping (with a warning) lines that do not parse.
+    """Every message in the transcript, each compaction record as its summary message (the transcript as the model
+    was shown it over time), skipping (with a warning) lines that do not parse.
 
     Reads the whole file each time (nothing is cached); reading and parsing run off the event loop, in one hop.
     """
@@ -42,25 +61,33 @@ async def read_transcript(path: Path) -> list[Message]:
 
 async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
     """Append messages, one JSON object per line, in a single write; cost does not grow with the file."""
-    if messages:
-        data = b"".join(_MESSAGE.dump_json(message) + b"\n" for message in messages)
-        await asyncio.to_thread(_append, path, data)
+    await _append_lines(path, messages)
+
+
+async def append_compaction(path: Path, summary: str, kept: Sequence[Message]) -> None:
+    """Append a compaction record holding `summary`, then the messages compaction kept, in a single write: from now
+    on the session's history starts there."""
+    await _append_lines(path, [Compaction(summary=summary), *kept])
 
 
 def load_transcript(path: Path) -> list[Message]:
     """read_transcript for callers already off the event loop."""
-    data = _read(path)
-    return _parse(path, data) if data else []
+    return _as_messages(_parse(path, _read(path)))
 
 
 def load_history(path: Path) -> list[Message]:
-    """What a run sends the model: the transcript from its latest compaction summary on (all of it if there is none),
-    as `since_last_summary(load_transcript(path))` would give it, but parsing only those lines. A turn then costs
-    what the model is sent, not what the file has gathered since the session began. Call it off the event loop."""
-    data = _read(path)
-    start = _latest_summary(data)
-    first_line = data.count(b"\n", 0, start) + 1
-    return _parse(path, data[start:], first_line) if data else []
+    """What a run sends the model: the summary of the transcript's latest compaction record, then the messages after
+    it (the whole transcript if it has none). Only that tail is read, backwards from the end in blocks, and parsed:
+    starting a run costs what the model is sent, not what the file has gathered since the session began. A record
+    torn by a crash is skipped, and the history starts at the one before. Call it off the event loop."""
+    tail, offset = _tail(path)
+    return _as_messages(_parse(path, tail, offset))
+
+
+async def _append_lines(path: Path, lines: Sequence[Message | Compaction]) -> None:
+    if lines:
+        data = b"".join(_LINE.dump_json(line) + b"\n" for line in lines)
+        await asyncio.to_thread(_append, path, data)
 
 
 def _read(path: Path) -> bytes:
@@ -70,23 +97,45 @@ def _read(path: Path) -> bytes:
         return b""
 
 
-def _latest_summary(data: bytes) -> int:
-    """Where the line of the latest summary starts (0 if there is none): lines are searched for the summary's header
-    from the end, and only a line that holds it is parsed (a message may quote the header without being a summary).
-    """
-    end = len(data)
-    while (found := data.rfind(_SUMMARY_MARK, 0, end)) >= 0:
-        start = data.rfind(b"\n", 0, found) + 1
-        stop = data.find(b"\n", found)
-        if _is_summary_line(data[start : stop if stop >= 0 else len(data)]):
-            return start
-        end = start
-    return 0
-
-
-def _is_summary_line(line: bytes) -> bool:
+def _tail(path: Path) -> tuple[bytes, int]:
+    """The transcript from the line of its latest whole compaction record on (all of it if it has none), and where
+    that line starts in the file."""
     try:
-        return is_summary(_MESSAGE.validate_json(line))
+        with path.open("rb") as handle:
+            return _tail_of(handle)
+    except FileNotFoundError:
+        return b"", 0
+
+
+def _tail_of(handle: BinaryIO) -> tuple[bytes, int]:
+    """_tail on an open file: blocks are read from the end backwards until one holds the start of a record's line
+    that parses, so the cost follows the length of the tail, not of the file."""
+    position = handle.seek(0, os.SEEK_END)
+    later: list[bytes] = []  # the blocks read so far, the one nearest the end first
+    marker = b"\n" + _RECORD
+    following = b""  # the bytes just after the block being searched, as many as a marker can run on into
+    while position > 0:
+        start = max(position - _BLOCK, 0)
+        handle.seek(start)
+        block = handle.read(position - start)
+        head = b"" if start else b"\n"  # the file's start begins a line as a newline does
+        window = head + block + following
+        stop = len(window)
+        while (found := window.rfind(marker, 0, stop)) >= 0:
+            line_start = found + 1 - len(head)  # in `block`
+            tail = block[line_start:] + b"".join(reversed(later))
+            if _is_compaction(tail.partition(b"\n")[0]):
+                return tail, start + line_start
+            stop = found + len(marker) - 1  # look before this one: it was torn by a crash
+        later.append(block)
+        following = (block + following)[: len(marker) - 1]
+        position = start
+    return b"".join(reversed(later)), 0
+
+
+def _is_compaction(line: bytes) -> bool:
+    try:
+        return isinstance(_LINE.validate_json(line), Compaction)
     except ValidationError:
         return False
 
@@ -98,26 +147,30 @@ def _append(path: Path, data: bytes) -> None:
         if size:
             handle.seek(size - 1)
             if handle.read(1) != b"\n":
-                data = b"\n" + data  # never glue a new message onto a torn line: both would be lost
+                data = b"\n" + data  # never glue a new line onto a torn one: both would be lost
         handle.write(data)  # append mode: lands at the end wherever the read left the position
 
 
-def _parse(path: Path, data: bytes, first_line: int = 1) -> list[Message]:
-    """The messages in `data`, whose first line is line `first_line` of the file (for the warnings)."""
-    lines = data.split(b"\n")
-    last = lines.pop()  # b"" when the file ends with a newline, as every whole write does
-    messages: list[Message] = []
-    for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
-            continue
-        try:
-            messages.append(_MESSAGE.validate_json(line))
-        except ValidationError:
-            log.warning("%s:%d: skipped a line that is not a message", path, number)
-    if last.strip():
-        try:
-            messages.append(_MESSAGE.validate_json(last))  # a write can stop just before its newline
-        except ValidationError:
-            number = first_line + len(lines)
-            log.warning("%s:%d: skipped a torn last line (a write cut short by a crash?)", path, number)
-    return messages
+def _parse(path: Path, data: bytes, offset: int = 0) -> list[Message | Compaction]:
+    """The records in `data`, which starts `offset` bytes into the file. A warning names a line it skips by its line
+    number when `data` starts the file, by its byte offset otherwise (a tail read does not count the lines before).
+    """
+    lines = data.split(b"\n")  # the last is b"" when the file ends with a newline, as every whole write does
+    records: list[Message | Compaction] = []
+    at = offset
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                records.append(_LINE.validate_json(line))  # the last line too: a write can stop just before its newline
+            except ValidationError:
+                where = f"{path}:{number}" if offset == 0 else f"{path} at byte {at}"
+                torn = number == len(lines)
+                what = "a torn last line (a write cut short by a crash?)" if torn else "a line that is not a record"
+                log.warning("%s: skipped %s", where, what)
+        at += len(line) + 1
+    return records
+
+
+def _as_messages(records: Sequence[Message | Compaction]) -> list[Message]:
+    """The records as the model is shown them: a compaction record becomes its summary message."""
+    return [summary_message(record.summary) if isinstance(record, Compaction) else record for record in records]

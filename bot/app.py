@@ -132,6 +132,7 @@ class App:
             turn=turn,
             sandbox=sandbox_for(settings.sandbox, channel=channel, is_owner=owner, peer_kind=peer_kind),
             cross_chat=settings.message.cross_chat,
+            timezone=self.config.timezone_for(agent),
             **({"capabilities": capabilities} if capabilities is not None else {}),
         )
 

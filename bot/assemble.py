@@ -6,12 +6,11 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Mapping
-from datetime import datetime
 
 from agent.events import Emit
 from agent.loop import Turn
 from agent.messages import UserMessage
-from agent.prompt import ToolLine, build_system_prompt
+from agent.prompt import build_system_prompt
 from agent.providers.base import Provider
 from agent.providers.config import split_model
 from agent.runner import ModelCandidate
@@ -90,18 +89,12 @@ def policy_for(
     return select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
 
 
-def system_prompt(
-    run: RunInfo,
-    policy: PolicyResult,
-    *,
-    is_group: bool,
-    bootstrap: list[tuple[str, str]],
-    now: datetime | None = None,
-) -> str:
+def system_prompt(run: RunInfo, policy: PolicyResult, *, is_group: bool, bootstrap: list[tuple[str, str]]) -> str:
     """The system prompt for this run, with the workspace's `bootstrap` files (agent.prompt.read_bootstrap); tool
     schemas travel separately, or in the XML section the loop adds."""
-    lines = [ToolLine(tool.name, tool.description) for tool in policy.kept]
-    return build_system_prompt(agent=run.agent, run=run, tools=lines, bootstrap=bootstrap, now=now, is_group=is_group)
+    return build_system_prompt(
+        agent=run.agent, run=run, has_tools=bool(policy.kept), bootstrap=bootstrap, is_group=is_group
+    )
 
 
 def build_turn(

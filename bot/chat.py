@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TextIO
@@ -26,6 +27,7 @@ from channels.console import console_user
 from routing import Peer, RoutingInput
 from routing.errors import SwitchboardError
 from tools.base import RunInfo
+from tools.clock import envelope, zone
 from tools.exec import ProcessTable
 from tools.registry import ToolSetup
 
@@ -93,9 +95,8 @@ async def close_session(session: ChatSession) -> None:
 
 async def chat_turn(session: ChatSession, text: str, emit: Emit, cancel: asyncio.Event | None = None) -> TurnResult:
     """One turn through the runner (key rotation, fallbacks, compaction, time limit); ChatFailed if unanswered."""
-    outcome = await session.conversations.answer(
-        session.run, UserMessage.of(text), peer=session.peer, emit=emit, cancel=cancel
-    )
+    user = UserMessage.of(f"{envelope(time.time(), zone(session.run.timezone))} {text}")
+    outcome = await session.conversations.answer(session.run, user, peer=session.peer, emit=emit, cancel=cancel)
     if outcome.result is None:
         raise ChatFailed(f"{outcome.user_message} ({outcome.reason})" if outcome.reason else str(outcome.user_message))
     return outcome.result

@@ -31,6 +31,7 @@ from routing import (
     normalize_peer_kind,
 )
 from tools.base import CrossChat
+from tools.clock import zone
 from tools.exec_policy import ExecSettings
 from tools.policy import AgentToolsConfig, ToolsConfig
 from tools.sandbox import SandboxSettings
@@ -98,7 +99,16 @@ def _model_ref(value: object) -> object:
     return value.strip()
 
 
+def _time_zone(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    zone(value.strip())  # ValueError names an unknown zone
+    return value.strip()
+
+
 Id = Annotated[str, BeforeValidator(_id)]
+# An IANA time zone name (Europe/Berlin, UTC): the zone an agent's message stamps and prompt are written in.
+TimeZone = Annotated[str, BeforeValidator(_time_zone)]
 ModelRef = Annotated[str, BeforeValidator(_model_ref)]
 # Agent ids and identity names: lowercase, and safe inside session keys and file paths.
 Name = Annotated[str, BeforeValidator(_name)]
@@ -172,6 +182,7 @@ class AgentConfig(_Section):
     workspace: str | None = None
     tools: AgentToolsConfig | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
+    timezone: TimeZone | None = None
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     exec: ExecConfig = Field(default_factory=ExecConfig)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
@@ -188,6 +199,7 @@ class Defaults(_Section):
     max_tool_iterations: int = Field(default=50, ge=1)
     max_concurrent: int = Field(default=4, ge=1)  # runs at once across all sessions
     timeout_seconds: float = Field(default=600, gt=0)  # a run is cancelled after this long
+    timezone: TimeZone | None = None  # IANA name for message stamps and the prompt; default: the host's zone
 
 
 class PeerMatch(_Section):
@@ -325,6 +337,10 @@ class Config(_Section):
     def unset_credentials(self, channel: str, account: str) -> list[str]:
         """The environment variables a channel account needs that are not set (empty: the account can start)."""
         return self._unset_credentials.get((channel, account), []) + self._unset_credentials.get((channel, "*"), [])
+
+    def timezone_for(self, agent_id: str) -> str | None:
+        """The agent's IANA time zone, else the default one; None: the host's zone."""
+        return self.agent(agent_id).timezone or self.defaults.timezone
 
     def model_for(self, agent_id: str) -> str | None:
         """The agent's model, else the default model."""

@@ -14,7 +14,7 @@ from agent.messages import Message, UserMessage
 from agent.prompt import load_bootstrap
 from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
-from agent.sessions import append_transcript, load_history, transcript_for
+from agent.sessions import append_compaction, append_transcript, load_history, transcript_for
 from bot.assemble import build_turn, candidates
 from bot.config import Config
 from bot.store import Store
@@ -65,8 +65,8 @@ class Conversations:
                 peer=peer, bootstrap=bootstrap, hooks=self.hooks, emit=emit, cancel=stop, steer=steer,
             )  # fmt: skip
 
-        async def on_compacted(new_history: list[Message], summary: str) -> None:
-            await append_transcript(transcript, new_history)  # the summary, then the turns it kept
+        async def on_compacted(summary: str, kept: list[Message]) -> None:
+            await append_compaction(transcript, summary, kept)  # the compaction record, then the turns it kept
 
         outcome = await self.runner.run(
             RunSpec(
@@ -87,7 +87,7 @@ class Conversations:
         await self.store.touch_session(
             run.session_key,
             model=outcome.model_ref,
-            usage=(usage.input_tokens, usage.output_tokens) if usage else None,
+            usage=usage,
             channel=target.channel if target else run.channel,
             account=target.account if target else None,
             target=target.model_dump(mode="json") if target else None,

@@ -15,10 +15,11 @@ from bot.approvals import Approvals
 from bot.assemble import model_refs
 from bot.commands import HELP, Command, parse_command
 from bot.delivery import Delivery
-from bot.store import InboundRecord, IntakeStore
+from bot.store import InboundRecord, IntakeStore, SessionRecord
 from bot.turns import Job
 from channels.base import AccountSettings, ActionEvent, InboundMessage
 from routing import Peer
+from tools.clock import envelope, zone
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -110,7 +111,9 @@ class Intake:
             await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
             return
         route = self.router.resolve(message.routing_input())
-        job = Job(record.id, message, route.agent, route.session_key)
+        when = envelope(record.received, zone(self.app.config.timezone_for(route.agent)))
+        owner = self.app.owns(message.channel, message.sender_id)
+        job = Job(record.id, message, route.agent, route.session_key, envelope=when, owner=owner)
         command = self._parse_command(message)
         if command is not None:
             await self._command(job, command)
@@ -200,7 +203,7 @@ class Intake:
             f"Agent: {job.agent}",
             f"Model: {session.model if session and session.model else (refs[0] if refs else 'none configured')}",
             f"Session: {job.session_key}",
-            f"Tokens used: {session.input_tokens if session else 0} in, {session.output_tokens if session else 0} out",
+            _tokens_line(session),
             f"Queue: {self.lanes.depth(job.session_key)} waiting"
             + (", answering now" if self.lanes.busy(job.session_key) else ""),
         ]
@@ -209,3 +212,15 @@ class Intake:
     async def notice(self, key: str, job: Job, text: str) -> None:
         """A lane's notice about a queued message (dropped, folded, busy), to its chat."""
         await self.delivery.reply(job.message, text)
+
+
+def _tokens_line(session: SessionRecord | None) -> str:
+    """`/status`'s account of what the session cost: tokens in and out, and how much of the input the provider's
+    prompt cache served (its hit rate) and stored."""
+    if session is None or not session.input_tokens:
+        return f"Tokens used: 0 in, {session.output_tokens if session else 0} out"
+    hit = session.cache_read_tokens / session.input_tokens
+    return (
+        f"Tokens used: {session.input_tokens:,} in, {session.output_tokens:,} out; "
+        f"cache: {session.cache_read_tokens:,} read ({hit:.0%} hit rate), {session.cache_write_tokens:,} written"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,10 @@ class Job:
     agent: str
     session_key: str
     folded_ids: tuple[int, ...] = ()  # journal rows of earlier messages folded into this one
+    # When the journal received it, in the agent's zone (`[Wed 2026-11-25 14:03 UTC]`, tools.clock): the same
+    # bytes when the turn runs again after a restart.
+    envelope: str = ""
+    owner: bool = False  # the sender is one of the bot's owners
 
     @property
     def inbound_ids(self) -> tuple[int, ...]:
@@ -58,21 +63,24 @@ def _said(message: InboundMessage) -> str:
     return f"[tapped the button with the value: {message.text}]" if message.button else message.text
 
 
-def _line(message: InboundMessage) -> str:
-    """One person's message in a batch: their name quoted as data, then what they said with every further line
-    indented, so neither a name nor a text can start a line that looks like another speaker's."""
+def _line(job: Job) -> str:
+    """One person's message in a batch: when it came, their name quoted as data (marked when they are an owner),
+    then what they said with every further line indented, so neither a name nor a text can start a line that
+    looks like another speaker's."""
+    message = job.message
     said = _said(message).replace("\n", "\n  ")
-    return f"{quoted_name(message.sender_name, message.sender_id)}: {said}"
+    who = quoted_name(message.sender_name, message.sender_id) + (" (owner)" if job.owner else "")
+    return f"{job.envelope} {who}: {said}".lstrip()
 
 
 def fold(jobs: list[Job]) -> Job:
     """Many queued messages folded into one: the newest message's place, every text kept in order."""
     newest = jobs[-1]
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
-    lines += [_line(job.message) for job in jobs]
+    lines += [_line(job) for job in jobs]
     message = newest.message.model_copy(update={"text": "\n".join(lines), "button": False})
     folded = tuple(inbound_id for job in jobs for inbound_id in job.inbound_ids if inbound_id != newest.inbound_id)
-    return Job(newest.inbound_id, message, newest.agent, newest.session_key, folded)
+    return dataclasses.replace(newest, message=message, folded_ids=folded)
 
 
 class Turns:
@@ -232,8 +240,11 @@ class Turns:
 
 
 def _user_message(*jobs: Job) -> UserMessage:
-    """One user message for a batch; in groups (or with several senders) each line names its sender."""
-    if len(jobs) == 1 and jobs[0].message.peer.kind == "direct":
-        return UserMessage(content=[TextBlock(text=_said(jobs[0].message))])
-    lines = [_line(job.message) for job in jobs]
-    return UserMessage(content=[TextBlock(text="\n".join(lines))])
+    """One user message for a batch, starting with when it was sent; in groups (or a batch) each line names its
+    sender, and a folded job's lines carry their own."""
+    job = jobs[0]
+    if len(jobs) == 1 and job.message.peer.kind == "direct":
+        said = _said(job.message)
+        text = said if job.folded_ids or not job.envelope else f"{job.envelope} {said}"
+        return UserMessage(content=[TextBlock(text=text)])
+    return UserMessage(content=[TextBlock(text="\n".join(_line(job) for job in jobs))])

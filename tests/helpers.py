@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -16,6 +17,14 @@ from typing import Any
 from fakes.llm import FakeLLM
 
 WAIT = 30.0  # generous: only ever reached when something is broken
+# The stamp a person's message (or each line of a batch) starts with: `[Wed 2026-11-25 14:03 UTC] `.
+ENVELOPE = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d [^\]\n]+\] ", re.MULTILINE)
+
+
+def unstamped(text: str) -> str:
+    """`text` without the envelopes that start its lines: what the people wrote (tests/test_prompt_stability.py
+    proves the envelopes themselves)."""
+    return ENVELOPE.sub("", text)
 
 
 class FakeClock:
@@ -98,7 +107,7 @@ def asked(llm: FakeLLM) -> list[str]:
     texts = []
     for request in llm.requests:
         content: Any = request.body["messages"][-1]["content"]
-        texts.append(content if isinstance(content, str) else content[-1]["text"])
+        texts.append(unstamped(content if isinstance(content, str) else content[-1]["text"]))
     return texts
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from fakes.llm import FakeLLM
-from helpers import eventually
+from helpers import eventually, unstamped
 
 from channels.base import ChatTarget, InboundMessage, OutboundMessage
 from channels.console import ConsoleAdapter
@@ -43,7 +43,7 @@ async def test_bot_run_serves_the_console_until_its_input_ends(tmp_path: Path, f
             await process.wait()
     assert process.returncode == 0, err.decode()
     assert out.decode().splitlines() == ["First answer.", "Second answer."]
-    assert [request.body["messages"][-1]["content"][-1]["text"] for request in fake_llm.requests] == [
+    assert [unstamped(request.body["messages"][-1]["content"][-1]["text"]) for request in fake_llm.requests] == [
         "hello",
         "how are you?",
     ]

@@ -76,7 +76,11 @@ async def test_owner_dm_guild_mentions_roles_threads_and_chunks(
     assert dc.texts(OTHER_CHANNEL_ID) == ["Team here."]
     assert dc.texts(CHANNEL_ID) == ["General here."]
     assert dc.texts(THREAD_ID) == ["Thread answer."]
-    assert asked(fake_llm)[1:] == ['"Alice": what\'s up?', '"Alice": in general', '"Alice": in the thread']
+    assert asked(fake_llm)[1:] == [
+        '"Alice" (owner): what\'s up?',
+        '"Alice" (owner): in general',
+        '"Alice" (owner): in the thread',
+    ]
     assert systems(fake_llm) == ["You are main", "You are team", "You are general", "You are general"]
     thread_request = fake_llm.requests[3].body["messages"]
     assert [message["role"] for message in thread_request] == ["system", "user"]  # nothing of the channel's talk

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
-from helpers import WAIT, FakeClock, eventually, read_state
+from helpers import WAIT, FakeClock, eventually, read_state, unstamped
 from pydantic import BaseModel
 
 from agent.messages import AssistantMessage, UserMessage
@@ -83,18 +83,16 @@ def texts(bridge: FakeBridge) -> list[str]:
 
 def last_user_text(request_body: dict[str, Any]) -> str:
     """The text of the last user message in an OpenAI chat request."""
-    users = [message for message in request_body["messages"] if message["role"] == "user"]
-    content = users[-1]["content"]
-    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+    return user_texts(request_body)[-1]
 
 
 def user_texts(request_body: dict[str, Any]) -> list[str]:
-    out = []
-    for message in request_body["messages"]:
-        if message["role"] == "user":
-            content = message["content"]
-            out.append(content if isinstance(content, str) else "".join(part.get("text", "") for part in content))
-    return out
+    """The text of every user message in an OpenAI chat request, without the envelopes."""
+    return [_text(message["content"]) for message in request_body["messages"] if message["role"] == "user"]
+
+
+def _text(content: str | list[dict[str, Any]]) -> str:
+    return unstamped(content if isinstance(content, str) else "".join(part.get("text", "") for part in content))
 
 
 class _NoArgs(BaseModel):

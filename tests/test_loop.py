@@ -247,7 +247,7 @@ def system_prompt(kind: Kind, body: dict[str, Any]) -> str:
         first = body["messages"][0]
         assert first["role"] == "system"
         return cast(str, first["content"])
-    return cast(str, body["system"])
+    return "".join(block["text"] for block in body["system"])
 
 
 def last_user_text(kind: Kind, body: dict[str, Any]) -> str:
@@ -358,7 +358,12 @@ async def test_two_calls_in_one_turn_both_run_and_their_results_go_back_in_call_
             "role": "user",
             "content": [
                 {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": sum_text}]},
-                {"type": "tool_result", "tool_use_id": "c2", "content": [{"type": "text", "text": "hi"}]},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "c2",
+                    "content": [{"type": "text", "text": "hi"}],
+                    "cache_control": {"type": "ephemeral"},  # the newest message is a cache breakpoint
+                },
             ],
         }
 

@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal
 
 import httpx
 import pytest
@@ -14,8 +15,11 @@ from aiohttp import web
 from fakes.llm import FakeLLM, refusing_port
 
 from agent.messages import UserMessage
+from agent.providers.anthropic import AnthropicProvider
 from agent.providers.base import Completed, ModelRequest
 from agent.providers.config import ProviderConfig, build_provider
+from agent.providers.openai import OpenAIProvider
+from agent.providers.sse import encode_body
 from agent.providers.transport import provider_client
 
 
@@ -123,3 +127,20 @@ async def test_a_body_left_unread_does_not_poison_the_next_call(llm: FakeLLM) ->
             async for _ in response.aiter_bytes():
                 break  # walk away mid-body: that connection must be closed, not reused
         assert await answer(client, llm.openai_base_url) == "second"
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_the_body_arrives_as_the_bytes_the_provider_encoded(
+    llm: FakeLLM, kind: Literal["openai", "anthropic"]
+) -> None:
+    llm.script("ok")
+    request = ModelRequest(model="m", system="Be brief. Ünïcode stays as it is.", messages=[UserMessage.of("hi")])
+    async with provider_client() as client:
+        provider = build_provider("fake", llm.provider_config(kind), client)
+        assert isinstance(provider, OpenAIProvider | AnthropicProvider)
+        [*_, done] = [event async for event in provider.stream(request)]
+    assert isinstance(done, Completed)
+    [sent] = llm.requests
+    assert sent.raw == encode_body(provider.request_body(request))
+    assert "Ünïcode".encode() in sent.raw  # compact UTF-8, not \u escapes
+    assert (sent.headers["content-type"], sent.headers["content-length"]) == ("application/json", str(len(sent.raw)))

@@ -13,8 +13,8 @@ import pytest
 from fakes.llm import FakeLLM, Reply, ToolCallSpec, refusing_port
 from pydantic import ValidationError
 
-from agent.messages import AssistantMessage, ImageBlock, TextBlock, ToolCall, ToolResultMessage, UserMessage
-from agent.providers.anthropic import AnthropicProvider
+from agent.messages import AssistantMessage, ImageBlock, TextBlock, ToolCall, ToolResultMessage, Usage, UserMessage
+from agent.providers.anthropic import AnthropicProvider, EventAssembler
 from agent.providers.base import (
     Completed,
     ModelRequest,
@@ -165,10 +165,56 @@ async def test_long_malformed_arguments_are_shown_truncated(llm: FakeLLM, http: 
 
 
 @KINDS
-async def test_usage_is_reported(llm: FakeLLM, http: httpx.AsyncClient, kind: str) -> None:
-    llm.script(Reply.text("ok", usage=(1234, 56)))
+@pytest.mark.parametrize(("cache_read", "cache_write"), [(0, 0), (1000, 200)])
+async def test_usage_is_reported(
+    llm: FakeLLM, http: httpx.AsyncClient, kind: str, cache_read: int, cache_write: int
+) -> None:
+    llm.script(Reply.text("ok", usage=(1234, 56), cache_read=cache_read, cache_write=cache_write))
     usage = completed(await collect(make(llm, http, kind))).usage
-    assert (usage.input_tokens, usage.output_tokens) == (1234, 56)
+    assert usage == Usage(
+        input_tokens=1234, output_tokens=56, cache_read_tokens=cache_read, cache_write_tokens=cache_write
+    )  # input counts the whole prompt, though Anthropic's input_tokens leave the cached parts out
+
+
+@pytest.mark.parametrize(
+    "delta_usage",
+    [
+        {"output_tokens": 50},
+        {"input_tokens": 10, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 1000, "output_tokens": 50},
+    ],
+)
+def test_anthropic_usage_repeated_in_message_delta_is_not_counted_twice(delta_usage: dict[str, int]) -> None:
+    assembler = EventAssembler()
+    start_usage = {"input_tokens": 10, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 1000}
+    assembler.feed("message_start", {"message": {"usage": start_usage | {"output_tokens": 1}}})
+    assembler.feed("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": delta_usage})
+    assembler.feed("message_stop", {})
+    usage = assembler.completed().usage
+    assert usage == Usage(input_tokens=1210, output_tokens=50, cache_read_tokens=1000, cache_write_tokens=200)
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"prompt_tokens": 30, "completion_tokens": 4}, Usage(input_tokens=30, output_tokens=4)),
+        (
+            {"prompt_tokens": 900, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 768}},
+            Usage(input_tokens=900, output_tokens=4, cache_read_tokens=768),
+        ),
+        (
+            {"prompt_tokens": 900, "completion_tokens": 4, "prompt_tokens_details": {"cache_write_tokens": 850}},
+            Usage(input_tokens=900, output_tokens=4, cache_write_tokens=850),
+        ),
+        (
+            {"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": None},
+            Usage(input_tokens=9, output_tokens=1),
+        ),
+    ],
+)
+def test_openai_usage_with_and_without_cache_details(usage: dict[str, Any], expected: Usage) -> None:
+    assembler = ChunkAssembler()
+    assembler.feed({"choices": [], "usage": usage})
+    assert assembler.completed().usage == expected
 
 
 @KINDS
@@ -421,8 +467,9 @@ async def test_openai_request_body_and_headers(llm: FakeLLM, http: httpx.AsyncCl
         }
     ]
     data_url = f"data:image/png;base64,{PNG}"
+    marker = {"cache_control": {"type": "ephemeral"}}  # an Anthropic model behind OpenRouter caches only where marked
     assert body["messages"] == [
-        {"role": "system", "content": "You are terse."},
+        {"role": "system", "content": [{"type": "text", "text": "You are terse."} | marker]},
         {
             "role": "user",
             "content": [
@@ -438,8 +485,12 @@ async def test_openai_request_body_and_headers(llm: FakeLLM, http: httpx.AsyncCl
                 {"id": "c2", "type": "function", "function": {"name": "read", "arguments": '{"path": "b.png"}'}},
             ],
         },
-        {"role": "tool", "tool_call_id": "c1", "content": "hello from a"},
-        {"role": "tool", "tool_call_id": "c2", "content": "(1 image attached in the next message)"},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "hello from a"}]},
+        {
+            "role": "tool",
+            "tool_call_id": "c2",
+            "content": [{"type": "text", "text": "(1 image attached in the next message)"}],
+        },
         {
             "role": "user",
             "content": [
@@ -447,7 +498,7 @@ async def test_openai_request_body_and_headers(llm: FakeLLM, http: httpx.AsyncCl
                 {"type": "image_url", "image_url": {"url": data_url}},
             ],
         },
-        {"role": "user", "content": "Also, be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Also, be brief."} | marker]},
     ]
 
 
@@ -477,7 +528,8 @@ async def test_anthropic_request_body_and_headers(llm: FakeLLM, http: httpx.Asyn
     assert "authorization" not in sent.headers
     body = sent.body
     assert (body["model"], body["max_tokens"], body["stream"]) == ("anthropic/claude-sonnet-4", 1000, True)
-    assert body["system"] == "You are terse."
+    marker = {"cache_control": {"type": "ephemeral"}}
+    assert body["system"] == [{"type": "text", "text": "You are terse."} | marker]
     assert body["tools"] == [{"name": "read", "description": "Read a file.", "input_schema": READ_TOOL.parameters}]
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
     assert body["messages"] == [
@@ -495,7 +547,7 @@ async def test_anthropic_request_body_and_headers(llm: FakeLLM, http: httpx.Asyn
             "content": [
                 {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "hello from a"}]},
                 {"type": "tool_result", "tool_use_id": "c2", "content": [image]},
-                {"type": "text", "text": "Also, be brief."},
+                {"type": "text", "text": "Also, be brief."} | marker,
             ],
         },
     ]
@@ -520,6 +572,7 @@ async def test_anthropic_error_results_and_tool_results_first(llm: FakeLLM, http
     }
     assert turns[2]["content"][1]["type"] == "text"
     assert "system" not in llm.requests[0].body
+    assert "tools" not in llm.requests[0].body
 
 
 @KINDS

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, cast
 
 import pytest
@@ -14,7 +15,7 @@ from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import WAIT, FakeClock, eventually
 from pydantic import BaseModel
 
-from agent.compaction import SUMMARY_HEADER, SUMMARY_SYSTEM
+from agent.compaction import SUMMARY_HEADER, SUMMARY_SYSTEM, summary_message
 from agent.events import AssistantEvent, RunEvent
 from agent.keys import NO_KEY, KeyPool, fingerprint
 from agent.loop import Turn
@@ -22,6 +23,7 @@ from agent.messages import AssistantMessage, Message, UserMessage
 from agent.providers.base import Provider
 from agent.providers.config import ModelOptions, split_model
 from agent.runner import STOPPED_PARTWAY, ModelCandidate, Runner, RunnerEvent, RunOutcome, RunSpec
+from agent.sessions import append_compaction, append_transcript, load_history, load_transcript, transcript_for
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
 
 RUN = RunInfo(agent="main", session_key="agent:main:console:direct:me")
@@ -87,7 +89,7 @@ class Harness:
     decisions: list[RunnerEvent] = field(default_factory=list)
     run_events: list[RunEvent] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
-    compacted: list[tuple[list[Message], str]] = field(default_factory=list)
+    compacted: list[tuple[str, list[Message]]] = field(default_factory=list)
     tools: Sequence[Tool] = ()
 
     def candidate(self, ref: str, kind: Kind = "openai", **settings: Any) -> ModelCandidate:
@@ -100,8 +102,8 @@ class Harness:
     async def decide(self, event: RunnerEvent) -> None:
         self.decisions.append(event)
 
-    async def on_compacted(self, history: list[Message], summary: str) -> None:
-        self.compacted.append((history, summary))
+    async def on_compacted(self, summary: str, kept: list[Message]) -> None:
+        self.compacted.append((summary, kept))
 
     def make_turn(self, candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
         turn = Turn(
@@ -118,7 +120,7 @@ class Harness:
             candidates=list(candidates),
             make_turn=fields.pop("make_turn", self.make_turn),
             user=UserMessage.of(text),
-            on_compacted=self.on_compacted,
+            on_compacted=fields.pop("on_compacted", self.on_compacted),
             emit=self.decide,
             **fields,
         )
@@ -409,12 +411,38 @@ async def test_an_overflow_compacts_the_history_and_retries_with_the_summary_fir
     assert "The user asked questions 1 and 2." in openai_text(retried[1])
     assert [openai_text(message) for message in retried[2:]] == [text_of(m) for m in history[4:]] + ["question 7"]
 
-    [(new_history, summary)] = h.compacted
+    [(summary, kept)] = h.compacted
     assert summary == "The user asked questions 1 and 2."
-    assert text_of(new_history[0]).startswith(SUMMARY_HEADER)
-    assert new_history[1:] == history[4:]
-    assert outcome.history == new_history
+    assert kept == history[4:]
+    assert outcome.history == [summary_message(summary), *kept]
     assert outcome.compaction is not None and outcome.compaction.summarized == 4
+
+
+async def test_a_compaction_is_recorded_in_the_transcript_and_the_next_run_starts_at_it(
+    h: Harness, tmp_path: Path
+) -> None:
+    path = transcript_for(tmp_path, "Zq3_x-9KpL0mN2bV4cX6zA")
+    model = h.candidate("alpha/model-a", api_key=K1)
+    history = history_of(6)
+    await append_transcript(path, history)
+    h.llm.script(Reply.context_overflow(), "The user asked questions 1 and 2.", "Answer 7.")
+
+    async def on_compacted(summary: str, kept: list[Message]) -> None:
+        await append_compaction(path, summary, kept)  # as the bot does
+
+    outcome = await h.ask(model, history=load_history(path), text="question 7", on_compacted=on_compacted)
+    assert outcome.status == "ok"
+    await append_transcript(path, outcome.messages)
+
+    summary = summary_message("The user asked questions 1 and 2.")
+    assert load_history(path) == [summary, *history[4:], *outcome.messages]
+    assert load_transcript(path) == [*history, summary, *history[4:], *outcome.messages]  # nothing lost on disk
+
+    h.llm.script("Answer 8.")
+    await h.ask(model, history=load_history(path), text="question 8")
+    sent = cast(dict[str, Any], h.llm.requests[-1].body)["messages"]
+    assert openai_text(sent[1]) == text_of(summary)
+    assert "question 1" not in str(sent)
 
 
 async def test_a_second_overflow_moves_on_and_the_fallback_gets_the_compacted_history(h: Harness) -> None:

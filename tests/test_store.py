@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import WAIT, FakeClock, eventually
 
+from agent.messages import Usage
 from bot.store import SCHEMA_VERSION, InboundRecord, OutboxEntry, SqliteStore, Store, StoreError
 
 
@@ -114,17 +115,24 @@ async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store:
     await store.ensure_session("k", "main")
     clock.advance(10)
     first = await store.touch_session(
-        "k", model="openai/gpt-x", usage=(100, 20), channel="telegram", account="default", target=TARGET
+        "k",
+        model="openai/gpt-x",
+        usage=Usage(input_tokens=100, output_tokens=20),
+        channel="telegram",
+        account="default",
+        target=TARGET,
     )
     assert (first.input_tokens, first.output_tokens) == (100, 20)
     assert first.updated == clock.now
     clock.advance(10)
-    await store.touch_session("k", usage=(50, 5))
-    await store.touch_session("k", usage=(1, 2), model="anthropic/claude-y")
+    await store.touch_session("k", usage=Usage(input_tokens=50, output_tokens=5))
+    cached = Usage(input_tokens=1000, output_tokens=2, cache_read_tokens=900, cache_write_tokens=90)
+    await store.touch_session("k", usage=cached, model="anthropic/claude-y")
 
     record = await store.get_session("k")
     assert record is not None
-    assert (record.input_tokens, record.output_tokens) == (151, 27)
+    assert (record.input_tokens, record.output_tokens) == (1150, 27)
+    assert (record.cache_read_tokens, record.cache_write_tokens) == (900, 90)
     assert record.model == "anthropic/claude-y"
     assert (record.last_channel, record.last_account, record.last_target) == ("telegram", "default", TARGET)
     assert record.updated == clock.now > record.created
@@ -132,19 +140,20 @@ async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store:
 
 async def test_touching_a_missing_session_or_negative_usage_is_an_error(store: SqliteStore) -> None:
     with pytest.raises(KeyError):
-        await store.touch_session("nobody", usage=(1, 1))
+        await store.touch_session("nobody", usage=Usage(input_tokens=1, output_tokens=1))
     await store.ensure_session("k", "main")
     with pytest.raises(ValueError, match="negative"):
-        await store.touch_session("k", usage=(-1, 0))
+        await store.touch_session("k", usage=Usage(input_tokens=-1, output_tokens=0))
 
 
 async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: SqliteStore, clock: FakeClock) -> None:
     old = await store.ensure_session("k", "main")
-    await store.touch_session("k", usage=(500, 60), channel="telegram", target=TARGET)
+    used = Usage(input_tokens=500, output_tokens=60, cache_read_tokens=400, cache_write_tokens=50)
+    await store.touch_session("k", usage=used, channel="telegram", target=TARGET)
     clock.advance(60)
     new = await store.reset_session("k")
     assert new.session_id != old.session_id
-    assert (new.input_tokens, new.output_tokens) == (0, 0)
+    assert (new.input_tokens, new.output_tokens, new.cache_read_tokens, new.cache_write_tokens) == (0, 0, 0, 0)
     assert (new.session_key, new.agent, new.last_channel, new.last_target) == ("k", "main", "telegram", TARGET)
     assert new.created == clock.now
     assert await store.get_session("k") == new
@@ -156,7 +165,7 @@ async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: SqliteStore
 async def test_sessions_survive_a_reopen(tmp_path: Path) -> None:
     async with await SqliteStore.open(tmp_path) as store:
         created = await store.ensure_session("k", "main")
-        touched = await store.touch_session("k", usage=(3, 4), target=TARGET)
+        touched = await store.touch_session("k", usage=Usage(input_tokens=3, output_tokens=4), target=TARGET)
     async with await SqliteStore.open(tmp_path) as store:
         assert await store.get_session("k") == touched
         assert touched.session_id == created.session_id
@@ -486,7 +495,7 @@ async def test_many_concurrent_calls_all_land_once(store: SqliteStore) -> None:
     assert len({record.id for record in recorded}) == 200
     assert len(await store.unfinished_inbound()) == 200
 
-    touches = [store.touch_session("k", usage=(1, 2)) for _ in range(100)]
+    touches = [store.touch_session("k", usage=Usage(input_tokens=1, output_tokens=2)) for _ in range(100)]
     await store.ensure_session("k", "main")
     await asyncio.gather(*touches)
     record = await store.get_session("k")

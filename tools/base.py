@@ -96,6 +96,7 @@ class RunInfo(BaseModel):
     turn: str | None = None
     sandbox: SandboxSettings | None = None  # exec/process run in this sandbox; None: unsandboxed (tools.sandbox)
     cross_chat: CrossChat = "owners"  # the agent's `message.cross_chat`
+    timezone: str | None = None  # the agent's IANA time zone (None: the host's)
 
     @property
     def acts_anywhere(self) -> bool:

@@ -8,6 +8,7 @@ from typing import ClassVar
 from pydantic import BaseModel
 
 from tools.base import Tool, ToolContext, ToolResult, json_result
+from tools.clock import zone, zone_name
 
 
 class NoArguments(BaseModel):
@@ -34,6 +35,7 @@ class SessionStatus(Tool):
                 "sender_is_owner": run.sender_is_owner,
                 "model": run.model,
                 "workspace": run.workspace,
-                "now": datetime.now().astimezone().replace(microsecond=0).isoformat(),
+                "now": datetime.now(zone(run.timezone)).replace(microsecond=0).isoformat(),
+                "time_zone": zone_name(zone(run.timezone)),
             }
         )

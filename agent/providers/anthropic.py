@@ -27,7 +27,7 @@ from agent.providers.base import (
     ToolCallStarted,
     ToolSpec,
 )
-from agent.providers.sse import SSEClient, parse_tool_arguments
+from agent.providers.sse import SSEClient, mark_for_cache, parse_tool_arguments
 
 if TYPE_CHECKING:
     import httpx
@@ -71,25 +71,28 @@ class AnthropicProvider:
         return headers | self.config.headers
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body for `request`."""
+        """The JSON body for `request`: its settings, then tools, system prompt and messages, in that order, so that
+        the next turn's body starts with this one's bytes up to the end of its conversation (the cached prefix)."""
         options = self.config.model_options(request.model)
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": options.max_tokens or request.max_tokens,
-            "messages": anthropic_messages(request.messages),
             "stream": True,
         }
-        if request.system:
-            body["system"] = request.system
         if request.temperature is not None:
             body["temperature"] = request.temperature
-        if request.tools:
-            body["tools"] = [anthropic_tool(tool) for tool in request.tools]
         if request.thinking != "off":
             budget = THINKING_BUDGETS[request.thinking]
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
             body["max_tokens"] = max(body["max_tokens"], budget + 1024)  # the budget must fit inside max_tokens
             body.pop("temperature", None)  # extended thinking does not take a temperature
+        if request.tools:
+            body["tools"] = [anthropic_tool(tool) for tool in request.tools]
+        if request.system:
+            body["system"] = [{"type": "text", "text": request.system}]
+        body["messages"] = anthropic_messages(request.messages)
+        if self.config.cache == "auto":
+            mark_breakpoints(body)
         return body
 
     async def stream(self, request: ModelRequest, *, api_key: str | None = None) -> AsyncIterator[StreamEvent]:
@@ -134,7 +137,7 @@ class EventAssembler:
         self._calls: list[_ToolUseDraft] = []
         self._by_index: dict[int, _ToolUseDraft] = {}
         self._stop_reason: str | None = None
-        self._input_tokens = 0
+        self._inputs: dict[str, int] = {}  # the latest figure of each of _INPUT_USAGE
         self._output_tokens = 0
 
     def feed(self, kind: str, data: dict[str, Any]) -> list[StreamEvent]:
@@ -169,16 +172,23 @@ class EventAssembler:
         return Completed(
             message=AssistantMessage(text="".join(self._text), tool_calls=calls),
             stop_reason=stop,
-            usage=Usage(input_tokens=self._input_tokens, output_tokens=self._output_tokens),
+            usage=self._usage(),
+        )
+
+    def _usage(self) -> Usage:
+        # Input = uncached + written to cache + read from cache: the prompt's real size, for context accounting.
+        return Usage(
+            input_tokens=sum(self._inputs.values()),
+            output_tokens=self._output_tokens,
+            cache_read_tokens=self._inputs.get("cache_read_input_tokens", 0),
+            cache_write_tokens=self._inputs.get("cache_creation_input_tokens", 0),
         )
 
     def _count(self, usage: Any) -> None:
-        # Input = uncached + written to cache + read from cache: the prompt's real size, for context accounting.
         if not isinstance(usage, dict):
             return
-        inputs = [usage.get(name) for name in _INPUT_USAGE]
-        if any(isinstance(value, int) for value in inputs):
-            self._input_tokens = sum(value for value in inputs if isinstance(value, int))
+        # message_delta may repeat message_start's input figures (cumulative) or leave them out: the latest wins.
+        self._inputs.update({name: usage[name] for name in _INPUT_USAGE if isinstance(usage.get(name), int)})
         if isinstance(usage.get("output_tokens"), int):
             self._output_tokens = usage["output_tokens"]  # cumulative in message_delta
 
@@ -211,6 +221,16 @@ class EventAssembler:
 def anthropic_tool(tool: ToolSpec) -> dict[str, Any]:
     """A tool as the Messages API takes it."""
     return {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+
+
+def mark_breakpoints(body: dict[str, Any]) -> None:
+    """Mark two of the four cache breakpoints the API allows: the system block (else the last tool), which caches
+    tools and system prompt, and the last message's last block, which caches the whole conversation."""
+    prefix = body.get("system") or body.get("tools")
+    if prefix:
+        mark_for_cache(prefix[-1])
+    if body["messages"]:
+        mark_for_cache(body["messages"][-1]["content"][-1])  # turns are never empty, and carry no thinking blocks
 
 
 def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -64,6 +64,9 @@ class ProviderConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     # The longest the endpoint may stay silent (connecting, or between two pieces of the stream).
     timeout_seconds: float = Field(default=120, gt=0)
+    # Prompt-cache breakpoints: `auto` marks them where the endpoint needs them (Anthropic; Claude and Gemini
+    # models behind OpenAI-compatible endpoints such as OpenRouter), `off` never sends any.
+    cache: Annotated[Literal["auto", "off"], BeforeValidator(_lower)] = "auto"
     models: dict[str, ModelOptions] = Field(default_factory=dict)
 
     @field_validator("base_url")

@@ -31,7 +31,7 @@ from agent.providers.base import (
     ToolCallStarted,
     ToolSpec,
 )
-from agent.providers.sse import SSEClient, parse_tool_arguments
+from agent.providers.sse import SSEClient, mark_for_cache, parse_tool_arguments
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +46,8 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 # api.openai.com rejects `max_tokens` for its reasoning models; most compatible servers only know `max_tokens`.
 _MAX_COMPLETION_TOKENS_HOSTS = frozenset({"api.openai.com"})
+# Endpoints that cache a repeated prefix by themselves and document no `cache_control` in content parts.
+_IMPLICIT_CACHE_HOSTS = frozenset({"api.openai.com", "generativelanguage.googleapis.com"})
 
 
 class OpenAIProvider:
@@ -57,6 +59,7 @@ class OpenAIProvider:
         self._sse = SSEClient(name, client, config.timeout_seconds, [*config.keys(), *config.headers.values()])
         host = urlsplit(config.base_url).hostname or ""
         self._max_tokens_field = "max_completion_tokens" if host in _MAX_COMPLETION_TOKENS_HOSTS else "max_tokens"
+        self._may_mark = config.cache == "auto" and host not in _IMPLICIT_CACHE_HOSTS
 
     @property
     def url(self) -> str:
@@ -74,11 +77,11 @@ class OpenAIProvider:
         return headers | self.config.headers
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body for `request`."""
+        """The JSON body for `request`: its settings, then tools and messages (the system prompt first), in that
+        order, so that the next turn's body starts with this one's bytes up to the end of its conversation."""
         options = self.config.model_options(request.model)
         body: dict[str, Any] = {
             "model": request.model,
-            "messages": openai_messages(request.system, request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
             self._max_tokens_field: options.max_tokens or request.max_tokens,
@@ -89,6 +92,9 @@ class OpenAIProvider:
             body["reasoning_effort"] = request.thinking
         if request.tools:
             body["tools"] = [openai_tool(tool) for tool in request.tools]
+        body["messages"] = openai_messages(request.system, request.messages)
+        if self._may_mark and needs_cache_markers(request.model):
+            mark_breakpoints(body["messages"])
         return body
 
     async def stream(self, request: ModelRequest, *, api_key: str | None = None) -> AsyncIterator[StreamEvent]:
@@ -138,10 +144,7 @@ class ChunkAssembler:
         """Take one chunk; return the events it produces."""
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self._usage = Usage(
-                input_tokens=int(usage.get("prompt_tokens") or 0),
-                output_tokens=int(usage.get("completion_tokens") or 0),
-            )
+            self._usage = openai_usage(usage)
         events: list[StreamEvent] = []
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict):
@@ -197,6 +200,48 @@ class ChunkAssembler:
         elif isinstance(arguments, dict):  # a few servers send the object itself
             draft.argument_parts.append(json.dumps(arguments))
         return events
+
+
+def openai_usage(usage: dict[str, Any]) -> Usage:
+    """A `usage` object as Usage: `prompt_tokens` is the whole prompt, `prompt_tokens_details.cached_tokens` the
+    part read from the cache and (OpenRouter) `prompt_tokens_details.cache_write_tokens` the part written to it."""
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cache_read_tokens=int(details.get("cached_tokens") or 0),
+        cache_write_tokens=int(details.get("cache_write_tokens") or 0),
+    )
+
+
+def needs_cache_markers(model: str) -> bool:
+    """Whether `model` caches only up to `cache_control` markers: Anthropic's and Google's Gemini models behind an
+    OpenAI-compatible router such as OpenRouter (ids `anthropic/...`, or naming `claude` or `gemini`, which covers
+    `google/gemini-...`). OpenAI's and most other models cache a repeated prefix by themselves."""
+    lowered = model.lower()
+    return lowered.startswith("anthropic/") or "claude" in lowered or "gemini" in lowered
+
+
+def mark_breakpoints(messages: list[dict[str, Any]]) -> None:
+    """Mark the system message (caching tools and system prompt) and the last message (caching the conversation)
+    on their last text part. Every text content of a system, user or tool message becomes a list of parts, so a
+    message marked in one request and unmarked in the next differs by its marker alone."""
+    for message in messages:
+        content = message.get("content")
+        if message["role"] != "assistant" and isinstance(content, str) and content:  # "" is no valid part
+            message["content"] = [{"type": "text", "text": content}]
+    if messages and messages[0]["role"] == "system":
+        _mark_last_text(messages[0])
+    if messages:
+        _mark_last_text(messages[-1])
+
+
+def _mark_last_text(message: dict[str, Any]) -> None:
+    content = message.get("content")
+    texts = [part for part in content if part.get("type") == "text"] if isinstance(content, list) else []
+    if texts:  # markers go on text parts only; an assistant message with only tool calls has none
+        mark_for_cache(texts[-1])
 
 
 def openai_tool(tool: ToolSpec) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Streaming plumbing the providers share: server-sent events over httpx, classified errors, streamed tool arguments."""
+"""Plumbing the providers share: the request body's bytes and cache markers, server-sent events over httpx,
+classified errors, streamed tool arguments."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ _MIN_SECRET_LENGTH = 4  # shorter values would blank out ordinary words
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 ErrorObject = dict[str, Any]
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """`body` as compact JSON in its keys' insertion order: the same request is always the same bytes."""
+    # Serialized here rather than by httpx (whose output differs between versions): prompt caches key on the bytes.
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def mark_for_cache(block: dict[str, Any]) -> None:
+    """Make `block` a prompt-cache breakpoint; the marker is its last key, so the bytes before it stay the same."""
+    block["cache_control"] = {"type": "ephemeral"}
 
 
 @dataclass(frozen=True)
@@ -237,8 +249,10 @@ class SSEClient:
         """POST `body` as JSON to `url` and yield the response's events (use with `contextlib.aclosing`)."""
         client = self._get_client()
         answering = False
+        content = encode_body(body)
+        headers = {"content-type": "application/json"} | headers
         try:
-            async with client.stream("POST", url, json=body, headers=headers, timeout=self._timeout) as response:
+            async with client.stream("POST", url, content=content, headers=headers, timeout=self._timeout) as response:
                 answering = True
                 if response.status_code >= 300:
                     text = (await response.aread()).decode("utf-8", "replace")

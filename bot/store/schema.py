@@ -129,5 +129,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # A request made in a turn names the turn: after a restart the turn, run again, finds its request (still shown,
     # still answerable) instead of asking twice.
     ("ALTER TABLE approvals ADD COLUMN turn TEXT",),
+    # What the provider's prompt cache served and stored, beside the session's token totals (`/status`).
+    (
+        "ALTER TABLE sessions ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

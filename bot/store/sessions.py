@@ -6,6 +6,7 @@ import secrets
 import sqlite3
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.messages import Usage
 from bot.store.base import Record
 from bot.store.database import Part, dumps, first, loads, scalar
 
@@ -21,8 +22,10 @@ class SessionRecord(Record):
     created: float
     updated: float
     model: str | None = None
-    input_tokens: int = 0
+    input_tokens: int = 0  # the whole prompt of every call: uncached, cache writes and cache reads
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     last_channel: str | None = None
     last_account: str | None = None
     last_target: dict[str, Any] | None = None
@@ -38,7 +41,7 @@ class SessionStore(Protocol):
         session_key: str,
         *,
         model: str | None = None,
-        usage: tuple[int, int] | None = None,
+        usage: Usage | None = None,
         channel: str | None = None,
         account: str | None = None,
         target: dict[str, Any] | None = None,
@@ -67,19 +70,19 @@ class SqliteSessions(Part):
         session_key: str,
         *,
         model: str | None = None,
-        usage: tuple[int, int] | None = None,
+        usage: Usage | None = None,
         channel: str | None = None,
         account: str | None = None,
         target: dict[str, Any] | None = None,
     ) -> SessionRecord:
-        """Mark the session used now; `usage` (input, output tokens) is added to its totals, None leaves a field.
+        """Mark the session used now; `usage` (a run's tokens) is added to its totals, None leaves a field.
 
         KeyError if there is no such session.
         """
-        tokens_in, tokens_out = usage or (0, 0)
-        if tokens_in < 0 or tokens_out < 0:
+        counts = _counts(usage or Usage())
+        if min(counts) < 0:
             raise ValueError(f"token counts cannot be negative: {usage}")
-        values = (model, tokens_in, tokens_out, channel, account, dumps(target) if target is not None else None)
+        values = (model, *counts, channel, account, dumps(target) if target is not None else None)
         return await self._call(_touch_session, session_key, self._db.clock(), *values)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
@@ -122,6 +125,10 @@ def _ensure_session(
     return record
 
 
+def _counts(usage: Usage) -> tuple[int, int, int, int]:
+    return usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+
+
 def _touch_session(
     connection: sqlite3.Connection,
     session_key: str,
@@ -129,6 +136,8 @@ def _touch_session(
     model: str | None,
     tokens_in: int,
     tokens_out: int,
+    cache_read: int,
+    cache_write: int,
     channel: str | None,
     account: str | None,
     target: str | None,
@@ -137,10 +146,11 @@ def _touch_session(
         connection,
         "UPDATE sessions SET updated = ?, model = coalesce(?, model),"
         " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+        " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
         " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
         " last_target = coalesce(?, last_target)"
         " WHERE session_key = ? RETURNING *",
-        (now, model, tokens_in, tokens_out, channel, account, target, session_key),
+        (now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, session_key),
     )
     if row is None:
         raise KeyError(f"no session {session_key!r}")
@@ -150,7 +160,8 @@ def _touch_session(
 def _reset_session(connection: sqlite3.Connection, session_key: str, session_id: str, now: float) -> SessionRecord:
     row = first(
         connection,
-        "UPDATE sessions SET session_id = ?, created = ?, updated = ?, input_tokens = 0, output_tokens = 0"
+        "UPDATE sessions SET session_id = ?, created = ?, updated = ?, input_tokens = 0, output_tokens = 0,"
+        " cache_read_tokens = 0, cache_write_tokens = 0"
         " WHERE session_key = ? RETURNING *",
         (session_id, now, now, session_key),
     )

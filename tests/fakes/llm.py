@@ -83,7 +83,9 @@ class Reply:
     answer: str = ""
     calls: tuple[ToolCallSpec, ...] = ()
     stop: NeutralStop = "end_turn"
-    usage: tuple[int, int] = (21, 8)  # (input tokens, output tokens)
+    usage: tuple[int, int] = (21, 8)  # (input tokens: the whole prompt, output tokens)
+    cache_read: int = 0  # of the input tokens, how many the prompt cache served
+    cache_write: int = 0  # of the input tokens, how many were written to the prompt cache
     ending: Ending = "done"
     status: int = 200
     error_type: str | None = None
@@ -97,9 +99,17 @@ class Reply:
     then: str = ""
 
     @classmethod
-    def text(cls, text: str, *, stop: NeutralStop = "end_turn", usage: tuple[int, int] = (21, 8)) -> Reply:
+    def text(
+        cls,
+        text: str,
+        *,
+        stop: NeutralStop = "end_turn",
+        usage: tuple[int, int] = (21, 8),
+        cache_read: int = 0,
+        cache_write: int = 0,
+    ) -> Reply:
         """Text streamed in small chunks."""
-        return cls(answer=text, stop=stop, usage=usage)
+        return cls(answer=text, stop=stop, usage=usage, cache_read=cache_read, cache_write=cache_write)
 
     @classmethod
     def slow(cls, text: str, seconds: float, *, pieces: int = 10) -> Reply:
@@ -109,9 +119,16 @@ class Reply:
         return cls(answer=text, chunk_size=size, frame_delay=seconds / pieces)
 
     @classmethod
-    def tool_calls(cls, *calls: ToolCallSpec, text: str = "", usage: tuple[int, int] = (21, 8)) -> Reply:
+    def tool_calls(
+        cls,
+        *calls: ToolCallSpec,
+        text: str = "",
+        usage: tuple[int, int] = (21, 8),
+        cache_read: int = 0,
+        cache_write: int = 0,
+    ) -> Reply:
         """One or several tool calls (arguments split across chunks), after optional text."""
-        return cls(answer=text, calls=calls, usage=usage)
+        return cls(answer=text, calls=calls, usage=usage, cache_read=cache_read, cache_write=cache_write)
 
     @classmethod
     def malformed_tool_call(cls, name: str, raw_arguments: str) -> Reply:
@@ -168,14 +185,15 @@ class Reply:
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """What a client sent: method, path, headers (lowercased names), the JSON body, and the client's
-    address (the same one on two requests means the connection was kept)."""
+    """What a client sent: method, path, headers (lowercased names), the JSON body, the client's address (the
+    same one on two requests means the connection was kept), and the body's bytes as they arrived."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
     peer: tuple[str, int] | None = None
+    raw: bytes = b""
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -217,10 +235,27 @@ def _openai_frames(reply: Reply, model: str, include_usage: bool) -> tuple[list[
     closing = [chunk({}, finish)]
     if include_usage:
         prompt, completion = reply.usage
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        details = {"cached_tokens": reply.cache_read}
+        if reply.cache_write:  # OpenRouter reports what it wrote to the cache too
+            details["cache_write_tokens"] = reply.cache_write
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": details,
+        }
         closing.append(_openai_frame({"id": "chatcmpl-fake", "model": model, "choices": [], "usage": usage}))
     closing.append(b"data: [DONE]\n\n")
     return body, held_at, closing
+
+
+def _anthropic_input_usage(reply: Reply) -> dict[str, int]:
+    """The prompt's size as the Messages API splits it: `input_tokens` counts only what the cache did not touch."""
+    return {
+        "input_tokens": reply.usage[0] - reply.cache_read - reply.cache_write,
+        "cache_creation_input_tokens": reply.cache_write,
+        "cache_read_input_tokens": reply.cache_read,
+    }
 
 
 def _anthropic_frames(reply: Reply, model: str) -> tuple[list[bytes], int, list[bytes]]:
@@ -233,7 +268,7 @@ def _anthropic_frames(reply: Reply, model: str) -> tuple[list[bytes], int, list[
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": reply.usage[0], "output_tokens": 1},
+        "usage": _anthropic_input_usage(reply) | {"output_tokens": 1},
     }
     body = [_anthropic_frame("message_start", {"message": message})]
     held_at = len(body)
@@ -355,7 +390,7 @@ class FakeLLM:
             body = raw.decode("utf-8", "replace")
         headers = {name.lower(): value for name, value in request.headers.items()}
         peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-        self.requests.append(RecordedRequest(request.method, request.path, headers, body, peer))
+        self.requests.append(RecordedRequest(request.method, request.path, headers, body, peer, raw))
         protocol: Protocol
         if request.method == "POST" and request.path.endswith("/chat/completions"):
             protocol = "openai"

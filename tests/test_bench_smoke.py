@@ -39,3 +39,17 @@ def test_the_routing_benchmark_builds_its_bindings_and_inputs() -> None:
     bindings = bench["make_bindings"](100, random.Random(1))
     inputs = bench["make_inputs"](100, random.Random(1), size=50)
     assert len(bindings) == 101 and len(inputs) == 50
+
+
+async def test_the_prompt_cache_benchmark_runs(tmp_path: Path) -> None:
+    bench = load("prompt_cache.py")
+    rows = await bench["conversation"]("anthropic", 2, tmp_path)
+    assert [row.label for row in rows] == ["1a", "1b", "2a", "2b"]
+    assert rows[-1].breakpoints[0] == "system"
+
+
+async def test_the_transcript_benchmark_measures_what_a_run_loads(tmp_path: Path) -> None:
+    bench = load("transcripts.py")
+    path = await bench["transcript_of"](tmp_path, 600)
+    assert len(bench["compactions"](600)) >= 2
+    await bench["measure"](path, 600)  # checks what the reads return before timing them

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from tools.base import RunInfo
 from tools.hooks import Hooks
 from tools.provenance import prepare_root
 from tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,6 +87,12 @@ class Conversations:
             return outcome
         await append_transcript(transcript, outcome.messages)
         usage = outcome.result.usage if outcome.result is not None else None
+        if usage is not None:
+            log.info(
+                "run %s (%s, %s): %d tokens in (%d read from the cache, %d written to it), %d out",
+                outcome.run_id, run.session_key, outcome.model_ref, usage.input_tokens, usage.cache_read_tokens,
+                usage.cache_write_tokens, usage.output_tokens,
+            )  # fmt: skip
         await self.store.touch_session(
             run.session_key,
             model=outcome.model_ref,

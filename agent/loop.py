@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from agent import xml_dispatch
 from agent.cancellation import Stopped, unless_stopped
 from agent.events import AssistantEvent, Emit, LifecycleEvent, ToolEvent, discard, short
+from agent.images import without_images
 from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, Usage, UserMessage
 from agent.providers.base import (
     Completed,
@@ -44,6 +45,7 @@ class Turn:
     tools: Sequence[Tool] = ()
     hooks: Hooks = field(default_factory=Hooks)
     dispatch: Dispatch = "native"
+    sees_images: bool = True  # False: every image is left to the text that names it (agent.images)
     max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
     max_tokens: int = 4096
     thinking: ThinkingLevel = "off"
@@ -51,7 +53,7 @@ class Turn:
     emit: Emit = discard
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     # Messages that arrived during the run (queue mode steer), taken at each tool boundary.
-    steer: Callable[[], list[UserMessage]] | None = None
+    steer: Callable[[], Awaitable[list[UserMessage]]] | None = None
     run_id: str = field(default_factory=lambda: f"run_{secrets.token_hex(6)}")
 
 
@@ -112,7 +114,7 @@ async def run_turn(turn: Turn, history: Sequence[Message], user: UserMessage) ->
                 raise
             _append_results(added, dispatch, [(call, finished[i]) for i, call in enumerate(calls)], malformed)
             if turn.steer is not None:
-                added.extend(turn.steer())
+                added.extend(await turn.steer())
     except Stopped:
         result.stop_reason = "cancelled"
     except ProviderError as error:
@@ -141,7 +143,7 @@ def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Mo
     return ModelRequest(
         model=turn.model,
         system=system,
-        messages=messages,
+        messages=messages if turn.sees_images else without_images(messages),
         tools=specs if dispatch == "native" else [],
         max_tokens=turn.max_tokens,
         thinking=turn.thinking,

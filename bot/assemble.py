@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from agent.events import Emit
 from agent.loop import Turn
 from agent.messages import UserMessage
 from agent.prompt import build_system_prompt
 from agent.providers.base import Provider
-from agent.providers.config import split_model
+from agent.providers.config import sees_images, split_model
 from agent.runner import ModelCandidate
 from bot.config import Config
 from routing import Peer
@@ -109,7 +109,7 @@ def build_turn(
     hooks: Hooks,
     emit: Emit,
     cancel: asyncio.Event,
-    steer: Callable[[], list[UserMessage]] | None = None,
+    steer: Callable[[], Awaitable[list[UserMessage]]] | None = None,
 ) -> Turn:
     """The Turn for one attempt with `candidate`: its tools after policy, its prompt, its dispatch and limits."""
     turn_run = run.model_copy(update={"model": candidate.ref})
@@ -124,6 +124,7 @@ def build_turn(
         tools=policy.kept,
         hooks=hooks,
         dispatch=candidate.options.tool_dispatch,
+        sees_images=sees_images(candidate.model_id, candidate.options)[0],
         max_tool_iterations=config.defaults.max_tool_iterations,
         max_tokens=candidate.options.max_tokens or 4096,
         emit=emit,

@@ -15,10 +15,11 @@ from typing import TextIO
 from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEvent
 from agent.loop import TurnResult
 from agent.messages import UserMessage
+from agent.providers.config import sees_images
 from bot.app import App
 from bot.approval_text import shown_command
 from bot.approvals import Approvals
-from bot.assemble import SetupError
+from bot.assemble import SetupError, candidates
 from bot.config import own_files
 from bot.conversation import Conversations
 from bot.store import ApprovalDecision, ApprovalRecord, SqliteStore
@@ -153,13 +154,24 @@ async def _ignore(_: RunEvent) -> None:
     return None
 
 
+def _images_note(session: ChatSession) -> str:
+    """Whether the agent's model is shown images, for the greeting ("" when it has no usable model)."""
+    try:
+        candidate = candidates(session.conversations.config, session.agent)[0]
+    except SetupError:
+        return ""
+    sees, why = sees_images(candidate.model_id, candidate.options)
+    return f"; {candidate.ref} is {'shown images' if sees else 'not shown images'} ({why})"
+
+
 HELP = "Type a message. /new starts a new conversation, /exit (or Ctrl-D) leaves, Ctrl-C stops an answer."
 
 
 async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable[str]] | None = None) -> int:
     """The interactive console: answers stream as they are written; Ctrl-C stops the current answer."""
     read = read or _read_line
-    print(f"Chatting with {session.agent} (session {session.session_key}). {HELP}", file=sys.stderr)
+    greeting = f"Chatting with {session.agent} (session {session.session_key}){_images_note(session)}. {HELP}"
+    print(greeting, file=sys.stderr)
     while True:
         try:
             text = (await read("you> ")).strip()

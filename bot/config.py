@@ -10,10 +10,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
+from agent.images import DEFAULT_IMAGE_TURNS
 from agent.lanes import QueueSettings
-from agent.providers.config import ProviderConfig, providers_from_env, split_model
+from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
 from bot.config_plugins import check_channels, check_providers
 from bot.env_vars import Substitution, substitute_env
@@ -254,6 +264,22 @@ class SessionConfig(_Section):
     queue: QueueSettings = Field(default_factory=QueueSettings)
 
 
+class TranscriptionConfig(_Section):
+    """`media.transcription`: an OpenAI-compatible `/audio/transcriptions` endpoint for voice notes and audio."""
+
+    base_url: Annotated[str, AfterValidator(http_url)]
+    model: str = "whisper-1"
+    api_key: str | None = None  # `${VAR}`; sent as a bearer token, to this endpoint only
+    timeout_seconds: float = Field(default=120, gt=0)
+
+
+class MediaConfig(_Section):
+    """`media`: what becomes of the files people send, beyond each account's limits."""
+
+    transcription: TranscriptionConfig | None = None  # None: voice notes reach the agent as files, untranscribed
+    image_turns: int = Field(default=DEFAULT_IMAGE_TURNS, ge=0)  # the latest user turns whose images are shown
+
+
 class Config(_Section):
     """The whole of bindings.yaml, validated. Build it with `load_config`."""
 
@@ -268,6 +294,7 @@ class Config(_Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     lanes: LanesConfig = Field(default_factory=LanesConfig)
     state: StateConfig = Field(default_factory=StateConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.events import Emit, discard
+from agent.images import load_recent_images
 from agent.loop import Turn
 from agent.messages import Message, UserMessage
 from agent.prompt import load_bootstrap
@@ -49,7 +50,7 @@ class Conversations:
         target: ChatTarget | None = None,
         emit: Emit = discard,
         cancel: asyncio.Event | None = None,
-        steer: Callable[[], list[UserMessage]] | None = None,
+        steer: Callable[[], Awaitable[list[UserMessage]]] | None = None,
         record: Callable[[RunOutcome], bool] = lambda outcome: True,
     ) -> RunOutcome:
         """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened
@@ -59,7 +60,7 @@ class Conversations:
         models = candidates(self.config, run.agent)
         session = await self.store.ensure_session(run.session_key, run.agent)
         transcript = transcript_for(self.state_dir, session.session_id)
-        history, bootstrap = await asyncio.to_thread(_read_inputs, transcript, run)
+        history, bootstrap = await asyncio.to_thread(_read_inputs, transcript, run, self.config.media.image_turns)
         stop = cancel or asyncio.Event()
 
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
@@ -104,9 +105,11 @@ class Conversations:
         return outcome
 
 
-def _read_inputs(transcript: Path, run: RunInfo) -> tuple[list[Message], list[tuple[str, str]]]:
+def _read_inputs(transcript: Path, run: RunInfo, image_turns: int) -> tuple[list[Message], list[tuple[str, str]]]:
     """What a turn reads from disk, in one trip off the event loop: the session's history (its transcript from the
-    latest compaction summary on) and the bootstrap files of the agent's workspace, even when the run works in a
+    latest compaction summary on, the images of the user turns among the latest `image_turns` read back from their
+    files)
+    and the bootstrap files of the agent's workspace, even when the run works in a
     non-owner's own folder of it (created on first use, as the workspace is)."""
     bootstrap: list[tuple[str, str]] = []
     agent_workspace = run.agent_workspace or run.workspace
@@ -114,4 +117,5 @@ def _read_inputs(transcript: Path, run: RunInfo) -> tuple[list[Message], list[tu
         Path(agent_workspace).mkdir(parents=True, exist_ok=True)
         bootstrap = load_bootstrap(Path(agent_workspace))
         prepare_root(run)
-    return load_history(transcript), bootstrap
+    # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
+    return load_recent_images(load_history(transcript), image_turns - 1), bootstrap

@@ -92,6 +92,8 @@ class Delivery:
                     "text": piece,
                     "buttons": message.buttons if index == last else [],
                     "reply_to": message.reply_to if index == 0 else None,
+                    "media": message.media if index == last else [],
+                    "poll": message.poll if index == last else None,
                 }
             ).model_dump(mode="json")
             for index, piece in enumerate(pieces)
@@ -110,6 +112,14 @@ class Delivery:
 
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
         await self._act(target, "react", {"message_id": message_id, "emoji": emoji})
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """Start a thread through the outbox, after everything recorded for the chat before; its id. SendFailed when
+        the platform refused, LookupError when it is still queued after SEND_WAIT_SECONDS (it is created later)."""
+        ids = await self._record_and_wait(target, "thread", [{"name": name, "message_id": message_id}], [None])
+        if not ids or ids[0] is None:
+            raise LookupError("the thread is not created yet: the chat's earlier messages are still going out")
+        return ids[0]
 
     async def _act(self, target: ChatTarget, kind: str, payload: dict[str, Any]) -> None:
         await self._record_and_wait(target, kind, [payload], [None])
@@ -280,7 +290,8 @@ class Delivery:
 
 
 async def _carry_out(adapter: ChannelAdapter, record: OutboxRecord) -> str | None:
-    """Do what an outbox entry records: a send (its message id), or an edit, deletion or reaction of a message."""
+    """Do what an outbox entry records: a send (its message id), a new thread (its id), or an edit, deletion or
+    reaction of a message."""
     target, payload = ChatTarget.model_validate(record.target), record.payload
     if record.kind == "edit":
         await adapter.edit(target, payload["message_id"], OutboundMessage.model_validate(payload["message"]))
@@ -288,6 +299,8 @@ async def _carry_out(adapter: ChannelAdapter, record: OutboxRecord) -> str | Non
         await adapter.delete(target, payload["message_id"])
     elif record.kind == "react":
         await adapter.react(target, payload["message_id"], payload["emoji"])
+    elif record.kind == "thread":
+        return await adapter.create_thread(target, payload["name"], payload.get("message_id"))
     else:
         return await adapter.send(target, OutboundMessage.model_validate(payload))
     return None

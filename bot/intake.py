@@ -111,9 +111,15 @@ class Intake:
             await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
             return
         route = self.router.resolve(message.routing_input())
-        when = envelope(record.received, zone(self.app.config.timezone_for(route.agent)))
-        owner = self.app.owns(message.channel, message.sender_id)
-        job = Job(record.id, message, route.agent, route.session_key, envelope=when, owner=owner)
+        job = Job(
+            record.id,
+            message,
+            route.agent,
+            route.session_key,
+            envelope=envelope(record.received, zone(self.app.config.timezone_for(route.agent))),
+            owner=self.app.owns(message.channel, message.sender_id),
+            received=record.received,
+        )
         command = self._parse_command(message)
         if command is not None:
             await self._command(job, command)

@@ -8,6 +8,7 @@ from pathlib import Path
 from agent.loop import Dispatch, Turn, build_request
 from agent.messages import Message
 from agent.prompt import read_bootstrap
+from agent.providers.config import sees_images
 from bot.app import App
 from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
 from channels.base import CONSOLE, Capabilities
@@ -57,6 +58,9 @@ async def preview(app: App, agent: str, channel: str) -> str:
         await provider.aclose()
     dialect = provider.dialect(model_id)
     lines = [*notes, f"# agent {agent}, model {model or '(none)'}, {dispatch} tool calls, {dialect} schemas"]
+    if choice is not None:
+        sees, why = sees_images(choice.model_id, choice.options)
+        lines.append(f"# images: {'shown to the model' if sees else 'named only, not shown'} ({why})")
     lines += ["=== system ===", request.system, f"=== tools ({len(request.tools)}) ==="]
     lines += [json.dumps(spec.model_dump(), ensure_ascii=False, indent=2) for spec in request.tools]
     return "\n".join(lines) + "\n"

@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.events import discard
@@ -19,9 +21,12 @@ from agent.runner import RunOutcome
 from bot.assemble import SetupError
 from bot.conversation import Conversations
 from bot.delivery import Delivery
+from bot.media import Received, describe, images, receive, refusal
 from bot.store import InboundRecord, PreviewStore
 from bot.streaming import StreamingReply
 from channels.base import ChatTarget, InboundMessage
+from tools.base import RunInfo
+from tools.clock import zone
 from tools.message import MessageTool
 
 if TYPE_CHECKING:
@@ -51,6 +56,7 @@ class Job:
     # bytes when the turn runs again after a restart.
     envelope: str = ""
     owner: bool = False  # the sender is one of the bot's owners
+    received: float = 0.0  # when the journal received it (seconds since the epoch)
 
     @property
     def inbound_ids(self) -> tuple[int, ...]:
@@ -58,17 +64,19 @@ class Job:
         return (*self.folded_ids, self.inbound_id)
 
 
-def _said(message: InboundMessage) -> str:
-    """What the person said; a click on one of the agent's buttons is marked as that button's value."""
-    return f"[tapped the button with the value: {message.text}]" if message.button else message.text
+def _said(message: InboundMessage, files: Sequence[Received] = ()) -> str:
+    """What the person said, then a line for each file they sent; a click on one of the agent's buttons is marked
+    as that button's value."""
+    text = f"[tapped the button with the value: {message.text}]" if message.button else message.text
+    return "\n".join(line for line in (text, *(describe(file) for file in files)) if line)
 
 
-def _line(job: Job) -> str:
+def _line(job: Job, said: str | None = None) -> str:
     """One person's message in a batch: when it came, their name quoted as data (marked when they are an owner),
     then what they said with every further line indented, so neither a name nor a text can start a line that
     looks like another speaker's."""
     message = job.message
-    said = _said(message).replace("\n", "\n  ")
+    said = (_said(message) if said is None else said).replace("\n", "\n  ")
     who = quoted_name(message.sender_name, message.sender_id) + (" (owner)" if job.owner else "")
     return f"{job.envelope} {who}: {said}".lstrip()
 
@@ -78,7 +86,9 @@ def fold(jobs: list[Job]) -> Job:
     newest = jobs[-1]
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
     lines += [_line(job) for job in jobs]
-    message = newest.message.model_copy(update={"text": "\n".join(lines), "button": False})
+    attachments = [attachment for job in jobs for attachment in job.message.attachments]
+    update = {"text": "\n".join(lines), "button": False, "attachments": attachments}
+    message = newest.message.model_copy(update=update)
     folded = tuple(inbound_id for job in jobs for inbound_id in job.inbound_ids if inbound_id != newest.inbound_id)
     return dataclasses.replace(newest, message=message, folded_ids=folded)
 
@@ -204,15 +214,19 @@ class Turns:
             return self.closing() and control.cancel.is_set() and cut
 
         typing = asyncio.create_task(self._typing(sender)) if adapter is not None else None
+
+        async def steered() -> list[UserMessage]:
+            return [await self._message([job], run) for job in control.take_steered()]
+
         try:
             outcome = await self.conversations.answer(
                 run,
-                _user_message(*jobs),
+                await self._message(jobs, run),
                 peer=sender.peer,
                 target=sender.target(),
                 emit=stream.on_event if stream is not None else discard,
                 cancel=control.cancel,
-                steer=lambda: [_user_message(steered) for steered in control.take_steered()],
+                steer=steered,
                 record=lambda outcome: not interrupted(outcome),
             )
         except SetupError as error:
@@ -227,6 +241,24 @@ class Turns:
             return outcome.result.text
         return outcome.user_message or "Sorry, I could not answer that."
 
+    async def _message(self, jobs: list[Job], run: RunInfo) -> UserMessage:
+        """The user message for the batch, with the files that came with it fetched into the run's workspace."""
+        files = [await self._receive(job, run) for job in jobs]
+        shown = self.app.config.media.image_turns > 0
+        return await asyncio.to_thread(_user_message, jobs, files, shown)
+
+    async def _receive(self, job: Job, run: RunInfo) -> list[Received]:
+        message = job.message
+        adapter = self.delivery.adapter_for(message.channel, message.account)
+        if not message.attachments or adapter is None or run.workspace is None:
+            return []
+        when = datetime.fromtimestamp(job.received, zone(run.timezone))
+        limits, transcription = adapter.settings.media, self.app.config.media.transcription
+        received = await receive(adapter, message.attachments, Path(run.workspace), limits, when, transcription)
+        for notice in filter(None, map(refusal, received)):
+            await self.delivery.reply(message, notice)  # the person hears of it whatever the agent makes of it
+        return received
+
     async def _typing(self, message: InboundMessage) -> None:
         adapter = self.delivery.adapter_for(message.channel, message.account)
         if adapter is None:
@@ -239,12 +271,18 @@ class Turns:
             await asyncio.sleep(TYPING_EVERY_SECONDS)
 
 
-def _user_message(*jobs: Job) -> UserMessage:
+def _user_message(
+    jobs: Sequence[Job], files: Sequence[Sequence[Received]] = (), show_images: bool = True
+) -> UserMessage:
     """One user message for a batch, starting with when it was sent; in groups (or a batch) each line names its
-    sender, and a folded job's lines carry their own."""
+    sender, and a folded job's lines carry their own. `files` are what came of each job's attachments: a line
+    each, and (`show_images`) the images a model may be shown. Reads files: call it off the event loop."""
+    files = files or [() for _ in jobs]
+    said = [_said(job.message, received) for job, received in zip(jobs, files, strict=True)]
     job = jobs[0]
     if len(jobs) == 1 and job.message.peer.kind == "direct":
-        said = _said(job.message)
-        text = said if job.folded_ids or not job.envelope else f"{job.envelope} {said}"
-        return UserMessage(content=[TextBlock(text=text)])
-    return UserMessage(content=[TextBlock(text="\n".join(_line(job) for job in jobs))])
+        text = said[0] if job.folded_ids or not job.envelope else f"{job.envelope} {said[0]}"
+    else:
+        text = "\n".join(_line(job, text) for job, text in zip(jobs, said, strict=True))
+    pictures = [image for received in files for image in images(received)] if show_images else []
+    return UserMessage(content=[TextBlock(text=text), *pictures])

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
         InboundMessage,
         OnAction,
         OnMessage,
+        OutboundFile,
         OutboundMessage,
+        Poll,
     )
     from channels.memory import MemoryChannel, Sent
     from routing.errors import ChannelError
@@ -42,7 +44,9 @@ __all__ = [
     "MemoryChannel",
     "OnAction",
     "OnMessage",
+    "OutboundFile",
     "OutboundMessage",
+    "Poll",
     "Sent",
 ]
 
@@ -60,7 +64,9 @@ _HOMES = {
     "InboundMessage": "channels.base",
     "OnAction": "channels.base",
     "OnMessage": "channels.base",
+    "OutboundFile": "channels.base",
     "OutboundMessage": "channels.base",
+    "Poll": "channels.base",
     "MemoryChannel": "channels.memory",
     "Sent": "channels.memory",
     "ChannelError": "routing.errors",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from routing import Peer, RoutingInput
+from routing.errors import ChannelError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,9 @@ class Capabilities(BaseModel):
     reactions: bool = False
     threads: bool = False
     polls: bool = False
+    files: bool = False  # the bot can upload files (OutboundMessage.media)
+    max_upload_bytes: int = 0  # the largest file the bot may upload here (0: none)
+    max_caption_length: int = 0  # the longest text sent as a file's caption (longer text goes as its own message)
     max_text_length: int = 4000
     markup: Markup = "plain"
     streaming: bool = False
@@ -35,6 +39,15 @@ class Capabilities(BaseModel):
 
 
 CONSOLE = Capabilities(max_text_length=1_000_000, markup="markdown", streaming=True)
+
+
+class MediaLimits(BaseModel):
+    """`media` of a channel account: how much of what people send is fetched into the workspace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(default=20 * 1024 * 1024, gt=0)  # per file; Telegram's Bot API serves nothing larger
+    max_files: int = Field(default=10, ge=0)  # per message; the rest are named to the agent, not fetched
 
 
 class AccountSettings(BaseModel):
@@ -51,6 +64,7 @@ class AccountSettings(BaseModel):
     group_allow_from: list[str] = Field(default_factory=list)  # senders allowed in groups under `allowlist`
     require_mention: bool = True  # in groups and channels, answer only when mentioned (or replied to)
     streaming: Literal["off", "partial"] = "partial"
+    media: MediaLimits = Field(default_factory=MediaLimits)
 
     @field_validator("allow_from", "group_allow_from", mode="before")
     @classmethod
@@ -58,14 +72,40 @@ class AccountSettings(BaseModel):
         return [str(item).strip() for item in value] if isinstance(value, list) else value
 
 
-class Attachment(BaseModel):
-    """A file that came with a message (adapters fill what the platform tells them)."""
+AttachmentKind = Literal["image", "audio", "voice", "video", "document", "sticker"]
 
-    kind: Literal["image", "audio", "video", "file"] = "file"
+
+class Attachment(BaseModel):
+    """A file that came with a message, as the platform describes it; the adapter's `download` fetches its bytes.
+
+    `ref` is the platform's handle for the file (Telegram's file_id, Discord's attachment URL, Slack's
+    url_private): only the adapter that made it uses it. `name` is the platform's file name, unsanitized.
+    """
+
+    kind: AttachmentKind = "document"
+    ref: str
     name: str | None = None
     mime_type: str | None = None
-    size: int | None = None
-    url: str | None = None
+    size: int | None = None  # bytes, when the platform says
+    caption: str | None = None  # a caption of this file alone (a media group's other members' captions)
+    duration: float | None = None  # seconds, for audio, voice and video
+
+
+class OutboundFile(BaseModel):
+    """A file the bot sends: a file on disk (already confined to the run's workspace) and how to present it.
+    `kind` image goes as a photo, voice as a voice note, anything else as a document."""
+
+    path: str
+    name: str
+    kind: AttachmentKind = "document"
+    mime_type: str | None = None
+
+
+class Poll(BaseModel):
+    """A native poll: a question and its answers."""
+
+    question: str
+    options: list[str] = Field(min_length=2)
 
 
 class ChatTarget(BaseModel):
@@ -125,12 +165,16 @@ class Button(BaseModel):
 
 
 class OutboundMessage(BaseModel):
-    """What the bot sends: text (in the channel's markup), optional button rows, a reply-to and a thread."""
+    """What the bot sends: text (in the channel's markup), optional button rows, a reply-to and a thread; files
+    (`media`, with the text as their caption when it fits `max_caption_length`, else sent before them) or a poll
+    (`poll`, with the text, if any, sent before it)."""
 
     text: str
     buttons: list[list[Button]] = Field(default_factory=list)
     reply_to: str | None = None
     thread_id: str | None = None
+    media: list[OutboundFile] = Field(default_factory=list)
+    poll: Poll | None = None
 
 
 class ActionEvent(BaseModel):
@@ -210,6 +254,32 @@ class ChannelAdapter(Protocol):
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None: ...
 
     async def typing(self, target: ChatTarget) -> None: ...
+
+    def download(self, attachment: Attachment) -> AsyncGenerator[bytes, None]:
+        """The bytes of a file that came with a message, streamed in chunks from the platform (use it with
+        `contextlib.aclosing`). ChannelError when the platform will not give it."""
+        ...
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """Start a thread named `name` in the chat (from message `message_id` where the platform starts threads
+        from a message); returns the thread id, which a ChatTarget's `thread_id` then names. Only called where
+        `capabilities.threads` says the channel has threads."""
+        ...
+
+
+class TextOnly:
+    """What an adapter of a channel without files or threads inherits: `download` and `create_thread` refuse."""
+
+    channel: str
+
+    async def download(self, attachment: Attachment) -> AsyncGenerator[bytes, None]:
+        """Refuse: this channel carries no files."""
+        raise ChannelError(f"{self.channel} carries no files")
+        yield b""  # unreachable: makes this an async generator, as the protocol's callers expect
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """Refuse: this channel has no threads."""
+        raise ChannelError(f"{self.channel} has no threads")
 
 
 @dataclass(frozen=True)

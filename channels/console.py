@@ -11,7 +11,16 @@ import sys
 import time
 from typing import TextIO
 
-from channels.base import CONSOLE, AccountSettings, ChatTarget, InboundMessage, OnAction, OnMessage, OutboundMessage
+from channels.base import (
+    CONSOLE,
+    AccountSettings,
+    ChatTarget,
+    InboundMessage,
+    OnAction,
+    OnMessage,
+    OutboundMessage,
+    TextOnly,
+)
 from routing import Peer
 
 log = logging.getLogger(__name__)
@@ -24,7 +33,7 @@ def console_user() -> str:
     return "local"
 
 
-class ConsoleAdapter:
+class ConsoleAdapter(TextOnly):
     """Reads one message per line from `source`; replies are printed to `out`. End of input stops reading."""
 
     channel = "console"

@@ -1,5 +1,6 @@
 """The Discord channel: one bot account on the real discord.py Client (gateway WebSocket in, REST out), normalized
-into InboundMessage / ActionEvent; buttons are persistent components whose custom_id is the button's value."""
+into InboundMessage / ActionEvent; buttons are persistent components whose custom_id is the button's value; files
+come in as attachment URLs fetched from Discord's CDN and go out as multipart uploads; polls and threads are native."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, Final
 
 import aiohttp
 import discord
@@ -24,12 +27,15 @@ from channels.base import (
     NOTICE_BUDGET_SECONDS,
     ActionEvent,
     Attachment,
+    AttachmentKind,
     Capabilities,
     ChatTarget,
     InboundMessage,
     OnAction,
     OnMessage,
+    OutboundFile,
     OutboundMessage,
+    Poll,
     within,
 )
 from routing import Peer
@@ -39,13 +45,33 @@ log = logging.getLogger(__name__)
 
 API_PATH = "/api/v10"
 MAX_CUSTOM_ID = 100  # Discord's limit on a component's custom_id, and so on a button's value
+MAX_TEXT = 2000  # a message's content, and so a caption
+MAX_FILES_PER_MESSAGE = 10
+# A bot's upload limit in DMs and unboosted guilds (boost tier 2 allows 50 MiB, tier 3 100 MiB; one figure per
+# account is all Capabilities holds, so the smallest). Each message's files together stay within it too.
+MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+DOWNLOAD_CHUNK = 64 * 1024
+# Where attachments live; a ref naming anything else (but the configured test or proxy server) is not fetched.
+CDN_HOSTS = frozenset({"cdn.discordapp.com", "media.discordapp.net"})
+CDN_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60)  # big files may take long in all
+POLL_DURATION = timedelta(hours=24)
+MAX_POLL_QUESTION = 300
+MAX_POLL_ANSWERS = 10
+MAX_POLL_ANSWER = 55
+MAX_THREAD_NAME = 100
+THREAD_ARCHIVE_MINUTES: Final = 1440  # a new thread hides from the channel list after a day without messages
+PUBLIC_THREAD: Final = 11  # the channel type of a public thread
 CAPABILITIES = Capabilities(
     buttons=True,
     edit=True,
     delete=True,
     reactions=True,
     threads=True,
-    max_text_length=2000,
+    polls=True,
+    files=True,
+    max_upload_bytes=MAX_UPLOAD_BYTES,
+    max_caption_length=MAX_TEXT,
+    max_text_length=MAX_TEXT,
     markup="discord-markdown",
     streaming=True,
     edit_interval_seconds=1.0,
@@ -202,13 +228,111 @@ def _guarded(account: str, event: str, parser: Callable[[Any], None]) -> Callabl
     return parse
 
 
-def _attachment(item: discord.Attachment) -> Attachment:
+def _attachment(item: discord.Attachment, voice: bool) -> Attachment:
+    """One attachment as an Attachment: its kind from its content type (audio in a voice message is a voice note),
+    its CDN URL as the ref."""
     mime = item.content_type or ""
-    kind: Literal["image", "audio", "video", "file"] = "file"
-    for prefix in ("image", "audio", "video"):
-        if mime.startswith(prefix + "/"):
-            kind = prefix
-    return Attachment(kind=kind, name=item.filename, mime_type=item.content_type, size=item.size, url=item.url)
+    kind: AttachmentKind = "document"
+    if mime.startswith("image/"):
+        kind = "image"
+    elif mime.startswith("audio/"):
+        kind = "voice" if voice else "audio"
+    elif mime.startswith("video/"):
+        kind = "video"
+    return Attachment(
+        kind=kind,
+        ref=item.url,
+        name=item.filename,
+        mime_type=item.content_type,
+        size=item.size,
+        duration=item.duration,
+    )
+
+
+def cdn_url_allowed(url: str, api_base_url: str | None) -> bool:
+    """Whether an attachment ref may be fetched: Discord's CDN over https, or the configured server (a test fake or
+    a proxy, same scheme, host and port). A ref is data from a message: it must not make the bot fetch any URL."""
+    try:
+        target = yarl.URL(url)
+    except (TypeError, ValueError):
+        return False
+    if not target.absolute or target.user is not None or target.password is not None:
+        return False
+    if target.scheme == "https" and target.host in CDN_HOSTS and target.port == 443:
+        return True
+    if api_base_url is None:
+        return False
+    base = yarl.URL(api_base_url)
+    return base.scheme in ("http", "https") and (target.scheme, target.host, target.port) == (
+        base.scheme,
+        base.host,
+        base.port,
+    )
+
+
+def _native_poll(poll: Poll) -> discord.Poll:
+    """The poll as discord.py's, open for POLL_DURATION; ChannelError where Discord's limits would refuse it."""
+    too_long = len(poll.question) > MAX_POLL_QUESTION or any(len(option) > MAX_POLL_ANSWER for option in poll.options)
+    if too_long or len(poll.options) > MAX_POLL_ANSWERS:
+        raise ChannelError(
+            f"a Discord poll takes a question of up to {MAX_POLL_QUESTION} characters and up to "
+            f"{MAX_POLL_ANSWERS} answers of up to {MAX_POLL_ANSWER} characters each"
+        )
+    native = discord.Poll(question=poll.question, duration=POLL_DURATION)
+    for option in poll.options:
+        native.add_answer(text=option)
+    return native
+
+
+def _file_size(item: OutboundFile) -> int:
+    """The file's size on disk; ChannelError when it is missing or over a bot's upload limit."""
+    try:
+        size = os.stat(item.path).st_size
+    except OSError as error:
+        raise ChannelError(f"discord: cannot upload {item.name}: {error.strerror}") from error
+    if size > MAX_UPLOAD_BYTES:
+        raise ChannelError(
+            f"discord: {item.name} is {size} bytes; a bot may upload at most {MAX_UPLOAD_BYTES} bytes "
+            f"({MAX_UPLOAD_BYTES // (1024 * 1024)} MiB) per file"
+        )
+    return size
+
+
+def _batches(media: Sequence[OutboundFile]) -> list[list[OutboundFile]]:
+    """The files grouped into messages: at most MAX_FILES_PER_MESSAGE each, their sizes together within the upload
+    limit (sizes are checked for every file before anything is sent)."""
+    batches: list[list[OutboundFile]] = []
+    room = 0
+    for item, size in [(item, _file_size(item)) for item in media]:
+        if not batches or len(batches[-1]) >= MAX_FILES_PER_MESSAGE or size > room:
+            batches.append([])
+            room = MAX_UPLOAD_BYTES
+        batches[-1].append(item)
+        room -= size
+    return batches
+
+
+def _opened(stack: contextlib.ExitStack, batch: Sequence[OutboundFile]) -> list[discord.File]:
+    """discord.File for each file, opened now and closed when `stack` closes (discord.py streams them from disk)."""
+    files = []
+    for item in batch:
+        file = discord.File(item.path, filename=item.name)
+        stack.callback(file.close)
+        files.append(file)
+    return files
+
+
+def _first_options(channel: discord.PartialMessageable, message: OutboundMessage) -> dict[str, Any]:
+    """What goes with the first message a send makes: the reply-to and the buttons."""
+    options: dict[str, Any] = {}
+    if message.reply_to:
+        options["reference"] = discord.MessageReference(
+            message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
+        )
+    view = _view(message)
+    if view is not None:
+        options["view"] = view
+    return options
 
 
 def _view(message: OutboundMessage) -> discord.ui.View | None:
@@ -229,7 +353,8 @@ def _view(message: OutboundMessage) -> discord.ui.View | None:
 
 
 class DiscordAdapter:
-    """One Discord bot account: DMs, guild text channels and threads in; send, edit, delete, react, typing out."""
+    """One Discord bot account: DMs, guild text channels and threads in, with their files; send (text, files, polls),
+    edit, delete, react, typing and thread creation out."""
 
     channel = "discord"
     capabilities = CAPABILITIES
@@ -252,6 +377,7 @@ class DiscordAdapter:
         self._on_message: OnMessage | None = None
         self._on_action: OnAction | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
+        self._cdn: aiohttp.ClientSession | None = None  # attachment downloads, over discord.py's connection pool
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -269,6 +395,7 @@ class DiscordAdapter:
             ready.cancel()
             timeout.cancel()
         if self._ready.is_set():
+            self._cdn = self._cdn_session(self._client)
             return
         failure: BaseException | None = None
         if self._task.done() and not self._task.cancelled():
@@ -292,6 +419,9 @@ class DiscordAdapter:
             await client.start(self.settings.token, reconnect=True)
 
     async def stop(self) -> None:
+        if self._cdn is not None:  # before the client, which closes the connector under it
+            await self._cdn.close()
+            self._cdn = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
@@ -317,6 +447,13 @@ class DiscordAdapter:
                 len(client.guilds),
             )
         self._ready.set()
+
+    @staticmethod
+    def _cdn_session(client: _Client) -> aiohttp.ClientSession:
+        """A session for CDN downloads on discord.py's connector (set at login): its pool and TLS settings, none of
+        its headers, so the bot token never goes to the CDN. The adapter closes it; the connector stays the
+        client's."""
+        return aiohttp.ClientSession(connector=client.http.connector, connector_owner=False, timeout=CDN_TIMEOUT)
 
     # --- inbound -----------------------------------------------------------------------------------------------
 
@@ -385,7 +522,7 @@ class DiscordAdapter:
             reply_to_bot=reply_to_bot,
             thread_id=thread_id,
             was_mentioned=mentioned or reply_to_bot,
-            attachments=[_attachment(item) for item in message.attachments],
+            attachments=[_attachment(item, message.flags.voice) for item in message.attachments],
         )
 
     async def _on_click(self, interaction: discord.Interaction[discord.Client], value: str) -> None:
@@ -451,19 +588,44 @@ class DiscordAdapter:
         return client.get_partial_messageable(int(peer_id))
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        """Send the text; with `media`, the files (the text as their caption, at most 10 files a message); with
+        `poll`, the text and then a native poll. The reply-to and buttons go with the first message sent; returns the
+        last message's id."""
         channel = await self._channel(
             target.model_copy(update={"thread_id": message.thread_id}) if message.thread_id else target
         )
-        options: dict[str, Any] = {}
-        if message.reply_to:
-            options["reference"] = discord.MessageReference(
-                message_id=int(message.reply_to), channel_id=channel.id, fail_if_not_exists=False
-            )
-        view = _view(message)
-        if view is not None:
-            options["view"] = view
+        options = _first_options(channel, message)
+        if message.poll is not None:
+            return await self._send_poll(channel, message.text, message.poll, options)
+        if message.media:
+            return await self._send_files(channel, message.text, message.media, options)
         sent = await channel.send(message.text, **options)
         return str(sent.id)
+
+    async def _send_poll(
+        self, channel: discord.PartialMessageable, text: str, poll: Poll, options: dict[str, Any]
+    ) -> str:
+        native = _native_poll(poll)
+        if text:
+            await channel.send(text, **options)
+            options = {}
+        sent = await channel.send(poll=native, **options)
+        return str(sent.id)
+
+    async def _send_files(
+        self, channel: discord.PartialMessageable, text: str, media: Sequence[OutboundFile], options: dict[str, Any]
+    ) -> str:
+        batches = _batches(media)
+        caption: str | None = text or None
+        if caption is not None and len(caption) > self.capabilities.max_caption_length:
+            await channel.send(caption, **options)
+            caption, options = None, {}
+        sent_id = ""
+        for batch in batches:
+            with contextlib.ExitStack() as stack:
+                sent = await channel.send(caption, files=_opened(stack, batch), **options)
+            sent_id, caption, options = str(sent.id), None, {}
+        return sent_id
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
         channel = await self._channel(target)
@@ -480,3 +642,51 @@ class DiscordAdapter:
     async def typing(self, target: ChatTarget) -> None:
         channel = await self._channel(target)
         await channel.typing()
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """A public thread in the target's guild channel, started from message `message_id` when given; returns the
+        thread's channel id, which is how a ChatTarget's `thread_id` names a Discord thread (messages in it come
+        with the thread as peer and as thread_id, and sends go to the thread_id)."""
+        client = self._require_client()
+        channel_id = self._thread_parent(client, target)
+        title = name.strip()[:MAX_THREAD_NAME]
+        if not title:
+            raise ChannelError("discord: a thread needs a name")
+        if message_id:
+            data = await client.http.start_thread_with_message(
+                channel_id, int(message_id), name=title, auto_archive_duration=THREAD_ARCHIVE_MINUTES
+            )
+        else:
+            data = await client.http.start_thread_without_message(
+                channel_id, name=title, auto_archive_duration=THREAD_ARCHIVE_MINUTES, type=PUBLIC_THREAD
+            )
+        return str(data["id"])
+
+    @staticmethod
+    def _thread_parent(client: _Client, target: ChatTarget) -> int:
+        """The guild channel a new thread goes in; ChannelError where Discord has no threads (DMs, threads)."""
+        peer_id = target.peer.id
+        if target.peer.kind == "direct" or peer_id is None:
+            raise ChannelError("discord: threads start in a guild channel; direct messages have no threads")
+        if target.thread_id or isinstance(client.get_channel(int(peer_id)), discord.Thread):
+            raise ChannelError("discord: a thread cannot start inside a thread; start it in the parent channel")
+        return int(peer_id)
+
+    # --- files -------------------------------------------------------------------------------------------------
+
+    async def download(self, attachment: Attachment) -> AsyncGenerator[bytes, None]:
+        """The attachment's bytes from Discord's CDN, DOWNLOAD_CHUNK at a time; ChannelError for a ref that is not
+        a CDN URL, an answer other than 200 (redirects included: they could lead anywhere), or a broken transfer."""
+        what = attachment.name or "an attachment"
+        if not cdn_url_allowed(attachment.ref, self.settings.api_base_url):
+            raise ChannelError(f"discord: {what} is not on Discord's CDN; not fetched")
+        if self._cdn is None:
+            raise ChannelError(f"discord account {self.account} is not connected")
+        try:
+            async with self._cdn.get(yarl.URL(attachment.ref), allow_redirects=False) as response:
+                if response.status != 200:
+                    raise ChannelError(f"discord: could not download {what}: the CDN answered HTTP {response.status}")
+                async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
+                    yield chunk
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ChannelError(f"discord: could not download {what}: {type(error).__name__}: {error}") from error

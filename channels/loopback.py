@@ -20,6 +20,7 @@ from channels.base import (
     OnAction,
     OnMessage,
     OutboundMessage,
+    TextOnly,
 )
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class LoopbackAccount(AccountSettings):
     poll_timeout: float = Field(default=10, gt=0)
 
 
-class LoopbackAdapter:
+class LoopbackAdapter(TextOnly):
     """Polls `GET {url}/updates?offset=N&timeout=S` and calls `POST {url}/<method>` to act in a chat."""
 
     channel = "loopback"

@@ -7,12 +7,15 @@ import asyncio
 import itertools
 import secrets
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 from channels.base import (
     AccountSettings,
     ActionEvent,
+    Attachment,
+    AttachmentKind,
     Capabilities,
     ChatTarget,
     InboundMessage,
@@ -26,6 +29,7 @@ from routing.errors import ChannelError
 __all__ = ["MemoryChannel", "Sent"]
 
 WAIT = 30.0  # the longest `replies` waits by default: only ever reached when something is broken
+CHUNK = 64 * 1024  # bytes per piece of a download
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,13 @@ class MemoryChannel:
         await channel.say("hi", sender="alice")   # returns once the gateway has journaled the message
         [reply] = await channel.replies()          # the next message the bot sends (waits for it)
 
-    Everything the bot does is recorded: `sent` (every message, in order), `edits`, `deleted`, `reactions`,
-    `typing_in`, and `showing` (each message not deleted, by id, as last edited). By default anyone may write to it
-    in a direct chat (`dm_policy: open`) and it can only send plain text; `capabilities` and `settings` change
-    that. Editing, deleting or reacting where `capabilities` says the channel cannot raises ChannelError, as does
-    editing or deleting a message it never sent: a real platform would refuse too.
+    Everything the bot does is recorded: `sent` (every message, in order, files and polls in it), `edits`,
+    `deleted`, `reactions`, `typing_in`, `threads`, and `showing` (each message not deleted, by id, as last
+    edited). `attach(data, name=...)` makes a file a message can carry (`say(..., attachments=[...])`). By
+    default anyone may write to it in a direct chat (`dm_policy: open`) and it can only send plain text;
+    `capabilities` and `settings` change that. Editing, deleting or reacting where `capabilities` says the
+    channel cannot raises ChannelError, as does editing or deleting a message it never sent: a real platform
+    would refuse too.
     """
 
     def __init__(
@@ -77,6 +83,8 @@ class MemoryChannel:
         self.reactions: list[tuple[ChatTarget, str, str]] = []
         self.typing_in: list[ChatTarget] = []
         self.showing: dict[str, OutboundMessage] = {}
+        self.threads: list[tuple[ChatTarget, str, str, str | None]] = []  # (where, thread id, name, from message)
+        self._files: dict[str, bytes] = {}  # what `attach` registered, by reference
         self._read = 0  # how many of `sent` earlier `replies()` calls returned
         self._changed = asyncio.Condition()
         self._on_message: OnMessage | None = None
@@ -165,6 +173,15 @@ class MemoryChannel:
             self._read += count
             return found
 
+    def attach(
+        self, data: bytes, *, kind: AttachmentKind = "document", name: str | None = None, mime_type: str | None = None
+    ) -> Attachment:
+        """A file for a message to carry (`say(..., attachments=[chat.attach(b"...", name="a.txt")])`): its bytes
+        are what the bot downloads."""
+        ref = self._new_id("file")
+        self._files[ref] = data
+        return Attachment(kind=kind, ref=ref, name=name, mime_type=mime_type, size=len(data))
+
     # --- the gateway's side (ChannelAdapter) -------------------------------------------------------------------
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
@@ -204,6 +221,21 @@ class MemoryChannel:
     async def typing(self, target: ChatTarget) -> None:
         """Record that the bot showed itself typing."""
         self.typing_in.append(target)
+
+    async def download(self, attachment: Attachment) -> AsyncGenerator[bytes, None]:
+        """The bytes `attach` registered for the attachment, in chunks of CHUNK bytes."""
+        data = self._files.get(attachment.ref)
+        if data is None:
+            raise ChannelError(f"{self.channel}: no file {attachment.ref!r}")
+        for start in range(0, len(data), CHUNK):
+            yield data[start : start + CHUNK]
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """Record a new thread (`threads`: its id, name and the message it started from) and return its id."""
+        self._can("create threads", self.capabilities.threads)
+        thread_id = self._new_id("thread")
+        self.threads.append((target, thread_id, name, message_id))
+        return thread_id
 
     def _can(self, action: str, allowed: bool, message_id: str | None = None) -> None:
         if not allowed:

@@ -1,5 +1,5 @@
 """The Slack channel: one workspace bot on slack-bolt's AsyncApp, over Socket Mode (default) or HTTP Events,
-normalizing events into InboundMessage/ActionEvent and sending through the Web API with Block Kit buttons."""
+normalizing events into InboundMessage/ActionEvent and sending through the Web API with Block Kit buttons and files."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import logging
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
 
 from pydantic import ValidationError
 
@@ -22,19 +23,23 @@ from channels.base import (
     NOTICE_BUDGET_SECONDS,
     ActionEvent,
     Attachment,
+    AttachmentKind,
     Button,
     Capabilities,
     ChatTarget,
     InboundMessage,
     OnAction,
     OnMessage,
+    OutboundFile,
     OutboundMessage,
     within,
 )
 from channels.markup_slack import markdown_to_mrkdwn
 from routing import Peer
+from routing.errors import ChannelError
 
 if TYPE_CHECKING:  # the SDK is imported only when a Slack account starts
+    import aiohttp
     from aiohttp import web
     from slack_bolt.app.async_app import AsyncApp
     from slack_bolt.context.ack.async_ack import AsyncAck
@@ -49,12 +54,18 @@ if TYPE_CHECKING:  # the SDK is imported only when a Slack account starts
 
 log = logging.getLogger(__name__)
 
+MAX_UPLOAD_BYTES = 1024**3  # Slack's limit for one file (slack_sdk's MAX_V2_FILE_SIZE says the same)
+MAX_CAPTION = 4000  # files.completeUploadExternal's initial_comment
 CAPABILITIES = Capabilities(
     buttons=True,
     edit=True,
     delete=True,
     reactions=True,
     threads=True,
+    polls=False,  # Slack has no native polls
+    files=True,
+    max_upload_bytes=MAX_UPLOAD_BYTES,
+    max_caption_length=MAX_CAPTION,
     max_text_length=3000,
     markup="slack-mrkdwn",
     streaming=True,
@@ -67,6 +78,14 @@ MAX_BUTTON_LABEL = 75
 MAX_BUTTON_VALUE = 2000
 ACK_BUDGET_SECONDS = 2.5  # Slack wants an ack within 3 s; a slower hand-over finishes after the ack
 DEFAULT_API_BASE_URL = "https://slack.com"
+SLACK_FILE_HOST = ("https", "files.slack.com", 443)  # where url_private points; the only host besides the API's
+CHUNK_BYTES = 64 * 1024
+MAX_REDIRECTS = 5
+MAX_FILES_PER_MESSAGE = 10  # files shared together in one message by one files.completeUploadExternal
+SHARE_PAUSES = (0.0, 0.5, 1.0, 2.0)  # files.info is asked for the share's ts after these pauses (Slack shares late)
+_REDIRECTS = {301, 302, 303, 307, 308}
+_PORTS = {"http": 80, "https": 443}
+_KINDS: dict[str, AttachmentKind] = {"image": "image", "audio": "audio", "video": "video"}
 # Message subtypes that are something someone said; the rest (edits, deletions, joins ...) are not messages to answer.
 _SAID = {None, "bot_message", "thread_broadcast", "file_share", "me_message"}
 _EMOJI_NAMES = {
@@ -153,21 +172,99 @@ def _rate_limit_retries(sleep: Callable[[float], Awaitable[None]]) -> AsyncRetry
     return RateLimitRetries(max_retry_count=3)
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _file_kind(file: dict[str, Any]) -> AttachmentKind:
+    """image, audio or video by the mimetype's type; a clip recorded in Slack's audio recorder (subtype
+    `slack_audio`) is a voice note whatever its mimetype; anything else is a document."""
+    if file.get("subtype") == "slack_audio":
+        return "voice"
+    return _KINDS.get((_text(file.get("mimetype")) or "").split("/")[0], "document")
+
+
 def _attachment(file: Any) -> Attachment | None:
-    if not isinstance(file, dict):
+    """One file of a message; None for a file with nothing to fetch from Slack (deleted, hidden by the free plan's
+    limit, stored elsewhere, or a Slack Connect file whose details need files.info)."""
+    if not isinstance(file, dict) or file.get("is_external"):
         return None
-    mime = file.get("mimetype")
-    kind: Literal["image", "audio", "video", "file"] = "file"
-    if isinstance(mime, str) and mime.split("/")[0] in ("image", "audio", "video"):
-        kind = mime.split("/")[0]  # type: ignore[assignment]
-    size = file.get("size")
+    ref = _text(file.get("url_private")) or _text(file.get("url_private_download"))
+    if ref is None:
+        log.debug("slack: file %s without url_private (mode %r) skipped", file.get("id"), file.get("mode"))
+        return None
+    size, duration = file.get("size"), file.get("duration_ms")
     return Attachment(
-        kind=kind,
-        name=file.get("name") if isinstance(file.get("name"), str) else None,
-        mime_type=mime if isinstance(mime, str) else None,
-        size=size if isinstance(size, int) else None,
-        url=file.get("url_private") if isinstance(file.get("url_private"), str) else None,
+        kind=_file_kind(file),
+        ref=ref,
+        name=_text(file.get("name")),
+        mime_type=_text(file.get("mimetype")),
+        size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+        duration=duration / 1000 if isinstance(duration, int | float) and not isinstance(duration, bool) else None,
     )
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL; None for anything else."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in _PORTS or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname.lower(), port or _PORTS[parts.scheme]
+
+
+def file_origins(api_base_url: str | None) -> frozenset[tuple[str, str, int]]:
+    """The origins the bot token may be sent to for a file: Slack's file host (files.slack.com), `files.` + the API
+    host (files.slack-gov.com for slack-gov.com), and the API host itself (where a proxy or a test fake serves
+    files): all servers that already get the token or are Slack's own."""
+    api = _origin(api_url(api_base_url))
+    if api is None:
+        return frozenset({SLACK_FILE_HOST})
+    return frozenset({SLACK_FILE_HOST, api, (api[0], f"files.{api[1]}", api[2])})
+
+
+def _share_ts(file: Any, channel: str) -> str | None:
+    """The ts of the message that shared `file` in `channel`, from the file's `shares` (public or private)."""
+    shares = file.get("shares") if isinstance(file, dict) else None
+    for scope in ("public", "private"):
+        places = shares.get(scope) if isinstance(shares, dict) else None
+        entries = places.get(channel) if isinstance(places, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and _text(entry.get("ts")):
+                return str(entry["ts"])
+    return None
+
+
+async def _file_chunks(path: str) -> AsyncIterator[bytes]:
+    """A file on disk, CHUNK_BYTES at a time."""
+    import aiofiles
+
+    async with aiofiles.open(path, "rb") as file:
+        while chunk := await file.read(CHUNK_BYTES):
+            yield chunk
+
+
+def _transfer_timeout() -> aiohttp.ClientTimeout:
+    """No limit on a whole transfer (a large file takes its time), but on connecting and on each read."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=120)
+
+
+def _refuse_download(response: aiohttp.ClientResponse, attachment: Attachment, what: str) -> None:
+    """ChannelError (the response released) for an HTTP error, a redirect without a Location, or a web page instead
+    of the file: Slack answers with its sign-in page when the token may not read files."""
+    problem = None
+    if response.status >= 300:
+        problem = f"HTTP {response.status}"
+    elif response.content_type == "text/html" and attachment.mime_type != "text/html":
+        problem = "Slack answered with its sign-in page: the bot token needs the files:read scope"
+    if problem is not None:
+        response.release()
+        raise ChannelError(f"{what} could not be downloaded: {problem}")
 
 
 def _unescape(text: str) -> str:
@@ -241,6 +338,7 @@ class SlackAdapter:
         self._message_channels: OrderedDict[str, str] = OrderedDict()  # ts of a message we sent -> its channel
         self._late: set[asyncio.Task[None]] = set()  # hand-overs still running after their ack
         self._mention: re.Pattern[str] | None = None
+        self._file_origins = file_origins(settings.api_base_url)  # where the bot token may go for a file
 
     # --- start and stop -----------------------------------------------------------------------------------------
 
@@ -521,8 +619,9 @@ class SlackAdapter:
             raise RuntimeError(f"slack account {self.account} is not started")
         return self.client
 
-    async def _channel(self, target: ChatTarget, ts: str | None = None) -> str:
-        """The Slack channel id for a target; for a DM, the D... channel (posting to a user id opens it)."""
+    async def _channel(self, target: ChatTarget, ts: str | None = None, *, conversation: bool = False) -> str:
+        """The Slack channel id for a target; for a DM, the D... channel (posting to a user id opens it, so a user id
+        does for a new message unless a `conversation` id is needed: file shares take only C/G/D ids)."""
         peer_id = target.peer.id
         if not peer_id:
             raise ValueError("a Slack target needs a peer id")
@@ -532,7 +631,7 @@ class SlackAdapter:
             return self._message_channels[ts]
         if peer_id in self._dm_channels:
             return self._dm_channels[peer_id]
-        if ts is None:
+        if ts is None and not conversation:
             return peer_id
         opened = await self._api().conversations_open(users=peer_id)
         channel = str(opened["channel"]["id"])
@@ -550,6 +649,14 @@ class SlackAdapter:
         return text, build_blocks(text, message.buttons) if message.buttons else []
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        """Text (with buttons), or files with the text as their comment; the ts of the last message posted."""
+        if message.poll is not None:
+            raise ChannelError("slack: Slack has no native polls")
+        if message.media:
+            return await self._send_files(target, message)
+        return await self._post(target, message)
+
+    async def _post(self, target: ChatTarget, message: OutboundMessage) -> str:
         text, blocks = self._render(message)
         extra: dict[str, Any] = {"blocks": blocks} if blocks else {}
         thread = message.thread_id or target.thread_id
@@ -561,6 +668,140 @@ class SlackAdapter:
         if target.peer.kind == "direct" and target.peer.id:
             self._dm_channels.setdefault(target.peer.id, channel)
         return ts
+
+    @staticmethod
+    def _caption(message: OutboundMessage) -> str | None:
+        """The text as the files' comment, when it fits one and has no buttons (a file share carries none)."""
+        text = markdown_to_mrkdwn(message.text)
+        return text if text.strip() and not message.buttons and len(text) <= MAX_CAPTION else None
+
+    async def _send_files(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        """Upload the files (up to ten shared in one message) after the text, unless the text is their comment.
+        Returns the last share's ts, or None where Slack has not said it (the files are shared all the same)."""
+        channel = await self._channel(target, conversation=True)
+        thread = message.thread_id or target.thread_id
+        caption = self._caption(message)
+        last: str | None = None
+        if caption is None and message.text.strip():
+            last = await self._post(target, message)
+        for start in range(0, len(message.media), MAX_FILES_PER_MESSAGE):
+            uploaded = [await self._upload(file) for file in message.media[start : start + MAX_FILES_PER_MESSAGE]]
+            last = await self._share(channel, uploaded, thread, caption)
+            caption = None
+        return last
+
+    async def _upload(self, file: OutboundFile) -> dict[str, str | None]:
+        """files.getUploadURLExternal, then the bytes streamed from disk to the upload URL; the file's id and title."""
+        import aiofiles.os
+
+        try:
+            size = (await aiofiles.os.stat(file.path)).st_size
+        except OSError as error:
+            raise ChannelError(f"slack: cannot read {file.name}: {error.strerror}") from None
+        if size > MAX_UPLOAD_BYTES:
+            raise ChannelError(f"slack: {file.name} is {size} bytes; Slack takes files up to {MAX_UPLOAD_BYTES}")
+        ticket = await self._api().files_getUploadURLExternal(filename=file.name, length=size)
+        await self._upload_bytes(str(ticket["upload_url"]), file, size)
+        return {"id": str(ticket["file_id"]), "title": file.name}
+
+    async def _upload_bytes(self, url: str, file: OutboundFile, size: int) -> None:
+        """POST the file's raw bytes to its upload URL as slack_sdk does, but chunk by chunk from disk (slack_sdk
+        reads the whole file into memory first). The URL is signed by Slack: no token goes with it."""
+        import aiohttp
+
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=_transfer_timeout()) as session,
+                session.post(url, data=_file_chunks(file.path), headers=headers, proxy=self._proxy()) as response,
+            ):
+                if response.status != 200:
+                    raise ChannelError(f"slack: uploading {file.name} failed: HTTP {response.status}")
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise ChannelError(f"slack: uploading {file.name} failed: {type(error).__name__}: {error}") from None
+
+    async def _share(
+        self, channel: str, files: list[dict[str, str | None]], thread: str | None, text: str | None
+    ) -> str | None:
+        """files.completeUploadExternal: one message in `channel` (in `thread`) with the files and `text`."""
+        done = await self._api().files_completeUploadExternal(
+            files=files, channel_id=channel, thread_ts=thread, initial_comment=text
+        )
+        answered = done.get("files")
+        first = answered[0] if isinstance(answered, list) and answered else None
+        ts = _share_ts(first, channel) or await self._share_ts_later(str(files[0]["id"]), channel)
+        if ts is not None:
+            self._remember(ts, channel)
+        return ts
+
+    async def _share_ts_later(self, file_id: str, channel: str) -> str | None:
+        """The ts of the message that shared a file, from files.info: completeUploadExternal does not say it, and
+        Slack shares a moment later, so it is asked again after short pauses. None if Slack never says."""
+        from slack_sdk.errors import SlackApiError
+
+        for pause in SHARE_PAUSES:
+            if pause:
+                await self._sleep(pause)
+            try:
+                info = await self._api().files_info(file=file_id)
+            except SlackApiError as error:
+                log.warning("slack %s: files.info on %s: %s", self.account, file_id, error.response.get("error"))
+                return None
+            ts = _share_ts(info.get("file"), channel)
+            if ts is not None:
+                return ts
+        log.info("slack %s: file %s shared, but Slack has not said in which message", self.account, file_id)
+        return None
+
+    def _proxy(self) -> str | None:
+        """The proxy the Web API client uses (slack_sdk reads HTTPS_PROXY), for file transfers too."""
+        proxy = self.client.proxy if self.client is not None else None
+        return proxy if isinstance(proxy, str) and proxy else None
+
+    async def download(self, attachment: Attachment) -> AsyncGenerator[bytes, None]:
+        """The bytes of a file of a message (its url_private), CHUNK_BYTES at a time, with the bot token (which
+        needs the files:read scope). The token goes only to Slack's file host (`file_origins`): a file elsewhere is
+        refused, and a redirect to another host is followed without it."""
+        import aiohttp
+
+        what = f"slack: the file {attachment.name or '(no name)'}"
+        if _origin(attachment.ref) not in self._file_origins:
+            raise ChannelError(f"{what} is not on Slack's file host; not downloaded")
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=_transfer_timeout()) as session,
+                await self._fetch(session, attachment, what) as response,
+            ):
+                async for chunk in response.content.iter_chunked(CHUNK_BYTES):
+                    yield chunk
+        except (aiohttp.ClientError, TimeoutError) as error:
+            # Not chained: an aiohttp error's request_info carries the request's headers, the token among them.
+            raise ChannelError(f"{what} could not be downloaded: {type(error).__name__}: {error}") from None
+
+    async def _fetch(self, session: aiohttp.ClientSession, attachment: Attachment, what: str) -> aiohttp.ClientResponse:
+        """The response at the end of the file's redirects, followed here rather than by aiohttp so that each hop
+        is judged: the Authorization header goes only to a hop on Slack's file host."""
+        url = attachment.ref
+        token = self.settings.bot_token.get_secret_value()
+        for _ in range(MAX_REDIRECTS + 1):
+            headers = {"Authorization": f"Bearer {token}"} if _origin(url) in self._file_origins else {}
+            response = await session.get(url, headers=headers, allow_redirects=False, proxy=self._proxy())
+            location = response.headers.get("Location")
+            if response.status not in _REDIRECTS or not location:
+                _refuse_download(response, attachment, what)
+                return response
+            response.release()
+            url = urljoin(str(response.url), location)
+            if _origin(url) is None:
+                raise ChannelError(f"{what} could not be downloaded: redirected to a non-HTTP address")
+        raise ChannelError(f"{what} could not be downloaded: more than {MAX_REDIRECTS} redirects")
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """A Slack thread is the replies to one message: `message_id` when given (nothing is posted), else `name`
+        posted as a new message in the chat. Returns the parent's ts, the thread_ts that ChatTarget.thread_id holds."""
+        if message_id:
+            return message_id
+        return await self._post(target.model_copy(update={"thread_id": None}), OutboundMessage(text=name))
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
         text, blocks = self._render(message)
@@ -581,4 +822,4 @@ class SlackAdapter:
         log.debug("slack %s: typing in %s:%s (no-op on Slack)", self.account, target.peer.kind, target.peer.id)
 
 
-__all__ = ["CAPABILITIES", "SlackAccount", "SlackAdapter", "api_url", "build_blocks"]
+__all__ = ["CAPABILITIES", "SlackAccount", "SlackAdapter", "api_url", "build_blocks", "file_origins"]

@@ -1,5 +1,6 @@
 """The Telegram channel on python-telegram-bot: long polling (or a webhook) in, Bot API calls out. An update is
-acknowledged (the next getUpdates offset, or the webhook's HTTP answer) only after the gateway has recorded it."""
+acknowledged (the next getUpdates offset, or the webhook's HTTP answer) only after the gateway has recorded it; the
+parts of a media group (an album) are recorded as one message, and acknowledged together."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import contextlib
 import hmac
 import json
 import logging
+import mimetypes
+import os
 import re
 import warnings
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import IO, Any, Literal, TypeVar
 
 from aiohttp import web
 from telegram import (
@@ -21,13 +25,19 @@ from telegram import (
     CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputFile,
+    InputMediaAudio,
+    InputMediaDocument,
+    InputMediaPhoto,
+    InputMediaVideo,
     Message,
     MessageEntity,
     ReactionTypeEmoji,
     ReplyParameters,
+    Sticker,
     Update,
 )
-from telegram.constants import ChatAction, ParseMode
+from telegram.constants import ChatAction, ParseMode, PollLimit
 from telegram.error import BadRequest, ChatMigrated, Conflict, InvalidToken, RetryAfter, TelegramError
 from telegram.ext import BaseRateLimiter, ExtBot
 
@@ -36,12 +46,15 @@ from channels.base import (
     NOTICE_BUDGET_SECONDS,
     ActionEvent,
     Attachment,
+    AttachmentKind,
     Capabilities,
     ChatTarget,
     InboundMessage,
     OnAction,
     OnMessage,
+    OutboundFile,
     OutboundMessage,
+    Poll,
     within,
 )
 from channels.markup_telegram import markdown_to_html
@@ -56,7 +69,11 @@ CAPABILITIES = Capabilities(
     edit=True,
     delete=True,
     reactions=True,
-    threads=True,
+    threads=True,  # forum topics (create_thread makes one)
+    polls=True,
+    files=True,
+    max_upload_bytes=50 * 1024 * 1024,  # the cloud Bot API's limit for a bot's upload
+    max_caption_length=1024,
     max_text_length=4096,
     markup="telegram-html",
     streaming=True,
@@ -68,7 +85,13 @@ MAX_DELIVERY_ATTEMPTS = 3
 MAX_WEBHOOK_BODY = 10_000_000  # bytes of one webhook post; an update is a few kilobytes
 WEBHOOK_READ_SECONDS = 30  # a post whose body trickles in slower than this is dropped
 ALLOWED_UPDATES = ["message", "channel_post", "callback_query"]
+MEDIA_GROUP_WAIT = 1.0  # seconds to let an album's later parts reach the server before its first ones are delivered
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the cloud Bot API's getFile limit
+MAX_PHOTO_BYTES = 10 * 1024 * 1024  # sendPhoto's limit: a larger image goes as a document
+MAX_ALBUM = 10  # files in one sendMediaGroup
+MAX_TOPIC_NAME = 128  # characters of a forum topic's name
 _TOPIC = ":topic:"
+_T = TypeVar("_T")
 _NO_THROTTLE = frozenset({"getMe", "deleteWebhook", "setWebhook", "setMyCommands", "answerCallbackQuery"})
 
 
@@ -76,11 +99,18 @@ class TelegramSendError(ChannelError, ValueError):
     """A message Telegram would refuse, caught before it is sent (e.g. a button value over 64 bytes)."""
 
 
-def _retry_seconds(error: RetryAfter) -> float:
+def _seconds(owner: object, attribute: str) -> float | None:
+    """A PTB time period (a retry_after, a duration) in seconds, whichever type this PTB gives it as."""
     with warnings.catch_warnings():  # PTB 22 warns about int vs timedelta on access; both are handled
         warnings.simplefilter("ignore")
-        value = error.retry_after
+        value = getattr(owner, attribute, None)
+    if value is None:
+        return None
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _retry_seconds(error: RetryAfter) -> float:
+    return _seconds(error, "retry_after") or 0.0
 
 
 def _loop_time() -> float:
@@ -199,6 +229,35 @@ def _chat_key(raw: dict[str, Any], update_id: int) -> object:
     return ("update", update_id)
 
 
+def _media_group(raw: dict[str, Any]) -> str | None:
+    """The media group (album) a raw message update is a part of, if it is one."""
+    for key in ("message", "channel_post"):
+        body = raw.get(key)
+        if isinstance(body, dict) and isinstance(body.get("media_group_id"), str):
+            return str(body["media_group_id"])
+    return None
+
+
+Batch = list[tuple[int, dict[str, Any]]]  # (update id, raw update) in the order Telegram sent them
+
+
+def _messages(updates: Batch) -> list[Batch]:
+    """One chat's updates as the messages they make: each update alone, but an album's parts together, in the place
+    of its first part."""
+    found: list[Batch] = []
+    albums: dict[str, Batch] = {}
+    for update_id, raw in updates:
+        group = _media_group(raw)
+        if group is None:
+            found.append([(update_id, raw)])
+        elif group in albums:
+            albums[group].append((update_id, raw))
+        else:
+            albums[group] = [(update_id, raw)]
+            found.append(albums[group])
+    return found
+
+
 def chat_and_thread(target: ChatTarget) -> tuple[int | str, int | None]:
     """The Bot API chat id and topic id for a target (`group:-100…:topic:7` names the topic in the peer)."""
     peer_id = target.peer.id or ""
@@ -227,6 +286,107 @@ def _check_buttons(message: OutboundMessage) -> InlineKeyboardMarkup | None:
     return InlineKeyboardMarkup(rows)
 
 
+UploadAs = Literal["photo", "voice", "audio", "video", "document"]  # the Bot API method a file goes with
+# The methods whose files Telegram puts together in one album (sendMediaGroup): photos with videos, documents with
+# documents, audio with audio. A voice note is never part of an album.
+_ALBUMS: dict[UploadAs, str] = {"photo": "visual", "video": "visual", "document": "document", "audio": "audio"}
+_PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp"})
+_VOICE_TYPES = frozenset({"audio/ogg", "audio/opus"})
+_AUDIO_TYPES = frozenset({"audio/mpeg", "audio/mp4", "audio/x-m4a", "audio/m4a"})  # what sendAudio plays: MP3, M4A
+
+
+@dataclass(frozen=True)
+class _Upload:
+    """A file the bot sends, its type and the method it goes with."""
+
+    file: OutboundFile
+    mime_type: str
+    method: UploadAs
+
+
+def _upload(file: OutboundFile) -> _Upload:
+    """How a file goes, checked against the upload limit before anything is sent."""
+    try:
+        size = os.stat(file.path).st_size
+    except OSError as error:
+        raise TelegramSendError(f"{file.name}: cannot be read ({error.strerror})") from None
+    limit = CAPABILITIES.max_upload_bytes
+    if size > limit:
+        raise TelegramSendError(f"{file.name} is {size:,} bytes; Telegram takes files of up to {limit:,} from a bot")
+    mime = file.mime_type or mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+    return _Upload(file, mime, _method(file.kind, mime, size))
+
+
+def _method(kind: AttachmentKind, mime: str, size: int) -> UploadAs:
+    """A photo, a voice note, or audio or video Telegram's apps play, as such; anything else (a photo over
+    sendPhoto's 10 MB too) as a document."""
+    if kind == "image" and mime in _PHOTO_TYPES and size <= MAX_PHOTO_BYTES:
+        return "photo"
+    if kind == "voice" and mime in _VOICE_TYPES:
+        return "voice"
+    if kind in ("audio", "voice") and mime in _AUDIO_TYPES:
+        return "audio"
+    if kind == "video" and mime == "video/mp4":
+        return "video"
+    return "document"
+
+
+def _batches(uploads: list[_Upload]) -> list[list[_Upload]]:
+    """The files in order, as the messages Telegram can send them in: albums of up to MAX_ALBUM files that may go
+    together, and files that go alone."""
+    batches: list[list[_Upload]] = []
+    for upload in uploads:
+        album = _ALBUMS.get(upload.method)
+        last = batches[-1] if batches else []
+        if album and last and _ALBUMS.get(last[0].method) == album and len(last) < MAX_ALBUM:
+            last.append(upload)
+        else:
+            batches.append([upload])
+    return batches
+
+
+def _caption(message: OutboundMessage, batches: list[list[_Upload]]) -> str | None:
+    """The text as the first files' caption, when there are files and it fits (an album cannot carry buttons: then
+    the text goes before it, with them); None when the text goes as a message of its own."""
+    text = message.text
+    if not batches or not text.strip() or len(text) > CAPABILITIES.max_caption_length:
+        return None
+    if message.buttons and len(batches[0]) > 1:
+        return None
+    return text
+
+
+def _input_file(handle: IO[bytes], upload: _Upload, attach: bool = False) -> InputFile:
+    """The file as an open handle the transport streams from disk (PTB would read it into memory otherwise)."""
+    data = InputFile(handle, filename=upload.file.name, attach=attach, read_file_handle=False)
+    data.mimetype = upload.mime_type
+    return data
+
+
+def _input_media(
+    upload: _Upload, handle: IO[bytes], caption: str | None, mode: str | None
+) -> InputMediaPhoto | InputMediaVideo | InputMediaAudio | InputMediaDocument:
+    media = _input_file(handle, upload, attach=True)
+    if upload.method == "photo":
+        return InputMediaPhoto(media, caption=caption, parse_mode=mode)
+    if upload.method == "video":
+        return InputMediaVideo(media, caption=caption, parse_mode=mode)
+    if upload.method == "audio":
+        return InputMediaAudio(media, caption=caption, parse_mode=mode)
+    return InputMediaDocument(media, caption=caption, parse_mode=mode)
+
+
+def _check_poll(poll: Poll) -> None:
+    """Telegram's limits on a poll, checked before anything is sent."""
+    question, options = len(poll.question), len(poll.options)
+    if not PollLimit.MIN_QUESTION_LENGTH <= question <= PollLimit.MAX_QUESTION_LENGTH:
+        raise TelegramSendError(f"a poll's question is 1 to {PollLimit.MAX_QUESTION_LENGTH} characters, not {question}")
+    if options > PollLimit.MAX_OPTION_NUMBER:
+        raise TelegramSendError(f"a poll has at most {PollLimit.MAX_OPTION_NUMBER} options, not {options}")
+    if any(not PollLimit.MIN_OPTION_LENGTH <= len(option) <= PollLimit.MAX_OPTION_LENGTH for option in poll.options):
+        raise TelegramSendError(f"a poll's options are 1 to {PollLimit.MAX_OPTION_LENGTH} characters each")
+
+
 def _entity_error(error: BadRequest) -> bool:
     return "can't parse entities" in error.message.lower() or "can't find end tag" in error.message.lower()
 
@@ -244,23 +404,29 @@ class TelegramAdapter:
         *,
         commands: Sequence[tuple[str, str]] = (),
         rate_limiter: TelegramRateLimiter | None = None,
+        album_wait: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`album_wait` is how long to let an album's later parts arrive (MEDIA_GROUP_WAIT seconds unless a test
+        says otherwise)."""
         self.account = account
         self.settings = settings
         self.commands = list(commands)  # (name, description) shown in Telegram's command menu
         self.bot_username: str | None = None
         self.bot_id: int | None = None
         root = (settings.api_base_url or DEFAULT_ROOT).rstrip("/")
+        self._request = AiohttpRequest(pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10)
         self.bot = _Bot(
             settings.token,
             base_url=f"{root}/bot",
             base_file_url=f"{root}/file/bot",
-            request=AiohttpRequest(pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10),
+            request=self._request,
             get_updates_request=AiohttpRequest(pool_size=2, connect_timeout=10),
             rate_limiter=rate_limiter or (TelegramRateLimiter() if settings.rate_limit else None),
         )
         self._offset = 0
         self._failures: dict[int, int] = {}  # update id -> times on_message raised for it
+        self._album_wait = album_wait or (lambda: asyncio.sleep(MEDIA_GROUP_WAIT))
+        self._waited_album: str | None = None  # the media group the poller last waited for
         self._task: asyncio.Task[None] | None = None
         self._webhook: web.AppRunner | None = None
         self._on_message: OnMessage | None = None
@@ -323,35 +489,62 @@ class TelegramAdapter:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
                 continue
-            if not isinstance(updates, list):
-                log.warning("telegram %s: getUpdates answered %s, not a list", self.account, type(updates).__name__)
-                continue
-            fresh: list[tuple[int, dict[str, Any]]] = []
-            for raw in updates:
-                update_id = raw.get("update_id") if isinstance(raw, dict) else None
-                if not isinstance(update_id, int):
-                    log.warning("telegram %s: skipped an update without a numeric update_id", self.account)
-                elif update_id >= self._offset:  # lower ones were handled already (a server repeating itself)
-                    fresh.append((update_id, raw))
+            fresh = self._fresh(updates)
             if not fresh:
                 continue
-            # Chats are recorded side by side, each chat's updates in order: a batch of 100 DMs is not 100
-            # journal writes one after the other. A failed update stops its chat, and confirmation stops at
-            # the first failed update: Telegram sends the rest again, and the journal drops the ones it has.
-            chats: dict[object, list[tuple[int, dict[str, Any]]]] = {}
-            for update_id, raw in fresh:
-                chats.setdefault(_chat_key(raw, update_id), []).append((update_id, raw))
-            failed = [failure for failure in await asyncio.gather(*map(self._record, chats.values())) if failure]
-            self._offset = max(self._offset, min(failed) if failed else max(uid for uid, _ in fresh) + 1)
+            # An album ending the batch may have parts still on their way: everything before it is delivered and
+            # confirmed, the album is not; after a short wait the next getUpdates brings it again with its late
+            # parts (Telegram makes an album's updates together, so one wait is enough).
+            hold = self._album_to_hold(fresh)
+            deliver = fresh if hold is None else fresh[:hold]
+            confirm = max(uid for uid, _ in fresh) + 1 if hold is None else fresh[hold][0]
+            failed = await self._record_batch(deliver)
+            self._offset = max(self._offset, min(failed) if failed else confirm)
             self._failures = {uid: count for uid, count in self._failures.items() if uid >= self._offset}
             if failed:
                 await asyncio.sleep(backoff * self._failures.get(min(failed), 1))
+            elif hold is not None:
+                await self._album_wait()
 
-    async def _record(self, updates: list[tuple[int, dict[str, Any]]]) -> int | None:
-        """Hand one chat's updates to the gateway in order; the id of the one that failed, if one did."""
-        for update_id, raw in updates:
+    def _fresh(self, updates: Any) -> Batch:
+        """The updates of a getUpdates answer not handled yet, each with its id."""
+        if not isinstance(updates, list):
+            log.warning("telegram %s: getUpdates answered %s, not a list", self.account, type(updates).__name__)
+            return []
+        fresh: Batch = []
+        for raw in updates:
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            if not isinstance(update_id, int):
+                log.warning("telegram %s: skipped an update without a numeric update_id", self.account)
+            elif update_id >= self._offset:  # lower ones were handled already (a server repeating itself)
+                fresh.append((update_id, raw))
+        return fresh
+
+    def _album_to_hold(self, fresh: Batch) -> int | None:
+        """Where the album that ends the batch starts in it, unless there is none or it was waited for already."""
+        album = _media_group(fresh[-1][1])
+        if album is None or album == self._waited_album:
+            return None
+        self._waited_album = album
+        return next(index for index, (_, raw) in enumerate(fresh) if _media_group(raw) == album)
+
+    async def _record_batch(self, fresh: Batch) -> list[int]:
+        """Hand a batch to the gateway; the ids of the updates that failed (the first of each chat that failed)."""
+        # Chats are recorded side by side, each chat's updates in order: a batch of 100 DMs is not 100 journal
+        # writes one after the other. A failed update stops its chat, and confirmation stops at the first failed
+        # update: Telegram sends the rest again, and the journal drops the ones it has.
+        chats: dict[object, Batch] = {}
+        for update_id, raw in fresh:
+            chats.setdefault(_chat_key(raw, update_id), []).append((update_id, raw))
+        failures = await asyncio.gather(*(self._record(_messages(updates)) for updates in chats.values()))
+        return [failure for failure in failures if failure is not None]
+
+    async def _record(self, messages: list[Batch]) -> int | None:
+        """Hand one chat's messages to the gateway in order; the id of the (first) update of the one that failed."""
+        for updates in messages:
+            update_id = updates[0][0]
             try:
-                await self.handle_update(raw)
+                await self.handle_updates([raw for _, raw in updates])
             except Exception:
                 failures = self._failures.get(update_id, 0) + 1
                 self._failures[update_id] = failures
@@ -364,31 +557,39 @@ class TelegramAdapter:
 
     async def handle_update(self, raw: dict[str, Any]) -> None:
         """Hand one raw update to the gateway; a bad one is logged and skipped, never fatal."""
+        await self.handle_updates([raw])
+
+    async def handle_updates(self, raws: list[dict[str, Any]]) -> None:
+        """Hand the gateway one update, or an album's parts as one message; bad ones are logged and skipped."""
+        parsed = [self._parse(raw) for raw in raws]
+        for item in parsed:
+            if isinstance(item, CallbackQuery):
+                await self._action(item)
+        parts = [item for item in parsed if isinstance(item, InboundMessage)]
+        if parts and self._on_message is not None:
+            await self._on_message(_merged(parts))
+
+    def _parse(self, raw: dict[str, Any]) -> InboundMessage | CallbackQuery | None:
+        """A raw update as a message or a button click; None (logged) for what is not handled or malformed."""
         update_id = raw.get("update_id")
         try:
             update = Update.de_json(raw, self.bot)
-            inbound, query = None, None
             if update.callback_query is not None:
-                query = update.callback_query
-            elif update.message is not None:
-                inbound = self._inbound(update.message)
-            elif update.channel_post is not None:
-                inbound = self._inbound(update.channel_post)
-            else:
+                return update.callback_query
+            message = update.message if update.message is not None else update.channel_post
+            if message is None:
                 kinds = ", ".join(sorted(key for key in raw if key != "update_id")) or "nothing"
                 log.info("telegram %s: skipped update %s of a type not handled (%s)", self.account, update_id, kinds)
-                return
+                return None
+            inbound = self._inbound(message)
         except Exception as error:
             log.warning(
                 "telegram %s: skipped malformed update %s: %s: %s", self.account, update_id, type(error).__name__, error
             )
-            return
-        if query is not None:
-            await self._action(query)
-        elif inbound is None:
+            return None
+        if inbound is None:
             log.debug("telegram %s: skipped update %s: a service message with no text", self.account, update_id)
-        elif self._on_message is not None:
-            await self._on_message(inbound)
+        return inbound
 
     def _peer(self, message: Message) -> tuple[Peer, Peer | None, str | None]:
         chat = message.chat
@@ -417,7 +618,7 @@ class TelegramAdapter:
         text = message.text or message.caption or ""
         attachments = _attachments(message)
         if not text and not attachments:
-            return None  # joins, leaves, pins, topic events, stickers: nothing for an agent to answer
+            return None  # joins, leaves, pins, topic events: nothing for an agent to answer
         reply = message.reply_to_message
         if reply is not None and reply.forum_topic_created is not None:
             reply = None  # in a topic every message "replies" to the topic's first message: not a real reply
@@ -531,6 +732,9 @@ class TelegramAdapter:
         if not (isinstance(raw, dict) and isinstance(raw.get("update_id"), int)):
             log.warning("telegram %s: skipped a webhook body that is not an update", self.account)
             return web.Response(status=200)
+        # An album's parts come as posts of their own, each answered once recorded: holding one post open for the
+        # others could stall them behind it, and answering before recording could lose it. So in webhook mode each
+        # part arrives as a message of its own (same media_group_id); polling merges them.
         try:
             await self.handle_update(raw)
         except Exception:  # not recorded: a 500 makes Telegram deliver it again later
@@ -542,31 +746,105 @@ class TelegramAdapter:
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
         """Send one message as Telegram HTML (plain text if Telegram cannot parse it); the gateway's delivery has
-        split the text to `max_text_length`. Returns its id."""
+        split the text to `max_text_length`. Files go with the text as their caption when it fits, else after it;
+        a poll goes after the text. Returns the id of the last message sent."""
         chat_id, thread = chat_and_thread(target)
         if message.thread_id:
             thread = int(message.thread_id)
+        batches = _batches([_upload(file) for file in message.media])
+        if message.poll is not None:
+            _check_poll(message.poll)
+        if message.buttons and not message.text.strip() and batches and len(batches[0]) > 1:
+            raise TelegramSendError("buttons cannot go on an album: send a text with them")
+        try:
+            sent = await self._deliver(chat_id, thread, message, batches)
+        except ChatMigrated as error:
+            log.warning("telegram %s: chat %s moved to %s", self.account, chat_id, error.new_chat_id)
+            sent = await self._deliver(error.new_chat_id, thread, message, batches)
+        return str(sent.message_id)
+
+    async def _deliver(
+        self, chat_id: int | str, thread: int | None, message: OutboundMessage, batches: list[list[_Upload]]
+    ) -> Message:
+        """The text, the files and the poll, in this order; the first message sent replies and carries the buttons.
+        Returns the last message sent."""
         reply = ReplyParameters(int(message.reply_to), allow_sending_without_reply=True) if message.reply_to else None
-        kwargs: dict[str, Any] = {
+        head: dict[str, Any] = {
             "message_thread_id": thread,
             "reply_markup": _check_buttons(message),
             "reply_parameters": reply,
         }
-        try:
-            sent = await self._send_text(chat_id, message.text, kwargs)
-        except ChatMigrated as error:
-            log.warning("telegram %s: chat %s moved to %s", self.account, chat_id, error.new_chat_id)
-            sent = await self._send_text(error.new_chat_id, message.text, kwargs)
-        return str(sent.message_id)
+        rest: dict[str, Any] = {"message_thread_id": thread}
+        caption = _caption(message, batches)
+        sent: Message | None = None
+        if caption is None and (message.text.strip() or not (batches or message.poll)):
+            sent = await self._send_text(chat_id, message.text, head)
+            head = rest
+        for batch in batches:
+            sent = await self._send_files(chat_id, batch, caption or "", head)
+            head, caption = rest, None
+        if message.poll is not None:
+            sent = await self.bot.send_poll(chat_id, message.poll.question, message.poll.options, **head)
+        if sent is None:
+            raise AssertionError("nothing was sent")  # not reached: a message has a text, files or a poll
+        return sent
 
     async def _send_text(self, chat_id: int | str, text: str, kwargs: dict[str, Any]) -> Message:
+        async def attempt(body: str | None, mode: str | None) -> Message:
+            return await self.bot.send_message(chat_id, body or "", parse_mode=mode, **kwargs)
+
+        return await self._html_or_plain(attempt, text)
+
+    async def _send_files(
+        self, chat_id: int | str, batch: list[_Upload], caption: str, head: dict[str, Any]
+    ) -> Message:
+        """One file by its own method, or an album (its caption is its first file's); returns the last message.
+        Each file is streamed from disk by the transport, opened anew for each attempt."""
+        if len(batch) == 1:
+            upload = batch[0]
+            send = self._senders()[upload.method]
+
+            async def one(text: str | None, mode: str | None) -> Message:
+                with open(upload.file.path, "rb") as handle:
+                    return await send(chat_id, _input_file(handle, upload), caption=text, parse_mode=mode, **head)
+
+            return await self._html_or_plain(one, caption)
+        album_kwargs = {key: value for key, value in head.items() if key != "reply_markup"}
+
+        async def album(text: str | None, mode: str | None) -> Message:
+            with contextlib.ExitStack() as files:
+                handles = [files.enter_context(open(upload.file.path, "rb")) for upload in batch]
+                media = [
+                    _input_media(upload, handle, *((text, mode) if index == 0 else (None, None)))
+                    for index, (upload, handle) in enumerate(zip(batch, handles, strict=True))
+                ]
+                sent = await self.bot.send_media_group(chat_id, media, **album_kwargs)
+            return sent[-1]
+
+        return await self._html_or_plain(album, caption)
+
+    def _senders(self) -> dict[UploadAs, Callable[..., Awaitable[Message]]]:
+        bot = self.bot
+        return {
+            "photo": bot.send_photo,
+            "voice": bot.send_voice,
+            "audio": bot.send_audio,
+            "video": bot.send_video,
+            "document": bot.send_document,
+        }
+
+    async def _html_or_plain(self, send: Callable[[str | None, str | None], Awaitable[_T]], text: str) -> _T:
+        """`send(text, parse_mode)` with the text as Telegram HTML, or as plain text when Telegram cannot parse the
+        HTML; `send(None, None)` when there is no text."""
+        if not text:
+            return await send(None, None)
         try:
-            return await self.bot.send_message(chat_id, markdown_to_html(text), parse_mode=ParseMode.HTML, **kwargs)
+            return await send(markdown_to_html(text), ParseMode.HTML)
         except BadRequest as error:
             if not _entity_error(error):
                 raise
             log.info("telegram %s: Telegram could not parse the HTML (%s); sending plain text", self.account, error)
-            return await self.bot.send_message(chat_id, text, **kwargs)
+            return await send(text, None)
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
         """Replace a message's text (and buttons); an edit that changes nothing is not an error."""
@@ -575,19 +853,14 @@ class TelegramAdapter:
         text = message.text
         if len(text) > CAPABILITIES.max_text_length:  # a streaming preview: the final send chunks properly
             text = text[: CAPABILITIES.max_text_length - 1] + "…"
+
+        async def attempt(body: str | None, mode: str | None) -> None:
+            await self.bot.edit_message_text(
+                body or "", chat_id=chat_id, message_id=int(message_id), parse_mode=mode, reply_markup=markup
+            )
+
         try:
-            try:
-                await self.bot.edit_message_text(
-                    markdown_to_html(text),
-                    chat_id=chat_id,
-                    message_id=int(message_id),
-                    parse_mode=ParseMode.HTML,
-                    reply_markup=markup,
-                )
-            except BadRequest as error:
-                if not _entity_error(error):
-                    raise
-                await self.bot.edit_message_text(text, chat_id=chat_id, message_id=int(message_id), reply_markup=markup)
+            await self._html_or_plain(attempt, text)
         except BadRequest as error:
             if "message is not modified" not in error.message.lower():
                 raise
@@ -605,29 +878,111 @@ class TelegramAdapter:
         chat_id, thread = chat_and_thread(target)
         await self.bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
 
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """A forum topic named `name` in the target's supergroup (Telegram starts a topic on its own, not from a
+        message: `message_id` is not used); its message_thread_id is the thread id, as in `chat_and_thread`."""
+        chat_id, _ = chat_and_thread(target)
+        try:
+            topic = await self.bot.create_forum_topic(chat_id, name[:MAX_TOPIC_NAME] or "Topic")
+        except TelegramError as error:
+            raise ChannelError(f"telegram: could not create the topic: {error.message}") from None
+        return str(topic.message_thread_id)
+
+    # --- files that came with messages --------------------------------------------------------------------------
+
+    async def download(self, attachment: Attachment) -> AsyncGenerator[bytes, None]:
+        """The file's bytes from the Bot API's file server (getFile, then its file URL), in 64 KiB chunks."""
+        url = await self._file_url(attachment.ref)
+        try:
+            async for chunk in self._request.stream(url):
+                yield chunk
+        except TelegramError as error:  # the transport's errors never hold the token-bearing URL
+            raise ChannelError(f"telegram: could not download the file: {error.message}") from None
+
+    async def _file_url(self, file_id: str) -> str:
+        """Where the file server serves the file; ChannelError when Telegram will not give it (over 20 MB)."""
+        try:
+            found = await self.bot.get_file(file_id)
+        except BadRequest as error:
+            if "file is too big" in error.message.lower():
+                raise ChannelError(
+                    f"telegram: the file is larger than the {MAX_DOWNLOAD_BYTES // (1024 * 1024)} MB that Telegram's "
+                    "Bot API lets a bot download"
+                ) from None
+            raise ChannelError(f"telegram: Telegram will not give the file: {error.message}") from None
+        except TelegramError as error:
+            raise ChannelError(f"telegram: could not look the file up: {error.message}") from None
+        if not found.file_path:
+            raise ChannelError("telegram: Telegram gave no path for the file")
+        # PTB makes the path a URL under base_file_url, unless the path names a file on this machine
+        root = self.bot.base_file_url
+        return found.file_path if found.file_path.startswith(root) else f"{root}/{found.file_path.lstrip('/')}"
+
+
+# Message fields holding one file, with the kind each is and the type Telegram omits for it. An animation comes with
+# a `document` copy of itself (for old clients): it is looked at first, and the copy is not a second file.
+_FILE_FIELDS: tuple[tuple[str, AttachmentKind, str | None], ...] = (
+    ("animation", "video", "video/mp4"),
+    ("voice", "voice", "audio/ogg"),
+    ("audio", "audio", None),
+    ("video", "video", "video/mp4"),
+    ("video_note", "video", "video/mp4"),
+    ("document", "document", None),
+)
+
 
 def _attachments(message: Message) -> list[Attachment]:
-    found: list[Attachment] = []
-    if message.photo:
-        largest = message.photo[-1]
-        found.append(Attachment(kind="image", size=largest.file_size, mime_type="image/jpeg"))
-    kinds: tuple[tuple[Any, Literal["file", "audio", "video"]], ...] = (
-        (message.document, "file"),
-        (message.audio, "audio"),
-        (message.voice, "audio"),
-        (message.video, "video"),
-    )
-    for item, kind in kinds:
+    """The file a message carries (Telegram's messages carry one; an album is several messages)."""
+    if message.photo:  # the sizes Telegram made of one photo: the largest is the photo
+        largest = max(message.photo, key=lambda size: (size.width * size.height, size.file_size or 0))
+        return [Attachment(kind="image", ref=largest.file_id, mime_type="image/jpeg", size=largest.file_size)]
+    if message.sticker is not None:
+        return [_sticker(message.sticker)]
+    for field, kind, usual_type in _FILE_FIELDS:
+        item = getattr(message, field)
         if item is not None:
-            found.append(
+            return [
                 Attachment(
                     kind=kind,
+                    ref=item.file_id,
                     name=getattr(item, "file_name", None),
-                    mime_type=getattr(item, "mime_type", None),
+                    mime_type=getattr(item, "mime_type", None) or usual_type,
                     size=item.file_size,
+                    duration=_seconds(item, "duration"),
                 )
-            )
-    return found
+            ]
+    return []
+
+
+def _sticker(sticker: Sticker) -> Attachment:
+    """A sticker: a WebP image, a WebM video, or an animated (Lottie) `.tgs` sticker."""
+    if sticker.is_animated:
+        mime = "application/x-tgsticker"
+    elif sticker.is_video:
+        mime = "video/webm"
+    else:
+        mime = "image/webp"
+    return Attachment(kind="sticker", ref=sticker.file_id, mime_type=mime, size=sticker.file_size)
+
+
+def _merged(parts: list[InboundMessage]) -> InboundMessage:
+    """An album's parts as one message: the first part's ids, the caption there is as its text (any other part's
+    caption on that part's file), and every file in order."""
+    if len(parts) == 1:
+        return parts[0]
+    captioned = next((part for part in parts if part.text), parts[0])
+    files = [
+        file.model_copy(update={"caption": part.text}) if part.text and part is not captioned else file
+        for part in parts
+        for file in part.attachments
+    ]
+    update = {
+        "text": captioned.text,
+        "attachments": files,
+        "was_mentioned": any(part.was_mentioned for part in parts),
+        "reply_to_bot": any(part.reply_to_bot for part in parts),
+    }
+    return parts[0].model_copy(update=update)
 
 
 __all__ = ["CAPABILITIES", "TelegramAccount", "TelegramAdapter", "TelegramRateLimiter", "TelegramSendError"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +78,18 @@ async def launch_bot(
             sys.executable, "-m", "bot", "run", *args, "--config", str(path),
             stdout=asyncio.subprocess.DEVNULL, stderr=log, env=env,
         )  # fmt: skip
+
+    def up() -> bool:
+        log_text = log_path.read_text(errors="replace")
+        if process.returncode is not None:  # it will never start: say why now, not after WAIT
+            raise AssertionError(f"bot run exited ({process.returncode}) before {started!r}:\n{log_text}")
+        return started in log_text
+
     try:
-        await eventually(lambda: started in log_path.read_text(errors="replace"), f"the log line {started!r}")
+        await eventually(up, f"the log line {started!r}")
     except BaseException:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):  # it may have exited since
+            process.kill()
         await process.wait()
         raise
     return process
@@ -123,3 +133,48 @@ def settled(state_dir: Path) -> bool:
     unfinished = read_state(state_dir, "SELECT count(*) FROM inbound WHERE status IN ('pending', 'running')")
     unsent = read_state(state_dir, "SELECT count(*) FROM outbox WHERE status = 'pending'")
     return bool(unfinished[0][0] == unsent[0][0] == 0)
+
+
+# --- what the model was sent, and where the files went ---------------------------------------------------------------
+
+
+def user_parts(llm: FakeLLM, request: int = -1) -> list[dict[str, Any]]:
+    """The content parts of the last user message of an OpenAI-style request (a plain string is one text part)."""
+    content = [m for m in llm.requests[request].body["messages"] if m["role"] == "user"][-1]["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def user_text(llm: FakeLLM, request: int = -1) -> str:
+    """The text of that message, without its envelopes."""
+    return unstamped("\n".join(part["text"] for part in user_parts(llm, request) if part["type"] == "text"))
+
+
+def user_images(llm: FakeLLM, request: int = -1) -> list[bytes]:
+    """The images in that message, decoded from their data URLs."""
+    urls = [part["image_url"]["url"] for part in user_parts(llm, request) if part["type"] == "image_url"]
+    return [base64.b64decode(url.split(",", 1)[1]) for url in urls]
+
+
+def tool_result(llm: FakeLLM, request: int) -> dict[str, Any]:
+    """The JSON of the last tool result a request showed the model (without notes after it)."""
+    [message] = [m for m in llm.requests[request].body["messages"] if m["role"] == "tool"][-1:]
+    content = message["content"]
+    text = content if isinstance(content, str) else "".join(part["text"] for part in content)
+    found: dict[str, Any] = json.JSONDecoder().raw_decode(text[text.index("{") :])[0]
+    return found
+
+
+async def finished(state: Path) -> None:
+    """Wait until the bot has nothing left to do."""
+    await eventually(lambda: settled(state), "the bot to have nothing left to do")
+
+
+def inbox_of(state: Path) -> str:
+    """`inbox/<YYYY-MM-DD>`: the day (in UTC) the bot's journal received its one message."""
+    [(received,)] = read_state(state, "SELECT received FROM inbound")
+    return f"inbox/{datetime.fromtimestamp(received, UTC):%Y-%m-%d}"
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by its path relative to it."""
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}

@@ -53,3 +53,8 @@ async def test_the_transcript_benchmark_measures_what_a_run_loads(tmp_path: Path
     path = await bench["transcript_of"](tmp_path, 600)
     assert len(bench["compactions"](600)) >= 2
     await bench["measure"](path, 600)  # checks what the reads return before timing them
+
+
+async def test_the_media_benchmark_runs() -> None:
+    idle, peak, _ = await load("media.py")["measure"](2, 1)
+    assert 0 < idle <= peak

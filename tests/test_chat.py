@@ -204,7 +204,20 @@ async def test_bot_prompt_prints_the_system_prompt_and_tool_schemas(tmp_path: Pa
     assert "## SOUL.md\nSpeak like a lighthouse keeper." in out
     assert "anthropic schemas" in out
     assert '"name": "session_status"' in out
+    assert "# images: named only, not shown (the default for its name" in out  # "model-a" is no vision family
     assert fake_llm.requests == []
+
+
+async def test_bot_prompt_and_bot_chat_say_when_a_model_is_shown_images(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    config = write_config(tmp_path, fake_llm, "openai", providers={"fake": {
+        "kind": "openai", "base_url": fake_llm.openai_base_url, "models": {"model-a": {"input": ["text", "image"]}},
+    }})  # fmt: skip
+    code, out, err = await bot("prompt", "--config", str(config))
+    assert code == 0, err
+    assert "# images: shown to the model (its input setting)" in out
+    code, _, err = await bot("chat", "--config", str(config), stdin="/exit\n")
+    assert code == 0, err
+    assert "fake/model-a is shown images (its input setting)" in err
 
 
 async def test_new_starts_a_fresh_conversation_and_keeps_the_old_transcript(tmp_path: Path, fake_llm: FakeLLM) -> None:

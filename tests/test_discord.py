@@ -4,11 +4,14 @@ then end to end through a real Gateway with the fake LLM and a SQLite store."""
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import discord
 import pytest
 from fakes.discord import (
@@ -27,10 +30,27 @@ from bot.config import parse_config
 from bot.delivery import Delivery
 from bot.gateway import Gateway
 from bot.store import SqliteStore
-from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
+from channels.base import (
+    ActionEvent,
+    Attachment,
+    Button,
+    ChatTarget,
+    InboundMessage,
+    OutboundFile,
+    OutboundMessage,
+    Poll,
+)
 from channels.chunking import chunk_text
-from channels.discord import DiscordAccount, DiscordAdapter, DiscordStartError
+from channels.discord import (
+    CAPABILITIES,
+    DOWNLOAD_CHUNK,
+    DiscordAccount,
+    DiscordAdapter,
+    DiscordStartError,
+    cdn_url_allowed,
+)
 from routing import Peer
+from routing.errors import ChannelError
 
 
 class Inbox:
@@ -89,6 +109,9 @@ async def test_start_logs_in_identifies_with_the_intents_and_knows_its_name(
     assert fake_discord.identifies[0]["token"] == fake_discord.token
     assert adapter.capabilities.max_text_length == 2000
     assert adapter.capabilities.markup == "discord-markdown"
+    assert adapter.capabilities.files and adapter.capabilities.polls and adapter.capabilities.threads
+    assert adapter.capabilities.max_upload_bytes == 10 * 1024 * 1024  # a bot in DMs and unboosted guilds
+    assert adapter.capabilities.max_caption_length == 2000
 
 
 async def test_a_bad_token_fails_start_with_a_clear_error(fake_discord: FakeDiscord) -> None:
@@ -383,6 +406,316 @@ async def test_a_dropped_connection_is_resumed(
     assert fake_discord.resumes[0]["session_id"] == "session-1"
     await fake_discord.dm("after the resume")
     assert (await inbox.message()).text == "after the resume"
+
+
+# --- files, polls and threads -----------------------------------------------------------------------------------
+
+
+def some_bytes(size: int, seed: int = 15) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+async def fetched(adapter: DiscordAdapter, attachment: Attachment) -> list[bytes]:
+    """The chunks `download` yields, consumed the way the core does."""
+    async with aclosing(adapter.download(attachment)) as chunks:
+        return [chunk async for chunk in chunks]
+
+
+def a_file(folder: Path, name: str, data: bytes) -> OutboundFile:
+    path = folder / name
+    path.write_bytes(data)
+    return OutboundFile(path=str(path), name=name)
+
+
+def a_large_file(folder: Path, name: str, size: int) -> OutboundFile:
+    """A file of `size` bytes (sparse: nothing written but its length)."""
+    path = folder / name
+    with path.open("wb") as handle:
+        handle.truncate(size)
+    return OutboundFile(path=str(path), name=name)
+
+
+async def test_attachments_of_every_kind_come_as_one_message_even_without_text(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    _, inbox = started
+    files = [
+        fake_discord.attachment(b"png", "cat.png", "image/png"),
+        fake_discord.attachment(b"mp3", "song.mp3", "audio/mpeg"),
+        fake_discord.attachment(b"mp4", "clip.mp4", "video/mp4"),
+        fake_discord.attachment(b"%PDF", "report.pdf", "application/pdf"),
+        fake_discord.attachment(b"???", "mystery.bin"),  # Discord sends no content type for what it cannot tell
+    ]
+    await fake_discord.message_with_files(files, channel_id=CHANNEL_ID)
+    message = await inbox.message()
+    assert message.text == ""
+    assert [(a.kind, a.name, a.mime_type, a.size) for a in message.attachments] == [
+        ("image", "cat.png", "image/png", 3),
+        ("audio", "song.mp3", "audio/mpeg", 3),
+        ("video", "clip.mp4", "video/mp4", 3),
+        ("document", "report.pdf", "application/pdf", 4),
+        ("document", "mystery.bin", None, 3),
+    ]
+    assert [a.ref for a in message.attachments] == [item["url"] for item in files]
+
+
+async def test_a_voice_message_is_a_voice_note_with_its_duration(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    recording = fake_discord.attachment(b"OggS voice", "voice-message.ogg", "audio/ogg", duration=3.5)
+    await fake_discord.message_with_files([recording], voice=True)
+    message = await inbox.message()
+    assert message.peer == Peer("direct", fake_discord.alice.id)
+    [voice] = message.attachments
+    assert (voice.kind, voice.duration, voice.mime_type) == ("voice", 3.5, "audio/ogg")
+    assert b"".join(await fetched(adapter, voice)) == b"OggS voice"
+
+
+async def test_a_download_streams_a_multi_mib_file_in_chunks_without_the_token(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    data = some_bytes(5 * 1024 * 1024 + 123)
+    await fake_discord.message_with_files([fake_discord.attachment(data, "big.bin", "application/zip")], "take it")
+    [attachment] = (await inbox.message()).attachments
+    chunks = await fetched(adapter, attachment)
+    assert b"".join(chunks) == data
+    assert len(chunks) > 1 and max(map(len, chunks)) <= DOWNLOAD_CHUNK
+    [download] = fake_discord.downloads
+    assert download.status == 200
+    assert "Authorization" not in download.headers  # the CDN never sees the bot token
+
+
+async def test_a_failed_download_is_a_channel_error_that_names_no_token(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    gone = Attachment(kind="image", ref=f"{fake_discord.root}/attachments/1/2/gone.png?ex=1", name="gone.png")
+    with pytest.raises(ChannelError, match=r"gone\.png.*HTTP 404") as caught:
+        await fetched(adapter, gone)
+    assert fake_discord.token not in str(caught.value)
+    assert [request.status for request in fake_discord.downloads] == [404]
+
+
+async def test_a_ref_off_discords_cdn_is_never_fetched(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    port = int(fake_discord.root.rsplit(":", 1)[1])
+    for ref in (
+        "http://169.254.169.254/latest/meta-data/",
+        "https://cdn.discordapp.com.evil.example/attachments/1/2/x.png",
+        f"http://127.0.0.1:{port + 1}/attachments/1/2/x.png",  # the fake's host, another port
+        f"https://127.0.0.1:{port}/attachments/1/2/x.png",  # the fake's host and port, another scheme
+        "file:///etc/passwd",
+        "/attachments/1/2/x.png",
+    ):
+        with pytest.raises(ChannelError, match="not on Discord's CDN"):
+            await fetched(adapter, Attachment(ref=ref, name="x.png"))
+    assert fake_discord.downloads == []
+
+
+def test_only_discords_cdn_over_https_and_the_configured_server_are_allowed() -> None:
+    assert cdn_url_allowed("https://cdn.discordapp.com/attachments/1/2/a.png?ex=1&hm=2", None)
+    assert cdn_url_allowed("https://media.discordapp.net/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed("http://cdn.discordapp.com/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed("https://cdn.discordapp.com:8443/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed("https://someone@cdn.discordapp.com/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed("https://discord.com/api/v10/users/@me", None)
+    assert not cdn_url_allowed("http://127.0.0.1:8080/attachments/1/2/a.png", None)
+    assert cdn_url_allowed("http://127.0.0.1:8080/attachments/1/2/a.png", "http://127.0.0.1:8080")
+
+
+async def test_files_go_up_as_multipart_with_the_text_as_caption(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+    tmp_path: Path,
+) -> None:
+    adapter, _ = started
+    big = some_bytes(3 * 1024 * 1024 + 7)
+    media = [a_file(tmp_path, "chart.png", big), a_file(tmp_path, "notes.txt", b"hello\n")]
+    earlier = await adapter.send(channel_target(), OutboundMessage(text="the question"))
+    assert earlier is not None
+    message_id = await adapter.send(
+        channel_target(), OutboundMessage(text="Here you are", media=media, reply_to=earlier)
+    )
+    [post] = fake_discord.posts()[1:]
+    assert post.body["content"] == "Here you are"
+    assert str(post.body["message_reference"]["message_id"]) == earlier
+    assert [(f.field, f.filename, f.data) for f in post.files] == [
+        ("files[0]", "chart.png", big),
+        ("files[1]", "notes.txt", b"hello\n"),
+    ]
+    assert {f.content_type for f in post.files} == {"application/octet-stream"}  # discord.py sends no file types
+    assert message_id is not None
+    shown = fake_discord.messages[message_id]["attachments"]
+    assert [(a["filename"], a["size"], a["content_type"]) for a in shown] == [
+        ("chart.png", len(big), "image/png"),
+        ("notes.txt", 6, "text/plain"),
+    ]
+
+
+async def test_more_than_ten_files_take_several_messages_with_the_caption_on_the_first(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+    tmp_path: Path,
+) -> None:
+    adapter, _ = started
+    media = [a_file(tmp_path, f"page-{n:02}.txt", f"page {n}".encode()) for n in range(12)]
+    last = await adapter.send(channel_target(), OutboundMessage(text="All pages", media=media))
+    posts = fake_discord.posts()
+    assert [len(post.files) for post in posts] == [10, 2]
+    assert [post.body.get("content") for post in posts] == ["All pages", None]
+    assert [upload.data for upload in fake_discord.uploads()] == [f"page {n}".encode() for n in range(12)]
+    assert last == list(fake_discord.messages)[-1]
+
+
+async def test_a_text_longer_than_a_caption_goes_first_on_its_own(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+    tmp_path: Path,
+) -> None:
+    adapter, _ = started
+    # Discord's captions are as long as its messages; a smaller limit shows what happens to longer text.
+    adapter.capabilities = CAPABILITIES.model_copy(update={"max_caption_length": 10})
+    buttons = [[Button(label="OK", value="ok:1")]]
+    text = "rather more than ten characters"
+    last = await adapter.send(
+        channel_target(),
+        OutboundMessage(text=text, media=[a_file(tmp_path, "a.txt", b"a")], buttons=buttons),
+    )
+    first, second = fake_discord.posts()
+    assert (first.body["content"], first.files, len(first.body["components"])) == (text, [], 1)
+    assert (second.body.get("content"), [f.data for f in second.files]) == (None, [b"a"])
+    assert not second.body.get("components")
+    assert last == list(fake_discord.messages)[-1]
+
+
+async def test_files_over_the_upload_limit_are_refused_before_anything_is_sent(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+    tmp_path: Path,
+) -> None:
+    adapter, _ = started
+    limit = adapter.capabilities.max_upload_bytes
+    media = [a_file(tmp_path, "small.txt", b"s"), a_large_file(tmp_path, "huge.bin", limit + 1)]
+    with pytest.raises(ChannelError, match=r"huge\.bin is 10485761 bytes"):
+        await adapter.send(channel_target(), OutboundMessage(text="two files", media=media))
+    missing = OutboundFile(path=str(tmp_path / "nowhere.txt"), name="nowhere.txt")
+    with pytest.raises(ChannelError, match=r"cannot upload nowhere\.txt"):
+        await adapter.send(channel_target(), OutboundMessage(text="", media=[missing]))
+    assert fake_discord.posts() == []
+
+
+async def test_the_fake_refuses_a_file_over_the_limit_as_discord_does(fake_discord: FakeDiscord) -> None:
+    # The adapter never sends one (above); this is what it spares itself: a 413 after the whole upload.
+    form = aiohttp.FormData(quote_fields=False)
+    form.add_field("payload_json", json.dumps({"content": "big"}))
+    form.add_field("files[0]", b"\0" * (10 * 1024 * 1024 + 1), filename="big.bin")
+    headers = {"Authorization": f"Bot {fake_discord.token}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{fake_discord.root}/api/v10/channels/{CHANNEL_ID}/messages", data=form, headers=headers
+        ) as answer,
+    ):
+        assert (answer.status, (await answer.json())["code"]) == (413, 40005)
+    assert fake_discord.messages == {}
+
+
+async def test_files_that_together_pass_the_limit_go_in_separate_messages(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+    tmp_path: Path,
+) -> None:
+    adapter, _ = started
+    six_mib = 6 * 1024 * 1024
+    media = [a_large_file(tmp_path, "one.bin", six_mib), a_large_file(tmp_path, "two.bin", six_mib)]
+    await adapter.send(channel_target(), OutboundMessage(text="", media=media))
+    assert [[(f.filename, len(f.data)) for f in post.files] for post in fake_discord.posts()] == [
+        [("one.bin", six_mib)],
+        [("two.bin", six_mib)],
+    ]
+
+
+async def test_a_poll_is_native_and_its_text_comes_first(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    poll = Poll(question="Lunch?", options=["Pizza", "Sushi", "Salad"])
+    poll_id = await adapter.send(channel_target(), OutboundMessage(text="Time to choose", poll=poll))
+    text_post, poll_post = fake_discord.posts()
+    assert text_post.body["content"] == "Time to choose" and "poll" not in text_post.body
+    sent = poll_post.body["poll"]
+    assert sent["question"] == {"text": "Lunch?"}
+    assert [answer["poll_media"]["text"] for answer in sent["answers"]] == ["Pizza", "Sushi", "Salad"]
+    assert (sent["duration"], sent["allow_multiselect"]) == (24, False)
+    assert poll_id is not None and fake_discord.messages[poll_id]["poll"]["question"] == {"text": "Lunch?"}
+
+    await adapter.send(channel_target(), OutboundMessage(text="", poll=Poll(question="Again?", options=["y", "n"])))
+    assert len(fake_discord.posts()) == 3  # no text: the poll alone
+    with pytest.raises(ChannelError, match="up to 10 answers"):
+        options = [f"option {n}" for n in range(11)]
+        await adapter.send(channel_target(), OutboundMessage(text="", poll=Poll(question="Too many?", options=options)))
+    assert len(fake_discord.posts()) == 3
+
+
+async def test_a_thread_in_a_channel_is_addressed_by_its_id_as_thread_id(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    thread_id = await adapter.create_thread(channel_target(), "  Release plan  ")
+    [call] = fake_discord.calls("POST", f"/channels/{CHANNEL_ID}/threads")
+    assert (call.body["name"], call.body["type"], call.status) == ("Release plan", 11, 201)
+    assert fake_discord.threads[thread_id]["parent_id"] == CHANNEL_ID
+
+    await adapter.send(channel_target().model_copy(update={"thread_id": thread_id}), OutboundMessage(text="step 1"))
+    assert fake_discord.texts(thread_id) == ["step 1"]
+    await fake_discord.guild_message("sounds good", channel_id=thread_id, mention=True)
+    reply = await inbox.message()
+    assert (reply.thread_id, reply.peer, reply.parent_peer) == (
+        thread_id,
+        Peer("channel", thread_id),
+        Peer("channel", CHANNEL_ID),
+    )
+
+
+async def test_a_thread_from_a_message_takes_the_messages_id(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, inbox = started
+    await fake_discord.guild_message("can we talk about the bug?", mention=True)
+    question = await inbox.message()
+    thread_id = await adapter.create_thread(question.target(), "The bug", question.message_id)
+    assert thread_id == question.message_id
+    assert fake_discord.calls("POST", f"/channels/{CHANNEL_ID}/messages/{question.message_id}/threads")
+    await adapter.send(question.target(), OutboundMessage(text="let's", thread_id=thread_id))
+    assert fake_discord.texts(thread_id) == ["let's"]
+
+
+async def test_no_threads_in_direct_messages_or_inside_threads(
+    fake_discord: FakeDiscord,
+    started: tuple[DiscordAdapter, Inbox],
+) -> None:
+    adapter, _ = started
+    dm = ChatTarget(channel="discord", peer=Peer("direct", fake_discord.alice.id))
+    with pytest.raises(ChannelError, match="direct messages have no threads"):
+        await adapter.create_thread(dm, "nope")
+    in_thread = ChatTarget(channel="discord", peer=Peer("channel", THREAD_ID), thread_id=THREAD_ID)
+    with pytest.raises(ChannelError, match="inside a thread"):
+        await adapter.create_thread(in_thread, "nope")
+    with pytest.raises(ChannelError, match="inside a thread"):  # the thread as peer alone, as discord.py knows it
+        await adapter.create_thread(channel_target(THREAD_ID), "nope")
+    assert fake_discord.calls("POST", "/threads") == []
 
 
 # --- end to end through the gateway -----------------------------------------------------------------------------

@@ -3,19 +3,22 @@ it may edit or delete), its calls to the gateway, what it records."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.web import PNG, FakeWeb
 from pydantic import ValidationError
 
 from agent.providers.base import SchemaDialect
 from bot.config import AgentConfig, MessageConfig
 from channels import discord, slack, telegram
-from channels.base import CONSOLE, Capabilities, ChatTarget, OutboundMessage
+from channels.base import CONSOLE, Capabilities, ChatTarget, OutboundMessage, Poll
 from routing import Peer
 from tools.base import CrossChat, RunInfo, ToolContext, ToolResult, invoke
 from tools.message import MAX_OWN_PER_SESSION, MAX_SENT_PER_SESSION, MessageTool, Sent, build_schema
 from tools.schema import normalize_schema, tool_schema
+from tools.web import WebFetch
 
 DIALECTS: tuple[SchemaDialect, ...] = ("openai", "anthropic", "gemini")
 SESSION = "agent:main:telegram:direct:1"
@@ -24,8 +27,13 @@ GROUP = ChatTarget(channel="telegram", account="default", peer=Peer("group", "-1
 GROUP_SESSION = "agent:main:telegram:group:-100"
 ONLY_HERE = "may only act in the chat it was started from"
 NOT_OURS = "works only on a message sent in this conversation"
-RICH_ACTIONS = ["send", "reply", "edit", "delete", "react", "thread-create"]
-RICH_PROPERTIES = {"action", "text", "to", "message_id", "buttons", "emoji", "thread_id", "thread_name"}
+# Telegram and Discord can do everything; Slack has no native polls.
+RICH_ACTIONS = ["send", "reply", "edit", "delete", "react", "thread-create", "poll"]
+RICH_PROPERTIES = {
+    "action", "text", "to", "message_id", "buttons", "emoji", "thread_id", "thread_name", "media",
+    "poll_question", "poll_options",
+}  # fmt: skip
+NO_POLLS = {"poll_question", "poll_options"}
 PLAIN_PROPERTIES = {"action", "text", "to", "message_id"}
 CHANNEL_CAPS = {
     "telegram": telegram.CAPABILITIES,
@@ -49,6 +57,7 @@ class RecordingMessenger:
         self.edited: list[tuple[ChatTarget, str, OutboundMessage]] = []
         self.deleted: list[tuple[ChatTarget, str]] = []
         self.reacted: list[tuple[ChatTarget, str, str]] = []
+        self.threads: list[tuple[ChatTarget, str, str | None]] = []
         self.cards: set[tuple[ChatTarget, str]] = set()  # where approval requests are shown
         self.card_questions: list[tuple[ChatTarget, str]] = []
         self.failure: Exception | None = None
@@ -82,13 +91,18 @@ class RecordingMessenger:
         self._maybe_fail()
         self.reacted.append((target, message_id, emoji))
 
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        self._maybe_fail()
+        self.threads.append((target, name, message_id))
+        return f"thread-{len(self.threads)}"
+
     async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
         self.card_questions.append((target, message_id))
         return (target.model_copy(update={"thread_id": None}), message_id) in self.cards
 
     def touched(self) -> bool:
         """Whether any call reached the platform."""
-        return bool(self.sent or self.edited or self.deleted or self.reacted)
+        return bool(self.sent or self.edited or self.deleted or self.reacted or self.threads)
 
 
 def run_info(caps: Capabilities = telegram.CAPABILITIES, **changes: Any) -> RunInfo:
@@ -145,6 +159,12 @@ def error_of(result: ToolResult) -> str:
     return message
 
 
+def payload_of(result: ToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.text
+    details: dict[str, Any] = result.details
+    return details
+
+
 def walk(node: Any) -> list[dict[str, Any]]:
     """Every dict in a schema tree."""
     if isinstance(node, dict):
@@ -168,9 +188,11 @@ def test_schema_of_a_rich_channel(tool: MessageTool, channel: str) -> None:
     schema = tool.json_schema(run_info(caps, channel=channel))
     assert schema["type"] == "object"
     assert schema["required"] == ["action"]
-    assert schema["properties"]["action"]["enum"] == RICH_ACTIONS
-    assert set(schema["properties"]) == RICH_PROPERTIES
+    polls = channel != "slack"
+    assert schema["properties"]["action"]["enum"] == (RICH_ACTIONS if polls else RICH_ACTIONS[:-1])
+    assert set(schema["properties"]) == (RICH_PROPERTIES if polls else RICH_PROPERTIES - NO_POLLS)
     assert str(caps.max_text_length) in schema["properties"]["text"]["description"]
+    assert f"at most {caps.max_upload_bytes // 1_000_000} MB" in schema["properties"]["media"]["description"]
     button = schema["properties"]["buttons"]["items"]["items"]
     assert button["type"] == "object"
     assert set(button["properties"]) == {"label", "value", "style"}
@@ -319,17 +341,25 @@ async def test_console_cannot_edit_delete_or_react(tool: MessageTool, messenger:
     assert not (messenger.edited or messenger.deleted or messenger.reacted)
 
 
-async def test_telegram_cannot_poll(tool: MessageTool) -> None:
-    error = error_of(await call(tool, {"action": "poll", "poll_question": "?", "poll_options": ["a", "b"]}))
+async def test_slack_cannot_poll(tool: MessageTool) -> None:
+    run = run_info(slack.CAPABILITIES, channel="slack")
+    error = error_of(await call(tool, {"action": "poll", "poll_question": "?", "poll_options": ["a", "b"]}, run))
     assert "send, reply, edit, delete, react, thread-create" in error
 
 
-async def test_thread_create_and_poll_are_not_implemented_yet(tool: MessageTool) -> None:
-    error = error_of(await call(tool, {"action": "thread-create", "thread_name": "plans"}))
-    assert "not supported by this channel yet" in error
+async def test_thread_create_starts_a_thread_and_says_its_id(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    result = payload_of(await call(tool, {"action": "thread-create", "thread_name": " plans ", "message_id": "9"}))
+    assert (result["thread_id"], messenger.threads) == ("thread-1", [(HERE, "plans", "9")])
+    assert "thread_name" in error_of(await call(tool, {"action": "thread-create"}))
+
+
+async def test_a_poll_is_sent_with_its_options_trimmed(tool: MessageTool, messenger: RecordingMessenger) -> None:
     polls = run_info(Capabilities(polls=True))
-    error = error_of(await call(tool, {"action": "poll", "poll_question": "?", "poll_options": ["a", "b"]}, polls))
-    assert "not supported by this channel yet" in error
+    await call(tool, {"action": "poll", "poll_question": "Lunch?", "poll_options": [" pizza", "sushi ", ""]}, polls)
+    [(_, message)] = messenger.sent
+    assert message.poll == Poll(question="Lunch?", options=["pizza", "sushi"])
+    one = {"action": "poll", "poll_question": "?", "poll_options": ["a"]}
+    assert "2 to 10 poll_options (got 1)" in error_of(await call(tool, one, polls))
 
 
 async def test_buttons_on_the_console(tool: MessageTool, messenger: RecordingMessenger) -> None:
@@ -771,3 +801,48 @@ def test_cross_chat_is_configured_per_agent() -> None:
         MessageConfig.model_validate({"cross_chat": "everyone"})
     with pytest.raises(ValidationError):
         MessageConfig.model_validate({"cross_chat": "all", "to": "x"})
+
+
+# --- files -----------------------------------------------------------------------------------------------------------
+
+UPLOADS = Capabilities(files=True, max_upload_bytes=10_000)
+
+
+async def test_files_from_the_workspace_are_sent_with_the_text_as_caption(
+    tool: MessageTool, messenger: RecordingMessenger, tmp_path: Path
+) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "chart.png").write_bytes(PNG)
+    (tmp_path / "note.ogg").write_bytes(b"OggS")
+    run = run_info(UPLOADS, workspace=str(tmp_path))
+    result = payload_of(
+        await call(tool, {"action": "send", "text": "Both.", "media": ["out/chart.png", "note.ogg"]}, run)
+    )
+    [(_, message)] = messenger.sent
+    assert [(file.name, file.kind, file.mime_type) for file in message.media] == [
+        ("chart.png", "image", "image/png"),
+        ("note.ogg", "voice", "audio/ogg"),
+    ]
+    assert message.text == "Both." and result["files"] == ["chart.png", "note.ogg"]
+
+
+async def test_a_file_from_a_url_is_downloaded_into_the_workspace_first(
+    messenger: RecordingMessenger, tmp_path: Path
+) -> None:
+    async with FakeWeb() as site:
+        tool = MessageTool(messenger, fetcher=WebFetch(allow_loopback_first_hop=True))
+        run = run_info(UPLOADS, workspace=str(tmp_path))
+        await call(tool, {"action": "send", "media": [site.url("/image")]}, run)
+        refused = error_of(await call(tool, {"action": "send", "media": [site.url("/redirect-private")]}, run))
+    [(_, message)] = messenger.sent
+    [file] = message.media
+    assert Path(file.path) == tmp_path / "downloads" / "image" and Path(file.path).read_bytes() == PNG
+    assert "refused" in refused and "10.0.0.1" in refused
+
+
+async def test_without_a_fetcher_or_uploads_no_file_goes_out(tool: MessageTool, messenger: RecordingMessenger) -> None:
+    run = run_info(UPLOADS, workspace="/nonexistent")
+    assert "cannot be fetched here" in error_of(await call(tool, {"action": "send", "media": ["https://x.org/a"]}, run))
+    no_files = run_info(Capabilities(), workspace="/nonexistent")
+    assert "cannot take files" in error_of(await call(tool, {"action": "send", "media": ["a.png"]}, no_files))
+    assert not messenger.touched()

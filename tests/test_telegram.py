@@ -36,16 +36,21 @@ from routing import Peer
 
 
 class Inbox:
-    """What the adapter delivered; `hold` makes on_message wait until released (to watch acknowledgement)."""
+    """What the adapter delivered; `hold` makes on_message wait until released (to watch acknowledgement), and
+    `failures` makes it raise that many times first (a gateway that could not record)."""
 
     def __init__(self) -> None:
         self.messages: list[InboundMessage] = []
         self.actions: list[ActionEvent] = []
         self.hold: asyncio.Event | None = None
         self.entered = asyncio.Event()
+        self.failures = 0
 
     async def on_message(self, message: InboundMessage) -> None:
         self.entered.set()
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("database is locked")
         if self.hold is not None:
             await self.hold.wait()
         self.messages.append(message)
@@ -71,9 +76,10 @@ async def tg() -> AsyncIterator[FakeTelegram]:
         yield server
 
 
-@pytest.fixture
-async def started(tg: FakeTelegram) -> AsyncIterator[tuple[TelegramAdapter, Inbox]]:
-    adapter = TelegramAdapter("default", settings(tg), commands=[("status", "agent, model, session")])
+@contextlib.asynccontextmanager
+async def running(tg: FakeTelegram, **options: Any) -> AsyncIterator[tuple[TelegramAdapter, Inbox]]:
+    """An adapter on the fake (built with `options`) delivering to a new Inbox; stopped at the end."""
+    adapter = TelegramAdapter("default", settings(tg), **options)
     inbox = Inbox()
     await adapter.start(inbox.on_message, inbox.on_action)
     try:
@@ -82,16 +88,17 @@ async def started(tg: FakeTelegram) -> AsyncIterator[tuple[TelegramAdapter, Inbo
         await adapter.stop()
 
 
+@pytest.fixture
+async def started(tg: FakeTelegram) -> AsyncIterator[tuple[TelegramAdapter, Inbox]]:
+    async with running(tg, commands=[("status", "agent, model, session")]) as started:
+        yield started
+
+
 @contextlib.asynccontextmanager
 async def started_with(tg: FakeTelegram, limiter: TelegramRateLimiter) -> AsyncIterator[TelegramAdapter]:
     """An adapter whose rate limiter the test made (on a fake clock)."""
-    adapter = TelegramAdapter("default", settings(tg), rate_limiter=limiter)
-    inbox = Inbox()
-    await adapter.start(inbox.on_message, inbox.on_action)
-    try:
+    async with running(tg, rate_limiter=limiter) as (adapter, _):
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 class LimiterOnAFakeClock(TelegramRateLimiter):
@@ -306,25 +313,12 @@ async def test_service_messages_are_skipped(tg: FakeTelegram, started: tuple[Tel
 
 
 async def test_an_update_the_gateway_could_not_record_is_delivered_again(tg: FakeTelegram) -> None:
-    adapter = TelegramAdapter("default", settings(tg))
-    inbox = Inbox()
-    failures = 1
-
-    async def flaky(message: InboundMessage) -> None:
-        nonlocal failures
-        if failures:
-            failures -= 1
-            raise RuntimeError("database is locked")
-        await inbox.on_message(message)
-
-    await adapter.start(flaky, inbox.on_action)
-    try:
+    async with running(tg) as (_, inbox):
+        inbox.failures = 1
         update = await tg.private_message("try again")
         assert (await inbox.message()).text == "try again"
         await tg.acknowledged(update)
         assert len(inbox.messages) == 1
-    finally:
-        await adapter.stop()
 
 
 async def test_chats_in_one_batch_are_recorded_side_by_side_each_in_order(tg: FakeTelegram) -> None:

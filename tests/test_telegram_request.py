@@ -1,16 +1,18 @@
-"""The Bot API transport on aiohttp, through python-telegram-bot's own Bot against a local server: forms, files,
-timeouts and network errors, and the token never in an error."""
+"""The Bot API transport on aiohttp, through python-telegram-bot's own Bot against a local server: forms, files
+(streamed from an open handle), streamed downloads, timeouts and network errors, and the token never in an error."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from fakes.llm import refusing_port
-from telegram import Bot
+from telegram import Bot, InputFile
 from telegram.error import NetworkError, TimedOut
 
 from channels.telegram_request import AiohttpRequest
@@ -23,6 +25,11 @@ class Recorder:
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
         self.answering = asyncio.Event()  # cleared: requests wait, unanswered, until it is set again
         self.answering.set()
+        self.files: dict[str, bytes] = {}  # served at /file/bot<token>/<path>
+
+    async def download(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["path"])
+        return web.Response(body=data) if data is not None else web.Response(status=404)
 
     async def handle(self, request: web.Request) -> web.Response:
         await self.answering.wait()
@@ -46,6 +53,7 @@ async def server() -> AsyncIterator[tuple[Recorder, str]]:
     recorder = Recorder()
     app = web.Application()
     app.router.add_post("/{tail:.*}", recorder.handle)
+    app.router.add_get("/file/bot{token}/{path:.+}", recorder.download)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -97,3 +105,42 @@ async def test_a_refused_connection_is_a_network_error_without_the_token() -> No
         await request.shutdown()
     assert "SECRET" not in str(caught.value) and TOKEN not in repr(caught.value)
     assert str(caught.value).strip()
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no traceback shows the URL
+
+
+async def test_a_file_handle_is_streamed_from_its_start_on_every_attempt(
+    server: tuple[Recorder, str], tmp_path: Path
+) -> None:
+    recorder, root = server
+    data = os.urandom(300_000)
+    (tmp_path / "big.bin").write_bytes(data)
+    with (tmp_path / "big.bin").open("rb") as handle:
+        upload = InputFile(handle, filename="big.bin", read_file_handle=False)
+        assert upload.input_file_content is handle  # PTB left the reading to the transport
+        async with bot(root) as client:
+            await client.send_document(1, upload)
+            await client.send_document(1, upload)  # as a retried call sends the same request data again
+        assert not handle.closed
+    sent = [fields for path, _, fields in recorder.requests if path.endswith("/sendDocument")]
+    assert [fields["document"] for fields in sent] == [data, data]
+
+
+async def test_a_download_streams_the_body_in_chunks_and_fails_without_the_token(
+    server: tuple[Recorder, str],
+) -> None:
+    recorder, root = server
+    recorder.files["docs/a.bin"] = data = os.urandom(200_000)
+    request = AiohttpRequest()
+    await request.initialize()
+    try:
+        chunks = [chunk async for chunk in request.stream(f"{root}/file/bot{TOKEN}/docs/a.bin", chunk_size=50_000)]
+        assert b"".join(chunks) == data and max(map(len, chunks)) <= 50_000
+        with pytest.raises(NetworkError, match="404") as missing:
+            _ = [chunk async for chunk in request.stream(f"{root}/file/bot{TOKEN}/docs/none.bin")]
+        with refusing_port() as port, pytest.raises(NetworkError) as refused:
+            _ = [chunk async for chunk in request.stream(f"http://127.0.0.1:{port}/file/bot{TOKEN}/docs/a.bin")]
+    finally:
+        await request.shutdown()
+    for error in (missing.value, refused.value):
+        assert "SECRET" not in str(error) and error.__cause__ is None
+        assert error.__context__ is None or error.__suppress_context__

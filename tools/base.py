@@ -7,9 +7,10 @@ import base64
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from channels.base import Capabilities, ChatTarget
 from tools.sandbox import SandboxSettings
@@ -25,11 +26,23 @@ class TextBlock(BaseModel):
 
 
 class ImageBlock(BaseModel):
-    """An image, base64-encoded, in a tool result or a message."""
+    """An image in a tool result or a message: base64 `data`, and where it was read from (`path`) when it is a file.
+    An image with a path is stored by reference (its data is left out of transcripts) and read again when a model
+    that can see is shown it (agent.images)."""
 
     type: Literal["image"] = "image"
-    data: str
+    data: str = ""
     mime_type: str
+    path: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _by_reference(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if self.path is not None:
+            dumped.pop("data", None)
+        else:
+            dumped.pop("path", None)
+        return dumped
 
 
 ContentBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
@@ -52,6 +65,30 @@ def json_result(payload: Any, *, is_error: bool = False) -> ToolResult:
     """A result whose content is `payload` as JSON text (and whose details are the payload itself)."""
     text = json.dumps(payload, ensure_ascii=False, indent=2, default=str)
     return ToolResult(content=[TextBlock(text=text)], details=payload, is_error=is_error)
+
+
+# Anthropic takes at most 5 MB per image (OpenAI 20 MB): a larger image is named, not shown (nothing is rescaled).
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# The image types every provider takes as image input, by file extension.
+IMAGE_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+
+
+def image_file(path: Path, mime_type: str) -> ImageBlock | None:
+    """The image file as a block a model can be shown (its data read, its path kept); None when it is gone or
+    larger than MAX_IMAGE_BYTES. Reads the file: call it off the event loop."""
+    try:
+        if path.stat().st_size > MAX_IMAGE_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return ImageBlock(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type, path=str(path))
 
 
 def image_result(data: bytes, mime_type: str, caption: str | None = None) -> ToolResult:

@@ -10,7 +10,7 @@ from tools.memory import memory_tools
 from tools.message import MessageTool, Messenger
 from tools.registry import ToolRegistry, ToolSetup
 from tools.session_status import SessionStatus
-from tools.web import web_tools
+from tools.web import WebFetch, web_tools
 
 
 class NoChats:
@@ -34,6 +34,9 @@ class NoChats:
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None:
         raise LookupError("no channel is running here")
 
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        raise LookupError("no channel is running here")
+
     async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
         return False  # nothing is shown anywhere here
 
@@ -48,7 +51,7 @@ def builtin_tools(setup: ToolSetup) -> list[Tool]:
     no channel runs, as `bot tools` does); `web_search` only with BRAVE_API_KEY in the environment."""
     tools: list[Tool] = [SessionStatus()]
     if setup.messenger is not None:
-        tools.append(MessageTool(setup.messenger))
+        tools.append(MessageTool(setup.messenger, fetcher=WebFetch()))
     processes = setup.processes
     tools += [ExecTool(setup.authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
     return tools

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import mimetypes
 from collections import OrderedDict, deque
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
+import httpx
 from pydantic import BaseModel, Field, field_validator
 
-from channels.base import Button, Capabilities, ChatTarget, OutboundMessage
+from channels.base import AttachmentKind, Button, Capabilities, ChatTarget, OutboundFile, OutboundMessage, Poll
 from routing import DEFAULT_ACCOUNT, Peer, normalize_account, normalize_channel
-from tools.base import RunInfo, Tool, ToolContext, ToolResult, error_result, json_result
+from routing.errors import ToolError
+from tools.base import IMAGE_TYPES, RunInfo, Tool, ToolContext, ToolResult, error_result, json_result
+from tools.fs import FsError, resolve_in_workspace
+from tools.web import WebFetch
 
 Action = Literal["send", "reply", "edit", "delete", "react", "thread-create", "poll"]
 ButtonStyle = Literal["primary", "secondary", "success", "danger"]
@@ -22,6 +29,8 @@ MAX_SENT_PER_SESSION = 50
 # 50,000 short strings (bench/soak.py: 200 per session kept RSS growing for 100,000 messages).
 MAX_OWN_PER_SESSION = 50
 MAX_SESSIONS = 1000
+MIN_POLL_OPTIONS, MAX_POLL_OPTIONS = 2, 10  # Telegram's and Discord's bounds
+DOWNLOADS = "downloads"  # where files the agent sends by URL are kept in its workspace
 
 # channel, account, chat and message id in one string (a thread does not change the message): small to keep
 MessageKey = str
@@ -48,6 +57,10 @@ class Messenger(Protocol):
     async def delete(self, target: ChatTarget, message_id: str) -> None: ...
 
     async def react(self, target: ChatTarget, message_id: str, emoji: str) -> None: ...
+
+    async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
+        """Start a thread in the chat (from `message_id` where the platform starts threads from a message); its id."""
+        ...
 
     async def is_approval_card(self, target: ChatTarget, message_id: str) -> bool:
         """Whether that message shows an approval request (which only the approvals module may edit or delete)."""
@@ -85,6 +98,7 @@ class MessageArgs(BaseModel):
     thread_name: str | None = None
     poll_question: str | None = None
     poll_options: list[str] | None = None
+    media: list[str] | None = None  # workspace-relative paths of files to send (send, reply)
 
 
 class Sent(BaseModel):
@@ -258,7 +272,18 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]], *, anywher
         properties["poll_options"] = {
             "type": "array",
             "items": {"type": "string"},
-            "description": "For poll: the answers people choose from.",
+            "description": f"For poll: the {MIN_POLL_OPTIONS} to {MAX_POLL_OPTIONS} answers people choose from.",
+        }
+    if caps.files:
+        properties["media"] = {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": (
+                "For send and reply: files to send, as paths relative to your workspace (e.g. 'reports/q3.pdf') "
+                f"or public http(s) URLs (downloaded into {DOWNLOADS}/ first), at most "
+                f"{caps.max_upload_bytes // 1_000_000} MB each here; images go as pictures, .ogg files as voice "
+                "notes, the rest as documents. `text`, if any, is their caption."
+            ),
         }
     return {"type": "object", "properties": properties, "required": ["action"], "additionalProperties": False}
 
@@ -272,9 +297,8 @@ class MessageTool(Tool):
     That record is in memory, the latest `MAX_OWN_PER_SESSION` per session and kept across the session's runs:
     after a restart the earlier messages can no longer be edited or deleted, which is the safe side.
 
-    `thread-create` and `poll` are in the parameter model, and appear in a channel's schema when its
-    capabilities claim threads or polls, but the `Messenger` protocol has no way to do either yet: the call
-    answers "not supported by this channel yet". A real implementation needs adapter support first.
+    Files (`media`) come from the run's workspace only, confined as the file tools confine paths, and go where
+    the channel can upload them (`Capabilities.files`), within its size limit.
     """
 
     name: ClassVar[str] = "message"
@@ -282,14 +306,18 @@ class MessageTool(Tool):
     group: ClassVar[str | None] = "group:messaging"
     description: ClassVar[str] = (
         "Send messages in chats: reply to a specific message, attach buttons, post to another chat where this "
-        "conversation may (only then is there a `to`), and (where the channel allows) edit or delete a message "
-        "sent in this conversation, react with an emoji. Your final answer reaches this chat on its own: use this "
-        "tool for what that cannot do, and do not send the same text twice."
+        "conversation may (only then is there a `to`), and (where the channel allows) send files from your "
+        "workspace, edit or delete a message sent in this conversation, react with an emoji, start a thread, "
+        "post a poll. Your final answer reaches this chat on its own: use this tool for what that cannot do, and "
+        "do not send the same text twice."
     )
     parameters: ClassVar[type[BaseModel]] = MessageArgs
 
-    def __init__(self, messenger: Messenger) -> None:
+    def __init__(self, messenger: Messenger, fetcher: WebFetch | None = None) -> None:
+        """`fetcher` downloads the http(s) URLs given in `media` (vetted as `web_fetch` vets them); without one,
+        only files in the workspace can be sent."""
         self.messenger = messenger
+        self.fetcher = fetcher
         self._sent: OrderedDict[str, deque[Sent]] = OrderedDict()
         self._own: OrderedDict[str, deque[MessageKey]] = OrderedDict()
         self._turn_sends: dict[str, int] = {}  # session key -> sends its current turn made
@@ -380,10 +408,16 @@ class MessageTool(Tool):
             return f"{where} has no buttons"
         if args.thread_id and not caps.threads:
             return f"{where} has no threads"
-        if args.action in ("thread-create", "poll"):
-            return f"{args.action} is not supported by this channel yet"
-        if args.action in ("send", "reply", "edit") and not (args.text and args.text.strip()):
-            return f"{args.action} needs text"
+        if args.media and not caps.files:
+            return f"{where} cannot take files"
+        if args.media and args.action not in ("send", "reply"):
+            return "media goes with send or reply"
+        if args.action == "thread-create" and not (args.thread_name and args.thread_name.strip()):
+            return "thread-create needs thread_name"
+        if args.action == "poll" and (problem := _poll_problem(args)) is not None:
+            return problem
+        if args.action in ("send", "reply", "edit") and not (args.text and args.text.strip()) and not args.media:
+            return f"{args.action} needs text" + (" or media" if caps.files and args.action != "edit" else "")
         if args.text is not None and len(args.text) > caps.max_text_length:
             return (
                 f"text is {len(args.text)} characters; {target.channel} allows at most {caps.max_text_length} "
@@ -441,7 +475,12 @@ class MessageTool(Tool):
             if reply_to is None:
                 return self._error("reply needs message_id: this run is not answering a message there")
         try:
-            message_id = await self._perform(args, target, reply_to, run)
+            paths = [await self._local(item, run, caps) for item in args.media or []]
+            media = await asyncio.to_thread(outbound_files, paths, run, caps)
+        except (FsError, ValueError, ToolError) as error:
+            return self._error(str(error))
+        try:
+            message_id = await self._perform(args, target, reply_to, run, media)
         except Exception as error:  # the platform refused: the model reads why, the run goes on
             return self._error(f"{args.action} failed: {str(error) or type(error).__name__}")
         if args.action in ("send", "reply", "edit") and args.text is not None:
@@ -456,9 +495,25 @@ class MessageTool(Tool):
             "message_id": message_id,
             "to": format_target(target),
         }
-        if target.thread_id is not None:
+        if args.action == "thread-create":
+            payload["thread_id"] = payload.pop("message_id")  # where the next sends go: `thread_id`
+        elif target.thread_id is not None:
             payload["thread_id"] = target.thread_id
+        if media:
+            payload["files"] = [file.name for file in media]
         return json_result(payload)
+
+    async def _local(self, item: str, run: RunInfo, caps: Capabilities) -> str:
+        """A `media` entry as a path in the workspace: an http(s) URL is downloaded into DOWNLOADS first."""
+        if not item.strip().lower().startswith(("http://", "https://")):
+            return item
+        if self.fetcher is None or run.workspace is None:
+            raise ValueError(f"{item} cannot be fetched here: send a file from your workspace")
+        try:
+            path = await self.fetcher.save(item, Path(run.workspace), DOWNLOADS, caps.max_upload_bytes)
+        except httpx.HTTPError as error:
+            raise ValueError(f"could not fetch {item}: {str(error) or type(error).__name__}") from None
+        return str(path)
 
     def _send_key(self, run: RunInfo) -> str | None:
         """The key of this run's next send: its turn and how many sends the turn made before, which is the same
@@ -467,16 +522,26 @@ class MessageTool(Tool):
         self._turn_sends[run.session_key] = count
         return f"message:{run.turn}:{count}" if run.turn is not None else None
 
-    async def _perform(self, args: MessageArgs, target: ChatTarget, reply_to: str | None, run: RunInfo) -> str | None:
-        """Do the (checked) action; the message id it concerns."""
+    async def _perform(
+        self, args: MessageArgs, target: ChatTarget, reply_to: str | None, run: RunInfo, media: list[OutboundFile]
+    ) -> str | None:
+        """Do the (checked) action; the message (or for thread-create the thread) id it concerns."""
         buttons = [
             [Button(label=spec.label, value=spec.value, style=spec.style) for spec in row] for row in args.buttons or []
         ]
-        if args.action in ("send", "reply"):
+        if args.action in ("send", "reply", "poll"):
+            poll = _poll(args) if args.action == "poll" else None
             message = OutboundMessage(
-                text=args.text or "", buttons=buttons, reply_to=reply_to, thread_id=target.thread_id
+                text=args.text or "",
+                buttons=buttons,
+                reply_to=reply_to,
+                thread_id=target.thread_id,
+                media=media,
+                poll=poll,
             )
             return await self.messenger.send(target, message, key=self._send_key(run))
+        if args.action == "thread-create":
+            return await self.messenger.create_thread(target, (args.thread_name or "").strip(), args.message_id)
         message_id = args.message_id or ""
         if args.action == "edit":
             message = OutboundMessage(text=args.text or "", buttons=buttons, thread_id=target.thread_id)
@@ -486,6 +551,57 @@ class MessageTool(Tool):
         elif args.action == "react":
             await self.messenger.react(target, message_id, (args.emoji or "").strip())
         return message_id
+
+
+def _poll_options(args: MessageArgs) -> list[str]:
+    return [option.strip() for option in args.poll_options or [] if option.strip()]
+
+
+def _poll(args: MessageArgs) -> Poll:
+    """The checked call's poll (`_poll_problem` said nothing)."""
+    return Poll(question=(args.poll_question or "").strip(), options=_poll_options(args))
+
+
+def _poll_problem(args: MessageArgs) -> str | None:
+    options = _poll_options(args)
+    if not (args.poll_question and args.poll_question.strip()):
+        return "poll needs poll_question"
+    if not MIN_POLL_OPTIONS <= len(options) <= MAX_POLL_OPTIONS:
+        return f"poll needs {MIN_POLL_OPTIONS} to {MAX_POLL_OPTIONS} poll_options (got {len(options)})"
+    return None
+
+
+def outbound_files(paths: list[str], run: RunInfo, caps: Capabilities) -> list[OutboundFile]:
+    """The files `paths` name in the run's workspace, ready to upload; FsError (a path outside the workspace, a
+    missing file or a folder) or ValueError (too large for the channel) says which is wrong. Touches the disk."""
+    if not paths:
+        return []
+    if run.workspace is None:
+        raise ValueError("this run has no workspace to send files from")
+    files = []
+    for given in paths:
+        path = resolve_in_workspace(Path(run.workspace), given)
+        if not path.is_file():
+            raise FsError(f"{given!r} is not a file in your workspace")
+        size = path.stat().st_size
+        if size > caps.max_upload_bytes:
+            raise ValueError(f"{given!r} is {size:,} bytes; this channel takes files up to {caps.max_upload_bytes:,}")
+        mime_type = mimetypes.guess_type(path.name)[0]
+        files.append(OutboundFile(path=str(path), name=path.name, kind=file_kind(mime_type), mime_type=mime_type))
+    return files
+
+
+def file_kind(mime_type: str | None) -> AttachmentKind:
+    """How a file is presented: a picture, a voice note (Ogg audio), audio, video, or a document."""
+    mime_type = (mime_type or "").lower()
+    if mime_type in IMAGE_TYPES.values():
+        return "image"
+    if mime_type in ("audio/ogg", "audio/opus"):
+        return "voice"
+    for kind in ("audio", "video"):
+        if mime_type.startswith(f"{kind}/"):
+            return kind
+    return "document"
 
 
 __all__ = ["ButtonSpec", "MessageArgs", "MessageTool", "Messenger", "Sent", "build_schema", "supported_actions"]

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import ipaddress
 import os
 import re
 import socket
 import ssl
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
+import aiofiles
 import httpcore
 import httpx
 from pydantic import BaseModel, Field
 
 from routing.errors import ToolError
 from tools.base import Tool, ToolContext, ToolResult, error_result, json_result
+from tools.fs import new_file, safe_file_name
 from tools.untrusted import wrap_untrusted
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -491,22 +495,28 @@ class WebFetch(Tool):
             return error_result(self.name, f"network error fetching {url}: {str(error) or type(error).__name__}")
 
     async def _fetch(self, url: httpx.URL, max_chars: int) -> ToolResult:
+        async with self._final(url) as response:
+            return await self._page(response, max_chars)
+
+    @contextlib.asynccontextmanager
+    async def _final(self, url: httpx.URL) -> AsyncIterator[httpx.Response]:
+        """The response at the end of `url`'s redirects (at most MAX_REDIRECTS), every hop's address vetted."""
         hops: list[str] = []
         while True:
             allow = not hops and self._allow_loopback_first_hop
-            try:
-                _check_url(url, allow_loopback=allow)
-                async with (
-                    self._client(allow_loopback=allow) as client,
-                    client.stream("GET", url) as response,
-                ):
-                    location = response.headers.get("location")
-                    if response.status_code not in _REDIRECTS or not location:
-                        return await self._page(response, max_chars)
-            except Refused as error:
-                if not hops:
-                    raise
-                raise Refused(f"{error} (redirected to {url} from {hops[-1]})") from None
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    _check_url(url, allow_loopback=allow)
+                    client = await stack.enter_async_context(self._client(allow_loopback=allow))
+                    response = await stack.enter_async_context(client.stream("GET", url))
+                except Refused as error:
+                    if not hops:
+                        raise
+                    raise Refused(f"{error} (redirected to {url} from {hops[-1]})") from None
+                location = response.headers.get("location")
+                if response.status_code not in _REDIRECTS or not location:
+                    yield response
+                    return
             if len(hops) >= MAX_REDIRECTS:
                 raise FetchError(f"too many redirects (more than {MAX_REDIRECTS}), the last one to {location}")
             hops.append(str(url))
@@ -514,6 +524,29 @@ class WebFetch(Tool):
                 url = url.join(location.strip())
             except (httpx.InvalidURL, ValueError) as error:
                 raise FetchError(f"the server redirected to an invalid URL {location!r}: {error}") from None
+
+    async def save(self, url: str, workspace: Path, folder: str, max_bytes: int) -> Path:
+        """Download `url` (vetted as `web_fetch` vets it) into a new file in the workspace's `folder`, streamed to
+        disk, named after the URL's last path segment; FetchError for an HTTP error or a file over `max_bytes`
+        (nothing is left behind)."""
+        parsed = httpx.URL(url.strip())
+        async with self._final(parsed) as response:
+            if response.status_code >= 400:
+                raise FetchError(f"HTTP {response.status_code} fetching {response.url}")
+            name = safe_file_name(parsed.path.rsplit("/", 1)[-1], "download")
+            path = await asyncio.to_thread(new_file, workspace, folder, name)
+            try:
+                written = 0
+                async with aiofiles.open(path, "wb") as out:
+                    async for chunk in response.aiter_bytes():
+                        written += len(chunk)
+                        if written > max_bytes:
+                            raise FetchError(f"{url} is larger than {max_bytes:,} bytes")
+                        await out.write(chunk)
+            except BaseException:
+                await asyncio.to_thread(path.unlink, True)
+                raise
+        return path
 
     async def _page(self, response: httpx.Response, max_chars: int) -> ToolResult:
         status = response.status_code

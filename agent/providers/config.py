@@ -15,6 +15,21 @@ if TYPE_CHECKING:
     from agent.providers.base import Provider
 
 _URL = re.compile(r"^https?://[^/\s]+", re.IGNORECASE)
+# Model families that take images, by name: OpenAI's GPT-4o, 4.1, 5 and o-series, Claude, Gemini, Llama 4 and the
+# open vision models (LLaVA, Qwen-VL, Pixtral, anything named "vision" or "-vl").
+_SEES = re.compile(
+    r"gpt-4o|gpt-4\.1|gpt-4-turbo|gpt-5|(^|/)o[134](-|$)|claude|gemini|llava|vision|[-_]vl\b|vl[-_:]|pixtral"
+    r"|llama-4|gemma-3|mistral-(small|medium)-3",
+    re.IGNORECASE,
+)
+
+
+def http_url(value: str) -> str:
+    """`value` as an endpoint's base URL (no trailing slash); ValueError unless it is http(s)."""
+    url = value.strip()
+    if not _URL.match(url):
+        raise ValueError("must be an http:// or https:// URL, e.g. https://openrouter.ai/api/v1")
+    return url.rstrip("/")
 
 
 def _lower(value: object) -> object:
@@ -48,6 +63,8 @@ class ModelOptions(BaseModel):
     max_tokens: int | None = Field(default=None, gt=0)
     # Reasoning effort (OpenAI `reasoning_effort`, Anthropic extended thinking); lowered when the model rejects it.
     thinking: Annotated[Literal["off", "low", "medium", "high"], BeforeValidator(_lower)] = "off"
+    # What the model takes in: [text] or [text, image]. Unset: guessed from the model's name (`sees_images`).
+    input: list[Annotated[Literal["text", "image"], BeforeValidator(_lower)]] | None = None
 
 
 class ProviderConfig(BaseModel):
@@ -72,10 +89,7 @@ class ProviderConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        url = value.strip()
-        if not _URL.match(url):
-            raise ValueError("must be an http:// or https:// URL, e.g. https://openrouter.ai/api/v1")
-        return url.rstrip("/")
+        return http_url(value)
 
     def keys(self) -> list[str]:
         """Every configured key, `api_key` first, without duplicates."""
@@ -143,3 +157,10 @@ def build_provider(
         known = ", ".join(sorted(plugins))
         raise LookupError(f"provider {name!r}: no plugin for kind {config.kind!r} (known: {known})")
     return plugin.create(name, config, client)
+
+
+def sees_images(model_id: str, options: ModelOptions) -> tuple[bool, str]:
+    """Whether the model is shown images, and why: its `input` setting, else a guess from its name."""
+    if options.input is not None:
+        return "image" in options.input, "its input setting"
+    return bool(_SEES.search(model_id)), "the default for its name (set input: [text, image] to change it)"

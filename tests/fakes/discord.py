@@ -9,6 +9,18 @@
 One guild is set up (`GUILD_ID`) with a text channel (`CHANNEL_ID`), a thread in it (`THREAD_ID`) and a role
 (`ROLE_ID`). Every request is recorded in `requests`; the bot's messages are in `messages`. `rate_limit(n)` makes
 the next n REST calls answer 429 the way Discord does (so discord.py waits and retries).
+
+Files: `attachment(data, name, type)` keeps bytes on the fake's CDN (`/attachments/...`, downloads recorded in
+`downloads`) and returns the attachment object for a message, which `message_with_files` posts:
+
+    photo = discord_server.attachment(png_bytes, "cat.png", "image/png")
+    await discord_server.message_with_files([photo], "look")                # a DM from alice; channel_id= for a guild
+    await discord_server.message_with_files([discord_server.attachment(ogg, "voice-message.ogg", "audio/ogg",
+                                                                       duration=3.5)], voice=True)
+
+What the bot uploads (multipart: `payload_json` + `files[n]`) is in `uploads()`, each file with its bytes; its
+messages carry the files as attachments on this CDN too. Polls come back on the message (`messages[id]["poll"]`);
+threads the bot starts (from a message, or in a channel) are in `threads` and announced with THREAD_CREATE.
 """
 
 from __future__ import annotations
@@ -17,12 +29,15 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+import mimetypes
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import pytest
-from aiohttp import WSMsgType, web
+from aiohttp import BodyPartReader, WSMsgType, hdrs, web
 from helpers import WAIT, eventually
 
 BOT_ID = "1100000000000000001"
@@ -35,6 +50,11 @@ ROLE_ID = "1500000000000000001"
 OTHER_ROLE_ID = "1500000000000000002"
 TIMESTAMP = "2025-01-01T00:00:00.000000+00:00"
 MAX_CONTENT = 2000
+MAX_THREAD_NAME = 100
+MAX_UPLOAD = 10 * 1024 * 1024  # a bot's limit per file in DMs and unboosted guilds
+DISCORD_EPOCH_MS = 1420070400000  # a snowflake's time counts from here
+VOICE_MESSAGE_FLAG = 8192
+GUILD_TEXT_CHANNELS = (CHANNEL_ID, OTHER_CHANNEL_ID)
 
 
 @dataclass(frozen=True)
@@ -54,13 +74,25 @@ class FakeUser:
         }
 
 
+@dataclass(frozen=True)
+class UploadedFile:
+    """One `files[n]` part of a multipart request, as it arrived."""
+
+    field: str
+    filename: str
+    content_type: str
+    data: bytes
+
+
 @dataclass
 class RecordedRequest:
     method: str
     path: str  # without the /api/v10 prefix
     query: dict[str, str]
-    body: Any
+    body: Any  # the JSON body (a multipart request's payload_json)
     status: int = 0
+    files: list[UploadedFile] = field(default_factory=list)  # a multipart request's files, in order
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +123,10 @@ class FakeDiscord:
         self.echo_own_messages = echo_own_messages  # the real gateway sends the bot's own messages back to it
         self.requests: list[RecordedRequest] = []
         self.messages: dict[str, dict[str, Any]] = {}  # every message the bot posted, by id (edits applied)
+        self.posted: dict[str, dict[str, Any]] = {}  # every message a test posted (dm, guild_message …), by id
+        self.threads: dict[str, dict[str, Any]] = {}  # threads the bot started, by id
+        self.cdn: dict[str, tuple[bytes, str]] = {}  # attachment path -> (bytes, content type)
+        self.downloads: list[RecordedRequest] = []  # GETs of attachment URLs
         self.deleted: list[str] = []
         self.reactions: list[tuple[str, str, str]] = []  # (channel id, message id, emoji)
         self.interaction_callbacks: list[tuple[str, dict[str, Any]]] = []  # (interaction id, body)
@@ -128,8 +164,9 @@ class FakeDiscord:
     # --- start and stop --------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=4 * MAX_UPLOAD)  # over the limit is Discord's 413, not aiohttp's
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{path:.*}", self._download)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -285,7 +322,7 @@ class FakeDiscord:
     # --- injecting messages ----------------------------------------------------------------------------------
 
     def _message(self, channel_id: str, author: FakeUser, content: str, **extra: Any) -> dict[str, Any]:
-        return {
+        message = {
             "id": str(next(self._ids)),
             "channel_id": channel_id,
             "author": author.payload(),
@@ -304,6 +341,9 @@ class FakeDiscord:
             "flags": 0,
             **extra,
         }
+        if author != self.bot:
+            self.posted[message["id"]] = message
+        return message
 
     def _reply_fields(self, reply_to: str | None, channel_id: str) -> dict[str, Any]:
         if reply_to is None:
@@ -350,6 +390,46 @@ class FakeDiscord:
         data = self._message(channel_id, user, text, **fields)
         await self.dispatch("MESSAGE_CREATE", data)
         return data
+
+    def attachment(
+        self, data: bytes, filename: str, content_type: str | None = None, *, duration: float | None = None
+    ) -> dict[str, Any]:
+        """Keep `data` on the fake CDN and return its attachment object for a message (`duration` makes it a voice
+        message's recording: duration_secs and a waveform, as Discord sends them). The name is percent-encoded in
+        the URL, as in Discord's links: a name such as `../../x` stays one segment of the path."""
+        attachment_id = str(next(self._ids))
+        path = f"{CHANNEL_ID}/{attachment_id}/{filename}"  # as the CDN route reads it back: decoded
+        self.cdn[path] = (data, content_type or "application/octet-stream")
+        url = f"{self.root}/attachments/{CHANNEL_ID}/{attachment_id}/{quote(filename, safe='')}"
+        found: dict[str, Any] = {
+            "id": attachment_id,
+            "filename": filename,
+            "size": len(data),
+            "url": url + "?ex=67890abc&is=67880abc&hm=0123abcd",  # the CDN signs its links
+            "proxy_url": url,
+        }
+        if content_type is not None:
+            found["content_type"] = content_type
+        if duration is not None:
+            found["duration_secs"] = duration
+            found["waveform"] = "AAAAAAAAAAAA"
+        return found
+
+    async def message_with_files(
+        self,
+        attachments: Sequence[dict[str, Any]],
+        text: str = "",
+        *,
+        channel_id: str | None = None,
+        voice: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """A message carrying `attachments` (from `attachment`): a DM unless `channel_id` names a guild channel or
+        thread; `voice` flags it a voice message. Other arguments as for `dm` / `guild_message`."""
+        extra: dict[str, Any] = {"attachments": list(attachments), "flags": VOICE_MESSAGE_FLAG if voice else 0}
+        if channel_id is None:
+            return await self.dm(text, **extra, **kwargs)
+        return await self.guild_message(text, channel_id=channel_id, **extra, **kwargs)
 
     async def thread_message(self, text: str, **kwargs: Any) -> dict[str, Any]:
         """A message in the guild's thread (`THREAD_ID`, whose parent is `CHANNEL_ID`)."""
@@ -407,25 +487,37 @@ class FakeDiscord:
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["path"]
-        body: Any = None
-        raw = await request.read()
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = raw.decode(errors="replace")
-        entry = RecordedRequest(request.method, path, dict(request.query), body)
-        echoes: list[dict[str, Any]] = []
-        response = self._answer(request.method, path, body, request, echoes)
+        if request.content_type == "multipart/form-data":
+            body, files = await _multipart(request)
+        else:
+            body, files = _parsed(await request.read()), []
+        entry = RecordedRequest(request.method, path, dict(request.query), body, files=files)
+        events: list[tuple[str, dict[str, Any]]] = []
+        response = self._answer(request.method, path, entry, request, events)
         entry.status = response.status
         self.requests.append(entry)  # in the same step as the change it made: a test sees both or neither
-        for message in echoes:  # the bot's own message, back over the gateway before the answer to its post
-            await self.dispatch("MESSAGE_CREATE", message)
+        for event, data in events:  # e.g. the bot's own message, back over the gateway before the answer to its post
+            await self.dispatch(event, data)
+        return response
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """The CDN: an attachment's bytes by path (the signing query is not checked), 404 when unknown."""
+        path = request.match_info["path"]
+        entry = RecordedRequest("GET", path, dict(request.query), None, headers=dict(request.headers))
+        stored = self.cdn.get(path)
+        response = (
+            web.Response(body=stored[0], headers={"Content-Type": stored[1]})
+            if stored is not None
+            else web.Response(status=404, text="This content is no longer available.")
+        )
+        entry.status = response.status
+        self.downloads.append(entry)
         return response
 
     def _answer(
-        self, method: str, path: str, body: Any, request: web.Request, echoes: list[dict[str, Any]]
+        self, method: str, path: str, entry: RecordedRequest, request: web.Request, events: list[tuple[str, Any]]
     ) -> web.StreamResponse:
+        body = entry.body
         if request.headers.get("Authorization") != f"Bot {self.token}" and not path.startswith("/interactions/"):
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
         if self._rate_limited > 0 and self._rate_limit_match(method, path):
@@ -447,7 +539,7 @@ class FakeDiscord:
             channel_id = self.dm_channel_id(recipient)
             return _json({"id": channel_id, "type": 1, "recipients": [recipient.payload()], "last_message_id": None})
         if parts[0] == "channels" and len(parts) >= 3:
-            return self._channel_call(method, parts, body, echoes)
+            return self._channel_call(method, parts, entry, events)
         if parts[0] == "interactions" and len(parts) == 4 and parts[3] == "callback":
             self.interaction_callbacks.append((parts[1], body))
             return _json({"interaction": {"id": parts[1], "type": 3}, "resource": {"type": body.get("type")}})
@@ -466,28 +558,22 @@ class FakeDiscord:
             "flags": 0,
         }
 
-    def _channel_call(self, method: str, parts: list[str], body: Any, echoes: list[dict[str, Any]]) -> web.Response:
+    def _channel_call(
+        self, method: str, parts: list[str], entry: RecordedRequest, events: list[tuple[str, Any]]
+    ) -> web.Response:
         channel_id = parts[1]
+        body = entry.body
         if parts[2] == "typing" and method == "POST":
             return web.Response(status=204)
+        if parts[2:] == ["threads"] and method == "POST":
+            return self._start_thread(channel_id, None, body, events)
         if parts[2] != "messages":
             return _json({"message": "404: Not Found", "code": 0}, 404)
         if len(parts) == 3 and method == "POST":
-            invalid = self._invalid(body)
-            if invalid is not None:
-                return invalid
-            message = self._message(channel_id, self.bot, body.get("content") or "")
-            message["components"] = self._components(body.get("components") or [])
-            if channel_id in (CHANNEL_ID, OTHER_CHANNEL_ID, THREAD_ID):
-                message["guild_id"] = GUILD_ID
-            if body.get("message_reference"):
-                message["type"] = 19
-                message["message_reference"] = body["message_reference"]
-            self.messages[message["id"]] = message
-            if self.echo_own_messages:
-                echoes.append(message)
-            return _json(message)
+            return self._create_message(channel_id, entry, events)
         message_id = parts[3] if len(parts) > 3 else ""
+        if len(parts) == 5 and parts[4] == "threads" and method == "POST":
+            return self._start_thread(channel_id, message_id, body, events)
         if message_id not in self.messages:
             return _json({"message": "Unknown Message", "code": 10008}, 404)
         if len(parts) == 4 and method == "PATCH":
@@ -508,6 +594,84 @@ class FakeDiscord:
             self.reactions.append((channel_id, message_id, parts[5]))
             return web.Response(status=204)
         return _json({"message": "404: Not Found", "code": 0}, 404)
+
+    def _in_guild(self, channel_id: str) -> bool:
+        return channel_id in (*GUILD_TEXT_CHANNELS, THREAD_ID) or channel_id in self.threads
+
+    def _create_message(self, channel_id: str, entry: RecordedRequest, events: list[tuple[str, Any]]) -> web.Response:
+        body = entry.body
+        invalid = self._invalid(body) or _refused(body, entry.files)
+        if invalid is not None:
+            return invalid
+        message = self._message(channel_id, self.bot, body.get("content") or "")
+        message["components"] = self._components(body.get("components") or [])
+        message["attachments"] = [self._stored(channel_id, upload) for upload in entry.files]
+        if body.get("poll"):
+            message["poll"] = _poll(body["poll"], message["id"])
+        if self._in_guild(channel_id):
+            message["guild_id"] = GUILD_ID
+        if body.get("message_reference"):
+            message["type"] = 19
+            message["message_reference"] = body["message_reference"]
+        self.messages[message["id"]] = message
+        if self.echo_own_messages:
+            events.append(("MESSAGE_CREATE", message))
+        return _json(message)
+
+    def _stored(self, channel_id: str, upload: UploadedFile) -> dict[str, Any]:
+        """An uploaded file as Discord keeps it: on the CDN, its content type guessed from its name."""
+        attachment_id = str(next(self._ids))
+        path = f"{channel_id}/{attachment_id}/{upload.filename}"
+        content_type = mimetypes.guess_type(upload.filename)[0] or "application/octet-stream"
+        self.cdn[path] = (upload.data, content_type)
+        url = f"{self.root}/attachments/{path}"
+        return {
+            "id": attachment_id,
+            "filename": upload.filename,
+            "size": len(upload.data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type,
+        }
+
+    def _start_thread(
+        self, channel_id: str, message_id: str | None, body: Any, events: list[tuple[str, Any]]
+    ) -> web.Response:
+        """POST /channels/{id}/threads, or /channels/{id}/messages/{mid}/threads (the thread takes the message's id)."""
+        if channel_id not in GUILD_TEXT_CHANNELS:
+            return _json({"message": "Cannot execute action on this channel type", "code": 50024}, 400)
+        name = body.get("name") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_THREAD_NAME:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if message_id is not None:
+            known = self.messages.get(message_id) or self.posted.get(message_id)
+            if known is None or known["channel_id"] != channel_id:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            if message_id in self.threads:
+                return _json({"message": "A thread has already been created for this message", "code": 160004}, 400)
+        thread_id = message_id or str(next(self._ids))
+        thread = {
+            "id": thread_id,
+            "type": body.get("type", 11) if message_id is None else 11,
+            "name": name,
+            "guild_id": GUILD_ID,
+            "parent_id": channel_id,
+            "owner_id": BOT_ID,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "flags": 0,
+            "last_message_id": None,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": body.get("auto_archive_duration") or 1440,
+                "archive_timestamp": TIMESTAMP,
+                "locked": False,
+            },
+        }
+        self.threads[thread_id] = thread
+        events.append(("THREAD_CREATE", {**thread, "newly_created": True}))
+        return _json(thread, 201)
 
     @staticmethod
     def _components(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -549,11 +713,69 @@ class FakeDiscord:
     def texts(self, channel_id: str | None = None) -> list[str]:
         return [r.body.get("content") or "" for r in self.posts(channel_id)]
 
+    def uploads(self, channel_id: str | None = None) -> list[UploadedFile]:
+        """Every file the bot uploaded with its messages (to one channel if given), in order."""
+        return [upload for request in self.posts(channel_id) for upload in request.files]
+
     async def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
         await eventually(condition, what, timeout)
 
     async def wait_for_posts(self, count: int, channel_id: str | None = None, timeout: float = WAIT) -> None:
         await eventually(lambda: len(self.posts(channel_id)) >= count, f"{count} posted messages", timeout)
+
+
+def _parsed(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
+async def _multipart(request: web.Request) -> tuple[Any, list[UploadedFile]]:
+    """A multipart/form-data body as Discord reads it: the JSON of `payload_json`, and the `files[n]` parts."""
+    body: Any = None
+    files: list[UploadedFile] = []
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            continue
+        data = await part.read()
+        if part.name == "payload_json":
+            body = _parsed(bytes(data))
+        elif part.name is not None and part.name.startswith("files["):
+            content_type = part.headers.get(hdrs.CONTENT_TYPE, "")
+            files.append(UploadedFile(part.name, part.filename or "", content_type, bytes(data)))
+    return body, files
+
+
+def _refused(body: Any, files: list[UploadedFile]) -> web.Response | None:
+    """Discord's answer to a message with nothing to show, or with a file over the upload limit."""
+    if any(len(upload.data) > MAX_UPLOAD for upload in files):
+        return _json({"message": "Request entity too large", "code": 40005}, 413)
+    if not isinstance(body, dict):
+        return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+    shown = ("content", "components", "embeds", "sticker_ids", "poll")
+    if files or any(body.get(key) for key in shown):
+        return None
+    return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+
+
+def _poll(sent: dict[str, Any], message_id: str) -> dict[str, Any]:
+    """A poll as a message carries it: the question and numbered answers, an expiry `duration` hours after the
+    message's snowflake time, no votes yet."""
+    created = datetime.fromtimestamp(((int(message_id) >> 22) + DISCORD_EPOCH_MS) / 1000, UTC)
+    expiry = created + timedelta(hours=sent.get("duration") or 24)
+    answers = [{"answer_id": number, **answer} for number, answer in enumerate(sent.get("answers") or [], 1)]
+    return {
+        "question": sent.get("question") or {},
+        "answers": answers,
+        "expiry": expiry.isoformat(),
+        "allow_multiselect": bool(sent.get("allow_multiselect")),
+        "layout_type": sent.get("layout_type") or 1,
+        "results": {"is_finalized": False, "answer_counts": []},
+    }
 
 
 @pytest.fixture

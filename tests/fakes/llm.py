@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from agent.providers.config import ProviderConfig
 
@@ -321,11 +321,26 @@ def _error_body(protocol: Protocol, status: int, reply: Reply, key: str) -> dict
     return {"type": "error", "error": error}
 
 
+@dataclass(frozen=True)
+class Transcription:
+    """An upload to `/v1/audio/transcriptions`: the model asked for, the file (name, type, bytes), the auth header."""
+
+    model: str
+    file_name: str
+    content_type: str
+    data: bytes
+    authorization: str | None
+
+
 class FakeLLM:
-    """The server. `async with FakeLLM() as llm:`, or `await start()` / `await stop()` (see the `fake_llm` fixture)."""
+    """The server. `async with FakeLLM() as llm:`, or `await start()` / `await stop()` (see the `fake_llm` fixture).
+    It also transcribes audio (`/v1/audio/transcriptions`, OpenAI's form): `transcribe_as` scripts the texts,
+    `transcriptions` records the uploads."""
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.transcriptions: list[Transcription] = []
+        self._transcripts: deque[str] = deque()
         self._replies: deque[Reply] = deque()
         self._stopping = asyncio.Event()
         self._releases = asyncio.Semaphore(0)
@@ -351,6 +366,10 @@ class FakeLLM:
         """Queue replies, one per coming request; a plain string is a text reply."""
         self._replies.extend(Reply.text(reply) if isinstance(reply, str) else reply for reply in replies)
 
+    def transcribe_as(self, *texts: str) -> None:
+        """Queue what the coming transcription requests are answered with, one text each."""
+        self._transcripts.extend(texts)
+
     def release(self) -> None:
         """Let one held reply write the rest: the one that has waited longest, or else the next to reach its hold."""
         self._releases.release()
@@ -362,6 +381,7 @@ class FakeLLM:
 
     async def start(self) -> FakeLLM:
         app = web.Application()
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -381,6 +401,24 @@ class FakeLLM:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        fields: dict[str, str] = {}
+        upload: tuple[str, str, bytes] | None = None
+        async for part in await request.multipart():
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.filename is not None:
+                upload = (part.filename, part.headers.get("Content-Type", ""), await part.read())
+            elif part.name is not None:
+                fields[part.name] = await part.text()
+        if upload is None or "model" not in fields:
+            return web.json_response({"error": {"message": "file and model are required"}}, status=400)
+        auth = request.headers.get("Authorization")
+        self.transcriptions.append(Transcription(fields["model"], *upload, authorization=auth))
+        if not self._transcripts:
+            return web.json_response({"error": {"message": "FakeLLM: no transcript scripted"}}, status=500)
+        return web.json_response({"text": self._transcripts.popleft()})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()

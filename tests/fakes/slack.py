@@ -1,5 +1,7 @@
-"""A fake Slack on 127.0.0.1: the Web API methods a bot uses (Bearer auth, `ok: false` errors, 429 + Retry-After) and
-a Socket Mode WebSocket that says hello, sends envelopes and records the acks. Helpers build the events Slack sends.
+"""A fake Slack on 127.0.0.1: the Web API methods a bot uses (Bearer auth, `ok: false` errors, 429 + Retry-After),
+a Socket Mode WebSocket that says hello, sends envelopes and records the acks, and files: url_private downloads
+(Bearer auth, the sign-in page without it) and the external upload flow (files.getUploadURLExternal, the POST of the
+bytes, files.completeUploadExternal, files.info). Helpers build the events Slack sends.
 
     async with FakeSlack() as slack:
         adapter = SlackAdapter("default", SlackAccount(bot_token=slack.bot_token, app_token=slack.app_token,
@@ -8,6 +10,10 @@ a Socket Mode WebSocket that says hello, sends envelopes and records the acks. H
         envelope = await slack.dm("hello")        # a message.im event, as an events_api envelope
         await slack.wait_for_ack(envelope)
         await slack.wait_for_calls("chat.postMessage", 1)
+
+        photo = slack.add_file(b"...png bytes...", "photo.png")      # served at photo["url_private"]
+        await slack.share_files([photo], text="look")                # a file_share message in the DM
+        (upload,) = await slack.wait_for_uploads(1)                  # what the bot uploaded: bytes, channel, comment
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import hashlib
 import hmac
 import itertools
 import json
+import mimetypes
+import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qsl, quote, urlencode
 
 import aiohttp
 import pytest
@@ -40,6 +48,10 @@ APP_ID = "A0APP001"
 USER_ID = "U0ANN001"
 MAX_TEXT = 40_000
 APP_METHODS = {"apps.connections.open"}  # called with the app-level token; every other method with the bot token
+CONVERSATION_ID = re.compile(
+    r"^[CGDZ][A-Z0-9]+$"
+)  # what files.completeUploadExternal takes as channel_id (no user ids)
+SIGN_IN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Fake Team</body></html>"
 
 
 @dataclass(frozen=True)
@@ -53,8 +65,52 @@ class ApiCall:
     ok: bool = False  # what the answer's `ok` said
 
 
+@dataclass
+class FakeFile:
+    """A file the fake serves at its url_private: one a test shares into a message (`add_file`) or one the bot
+    uploaded. `path` is where url_private points (a redirecting path for the redirect tests)."""
+
+    id: str
+    name: str
+    data: bytes
+    mimetype: str
+    path: str
+    user: str = USER_ID
+    title: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # more of the file object: subtype, duration_ms ...
+    shares: list[tuple[str, str, str | None]] = field(default_factory=list)  # (channel, message ts, thread ts)
+
+
+@dataclass
+class Upload:
+    """One file the bot uploaded: what files.getUploadURLExternal was told, what was POSTed to the upload URL, and
+    what files.completeUploadExternal shared (channel, thread, comment and the ts of the message)."""
+
+    file_id: str
+    filename: str
+    length: int
+    data: bytes | None = None  # the bytes received (a multipart upload's file part)
+    headers: dict[str, str] = field(default_factory=dict)  # of the POST, lowercased
+    multipart: bool = False
+    title: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+    initial_comment: str | None = None
+    ts: str | None = None
+
+
+@dataclass(frozen=True)
+class FileRequest:
+    """One GET of a file: the host:port it reached, the path and the Authorization header (None without one)."""
+
+    host: str
+    path: str
+    authorization: str | None
+
+
 class FakeSlack:
-    """The server; `async with FakeSlack() as slack:` or the `fake_slack` fixture."""
+    """The server; `async with FakeSlack() as slack:` or the `fake_slack` fixture. A second server (`other_url`)
+    stands for a host that is not Slack's, where redirected downloads land."""
 
     def __init__(self, *, bot_token: str = BOT_TOKEN, app_token: str = APP_TOKEN, team_id: str = TEAM_ID) -> None:
         self.bot_token = bot_token
@@ -65,6 +121,11 @@ class FakeSlack:
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> the message as posted
         self.reactions: list[tuple[str, str, str]] = []  # (channel, ts, name)
         self.connections = 0  # socket connections accepted so far
+        self.files: dict[str, FakeFile] = {}
+        self.uploads: list[Upload] = []
+        self.file_requests: list[FileRequest] = []
+        self.files_read = True  # the bot token has the files:read scope (without it, downloads get the sign-in page)
+        self.share_lag = 0  # files.info calls that still show a completed upload unshared (Slack shares late)
         self._rate_limited = 0
         self._retry_after = 0
         self._rate_limited_method: str | None = None
@@ -73,7 +134,9 @@ class FakeSlack:
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
+        self._other: web.AppRunner | None = None
         self._port = 0
+        self._other_port = 0
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -82,23 +145,35 @@ class FakeSlack:
         """The server root (what `api_base_url` takes; the Web API is under /api/)."""
         return f"http://127.0.0.1:{self._port}"
 
+    @property
+    def other_url(self) -> str:
+        """The root of the server that is not Slack (a different port: another origin)."""
+        return f"http://127.0.0.1:{self._other_port}"
+
     async def start(self) -> FakeSlack:
-        app = web.Application()
+        app = web.Application(client_max_size=2 * 1024**3)
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/socket", self._socket)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._port = self._runner.addresses[0][1]
+        app.router.add_get("/files-pri/{key}/{name}", self._file)
+        app.router.add_get("/files-pri/{key}/download/{name}", self._file)
+        app.router.add_get("/files-moved/{id}", self._moved)
+        app.router.add_get("/files-away/{id}", self._away)
+        app.router.add_get("/login", self._sign_in)
+        app.router.add_post("/upload/v1/{id}", self._upload)
+        other = web.Application()
+        other.router.add_get("/cdn/{id}", self._cdn)
+        self._runner, self._port = await _serve(app)
+        self._other, self._other_port = await _serve(other)
         return self
 
     async def stop(self) -> None:
         for socket in list(self._sockets):
             with contextlib.suppress(Exception):
                 await socket.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        for runner in (self._runner, self._other):
+            if runner is not None:
+                await runner.cleanup()
+        self._runner = self._other = None
 
     async def __aenter__(self) -> FakeSlack:
         return await self.start()
@@ -250,6 +325,212 @@ class FakeSlack:
             return {"ok": False, "error": "invalid_name"}
         self.reactions.append((found[0], found[1], str(body["name"])))
         return {"ok": True}
+
+    # --- files ----------------------------------------------------------------------------------------------------
+
+    def add_file(
+        self,
+        data: bytes,
+        name: str = "file.bin",
+        mimetype: str | None = None,
+        *,
+        user: str = USER_ID,
+        redirect: Literal["same", "other"] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """Hold a file and return its Slack file object (url_private served here), for `share_files`. `redirect`
+        makes url_private a redirect: to the real one (`same` host) or to `other_url` (served without a token).
+        `extra` adds to the object: `subtype="slack_audio"`, `duration_ms=...` for an audio clip."""
+        file_id = f"F0FILE{next(self._ids):04d}"
+        path = {"same": f"/files-moved/{file_id}", "other": f"/files-away/{file_id}"}.get(redirect or "", "")
+        mime = mimetype or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        held = FakeFile(file_id, name, data, mime, path or self._file_path(file_id, name), user, name, extra)
+        self.files[file_id] = held
+        return self._file_object(held)
+
+    async def share_files(
+        self,
+        files: list[dict[str, Any]],
+        text: str = "",
+        *,
+        channel: str | None = None,
+        user: str = USER_ID,
+        subtype: str | None = "file_share",
+        **extra: Any,
+    ) -> list[str]:
+        """A message carrying files as Slack sends it when someone uploads them (subtype file_share; None for a
+        plain message with files): in the DM with `user`, or in `channel`. Returns the envelope ids."""
+        extra |= {"files": files, "upload": True, "display_as_bot": False}
+        if subtype is not None:
+            extra["subtype"] = subtype
+        if channel is None:
+            return [await self.dm(text, user=user, **extra)]
+        return await self.channel_message(text, channel=channel, user=user, **extra)
+
+    @property
+    def shared_uploads(self) -> list[Upload]:
+        """The bot's uploads that files.completeUploadExternal shared, in order."""
+        return [upload for upload in self.uploads if upload.ts is not None]
+
+    async def wait_for_uploads(self, count: int, timeout: float = WAIT) -> list[Upload]:
+        await eventually(lambda: len(self.shared_uploads) >= count, f"{count} shared uploads", timeout)
+        return self.shared_uploads
+
+    def _file_path(self, file_id: str, name: str, *, download: bool = False) -> str:
+        """Where Slack keeps a file: /files-pri/<team>-<file id>/[download/]<name, lower case>."""
+        folder = f"/files-pri/{self.team_id}-{file_id}/" + ("download/" if download else "")
+        return folder + quote(name.lower().replace(" ", "_"), safe="")
+
+    def _file_object(self, held: FakeFile, *, shared: bool = True) -> dict[str, Any]:
+        """The file as Slack describes it (in events, files.info and completeUploadExternal's answer)."""
+        shares: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for channel, ts, thread_ts in held.shares if shared else []:
+            entry = {"reply_users": [], "reply_count": 0, "ts": ts, "channel_name": channel, "team_id": self.team_id}
+            entry |= {"share_user_id": held.user} | ({"thread_ts": thread_ts} if thread_ts else {})
+            scope = "public" if channel.startswith("C") else "private"
+            shares.setdefault(scope, {}).setdefault(channel, []).append(entry)
+        return {
+            "id": held.id,
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": held.name,
+            "title": held.title or held.name,
+            "mimetype": held.mimetype,
+            "filetype": held.name.rsplit(".", 1)[-1].lower() if "." in held.name else "binary",
+            "user": held.user,
+            "user_team": self.team_id,
+            "size": len(held.data),
+            "mode": "hosted",
+            "is_external": False,
+            "is_public": False,
+            "url_private": f"{self.url}{held.path}",
+            "url_private_download": self.url + self._file_path(held.id, held.name, download=True),
+            "permalink": f"https://fake.slack.test/files/{held.user}/{held.id}/{quote(held.name)}",
+            "file_access": "visible",
+            "shares": shares,
+            "channels": [channel for channel, _, _ in held.shares if channel.startswith("C")],
+            **held.extra,
+        }
+
+    def _record_file_request(self, request: web.Request) -> None:
+        self.file_requests.append(FileRequest(request.host, request.path, request.headers.get("Authorization")))
+
+    def _held(self, request: web.Request) -> FakeFile | None:
+        key = request.match_info.get("key", "")
+        file_id = key.split("-", 1)[1] if "-" in key else request.match_info.get("id", "")
+        return self.files.get(file_id)
+
+    @staticmethod
+    def _content(held: FakeFile, request: web.Request) -> web.Response:
+        headers = {"Content-Type": held.mimetype}
+        if "/download/" in request.path:
+            headers["Content-Disposition"] = f'attachment; filename="{quote(held.name)}"'
+        return web.Response(body=held.data, headers=headers)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        """url_private: the bytes for the bot token with files:read; Slack's sign-in page for anything else."""
+        self._record_file_request(request)
+        held = self._held(request)
+        if held is None:
+            return web.Response(status=404, text="file not found")
+        if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
+            raise web.HTTPFound(f"/login?redir={quote(request.path, safe='')}")
+        if not self.files_read:
+            return web.Response(text=SIGN_IN_PAGE, content_type="text/html")
+        return self._content(held, request)
+
+    async def _moved(self, request: web.Request) -> web.Response:
+        self._record_file_request(request)
+        held = self._held(request)
+        if held is None:
+            return web.Response(status=404, text="file not found")
+        raise web.HTTPFound(self._file_path(held.id, held.name))  # relative: the same host
+
+    async def _away(self, request: web.Request) -> web.Response:
+        self._record_file_request(request)
+        raise web.HTTPFound(f"{self.other_url}/cdn/{request.match_info['id']}")
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        """The other host: serves a file to anyone (a signed CDN link would), recording what it was sent."""
+        self._record_file_request(request)
+        held = self._held(request)
+        return web.Response(status=404, text="no such file") if held is None else self._content(held, request)
+
+    async def _sign_in(self, request: web.Request) -> web.Response:
+        self._record_file_request(request)
+        return web.Response(text=SIGN_IN_PAGE, content_type="text/html")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL files.getUploadURLExternal gave: takes the raw bytes, or a multipart form's file part."""
+        upload = self._upload_of(request.match_info["id"])
+        if upload is None:
+            return web.Response(status=404, text="unknown upload")
+        upload.headers = {name.lower(): value for name, value in request.headers.items()}
+        upload.multipart = request.content_type == "multipart/form-data"
+        upload.data = await (_file_part(request) if upload.multipart else request.read())
+        return web.Response(text=f"OK - {len(upload.data)}")
+
+    def _upload_of(self, file_id: str) -> Upload | None:
+        return next((upload for upload in self.uploads if upload.file_id == file_id), None)
+
+    def _m_files_getUploadURLExternal(self, body: dict[str, Any]) -> dict[str, Any]:
+        filename, length = str(body.get("filename") or ""), str(body.get("length") or "")
+        if not filename or not length.isdigit():
+            return {"ok": False, "error": "invalid_arguments"}
+        file_id = f"F0UPLD{next(self._ids):04d}"
+        self.uploads.append(Upload(file_id, filename, int(length)))
+        return {"ok": True, "upload_url": f"{self.url}/upload/v1/{file_id}", "file_id": file_id}
+
+    def _m_files_completeUploadExternal(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            listed = json.loads(str(body.get("files") or "[]"))
+        except ValueError:
+            return {"ok": False, "error": "invalid_arguments"}
+        uploads = [self._upload_of(str(item.get("id"))) for item in listed if isinstance(item, dict)]
+        if not uploads or any(upload is None or upload.data is None for upload in uploads):
+            return {"ok": False, "error": "file_not_found"}
+        channel = body.get("channel_id")
+        if channel is not None and not CONVERSATION_ID.match(str(channel)):
+            message = "[ERROR] input must match regex pattern: ^[CGDZ][A-Z0-9]{8,}$ [json-pointer:/channel_id]"
+            return {"ok": False, "error": "invalid_arguments", "response_metadata": {"messages": [message]}}
+        titles = {str(item.get("id")): item.get("title") for item in listed if isinstance(item, dict)}
+        key = self._share_message(body) if channel is not None else None
+        held = [self._complete(upload, titles, key, body) for upload in uploads if upload is not None]
+        return {"ok": True, "files": [self._file_object(item, shared=False) for item in held]}
+
+    def _complete(
+        self, upload: Upload, titles: dict[str, Any], key: tuple[str, str] | None, body: dict[str, Any]
+    ) -> FakeFile:
+        """Hold an uploaded file (downloadable like any other) and share it in the message `key`, if any."""
+        upload.title = str(titles.get(upload.file_id) or upload.filename)
+        mime = mimetypes.guess_type(upload.filename)[0] or "application/octet-stream"
+        path = self._file_path(upload.file_id, upload.filename)
+        held = FakeFile(upload.file_id, upload.filename, upload.data or b"", mime, path, BOT_USER_ID, upload.title)
+        self.files[held.id] = held
+        if key is not None:
+            upload.channel, upload.ts = key
+            upload.thread_ts, upload.initial_comment = body.get("thread_ts"), body.get("initial_comment")
+            held.shares.append((key[0], key[1], upload.thread_ts))
+            self.messages[key].setdefault("files", []).append(self._file_object(held, shared=False))
+        return held
+
+    def _share_message(self, body: dict[str, Any]) -> tuple[str, str]:
+        """The message that shares one completeUploadExternal call's files, with its comment: (channel, ts)."""
+        key = (str(body["channel_id"]), self._new_ts())
+        message = {"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID, "ts": key[1], "upload": True}
+        message["text"] = body.get("initial_comment") or ""
+        if body.get("thread_ts"):
+            message["thread_ts"] = body["thread_ts"]
+        self.messages[key] = message
+        return key
+
+    def _m_files_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        held = self.files.get(str(body.get("file", "")))
+        if held is None:
+            return {"ok": False, "error": "file_not_found"}
+        lagging = self.share_lag > 0
+        self.share_lag -= 1 if lagging else 0
+        return {"ok": True, "file": self._file_object(held, shared=not lagging)}
 
     # --- Socket Mode ----------------------------------------------------------------------------------------------
 
@@ -427,6 +708,23 @@ class FakeSlack:
             ],
         }
         return await self.send_envelope("interactive", payload)
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, int]:
+    """Run an app on 127.0.0.1 on a free port."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, int(runner.addresses[0][1])
+
+
+async def _file_part(request: web.Request) -> bytes:
+    """The bytes of a multipart form's file part (`file`, or the first part with a filename)."""
+    reader = await request.multipart()
+    async for part in reader:
+        if isinstance(part, aiohttp.BodyPartReader) and (part.name == "file" or part.filename):
+            return bytes(await part.read())
+    return b""
 
 
 def dm_channel(user: str) -> str:

@@ -5,10 +5,20 @@
         update = await tg.private_message("hi")  # queue an update for getUpdates
         await tg.wait_sent(tg.user_id, 1)        # sendMessage texts land in tg.sent[chat_id]
 
-Calls are `POST /bot<token>/<method>` with form-urlencoded (strings raw, everything else JSON), JSON or empty bodies.
-getUpdates is held open up to `timeout` seconds; updates below the offset are dropped as confirmed. Limits and errors
-are Telegram's: 4,096 characters after entity parsing, HTML checked like Telegram checks it, identical edits refused,
-and `fail_next(method, times, retry_after)` answers 429 with `parameters.retry_after`.
+Calls are `POST /bot<token>/<method>` with form-urlencoded (strings raw, everything else JSON), JSON, multipart (with
+files) or empty bodies. getUpdates is held open up to `timeout` seconds; updates below the offset are dropped as
+confirmed. Limits and errors are Telegram's: 4,096 characters after entity parsing (1,024 in a caption), HTML checked
+like Telegram checks it, identical edits refused, and `fail_next(method, times, retry_after)` answers 429 with
+`parameters.retry_after`.
+
+Files, both ways:
+
+        update = await tg.media_message("photo", jpeg_bytes, caption="look")   # also document, voice, audio, video,
+        await tg.media_group([("photo", a, "two"), ("photo", b, "")])           # video_note, animation, sticker
+        # the bot downloads with getFile and GET /file/bot<token>/<file_path> (20 MB at most, as Telegram)
+        uploads = await tg.wait_uploads(1)   # what sendPhoto/Voice/Audio/Video/Document/MediaGroup received
+
+sendPoll and createForumTopic (in a forum: `tg.forum_chat()`) answer as Telegram does.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import contextlib
 import html
 import itertools
 import json
+import os
 import re
 import time
 from collections import defaultdict
@@ -34,6 +45,10 @@ TOKEN = "123456:TEST-token"
 BOT_ID = 123456
 BOT_USERNAME = "switchboard_test_bot"
 MAX_TEXT = 4096
+MAX_CAPTION = 1024
+MAX_DOWNLOAD = 20 * 1024 * 1024  # getFile refuses larger files ("file is too big")
+MAX_UPLOAD = 50 * 1024 * 1024  # a larger uploaded file is refused (413)
+MAX_POLL_OPTIONS = 12
 _JSON_FIELDS = {
     "reply_markup",
     "reply_parameters",
@@ -43,6 +58,9 @@ _JSON_FIELDS = {
     "reaction",
     "link_preview_options",
     "scope",
+    "media",
+    "options",
+    "caption_entities",
 }
 _INT_FIELDS = {"chat_id", "message_id", "message_thread_id", "offset", "limit", "timeout"}
 _ALLOWED_TAGS = {
@@ -69,6 +87,19 @@ _ENTITY = re.compile(r"&(#\d+|#x[0-9a-fA-F]+|lt|gt|amp|quot);")
 
 class EntityError(ValueError):
     pass
+
+
+# kind -> (file server folder, the type Telegram gives it unless told another, the file extension)
+_MEDIA: dict[str, tuple[str, str | None, str]] = {
+    "photo": ("photos", None, ".jpg"),
+    "document": ("documents", "application/octet-stream", ""),
+    "voice": ("voice", "audio/ogg", ".oga"),
+    "audio": ("music", "audio/mpeg", ".mp3"),
+    "video": ("videos", "video/mp4", ".mp4"),
+    "video_note": ("video_notes", None, ".mp4"),
+    "animation": ("animations", "video/mp4", ".mp4"),
+    "sticker": ("stickers", "image/webp", ".webp"),
+}
 
 
 def parse_html(text: str) -> str:
@@ -124,11 +155,47 @@ class Call:
 class StoredMessage:
     chat_id: int
     message_id: int
-    text: str  # as sent (HTML source when parse_mode is HTML)
+    text: str  # as sent (HTML source when parse_mode is HTML); a file's or album's caption
     visible: str
     parse_mode: str | None
     reply_markup: Any
     thread_id: int | None
+    media: dict[str, Any] | None = None  # what the message carries besides text: {"photo": [...]}, {"poll": {...}}
+
+
+@dataclass
+class FilePart:
+    """A file field of a multipart request, as the server received it."""
+
+    filename: str | None
+    content_type: str
+    data: bytes
+
+
+@dataclass
+class StoredFile:
+    """A file the server holds: its id, where the file server serves it, and its bytes."""
+
+    file_id: str
+    unique_id: str
+    path: str
+    data: bytes
+
+
+@dataclass
+class Upload:
+    """A file the bot sent: by which method, as which kind of media, into which chat, with what caption."""
+
+    method: str  # sendPhoto, sendVoice, sendAudio, sendVideo, sendDocument, sendMediaGroup
+    kind: str  # photo, voice, audio, video, document
+    chat_id: int
+    filename: str | None
+    content_type: str
+    data: bytes
+    caption: str | None  # as sent (HTML source when parse_mode is HTML)
+    message_id: int
+    thread_id: int | None = None
+    media_group_id: str | None = None
 
 
 class FakeTelegram:
@@ -147,10 +214,16 @@ class FakeTelegram:
         self.messages: dict[tuple[int, int], StoredMessage] = {}
         self.answered: list[str] = []  # callback query ids answered
         self.chats: dict[int, dict[str, Any]] = {}
+        self.files: dict[str, StoredFile] = {}  # file_id -> file
+        self.served: dict[str, StoredFile] = {}  # file server path -> file (a path expires: `expire_file`)
+        self.downloads: list[str] = []  # file server paths the bot fetched
+        self.uploads: list[Upload] = []
+        self.topics: dict[tuple[int, int], str] = {}  # (chat id, message_thread_id) -> name
         self._failures: dict[str, list[int]] = defaultdict(list)  # method -> retry_after for each next call
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(5000)
         self._query_ids = itertools.count(1)
+        self._file_ids = itertools.count(1)
         self._new_updates = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -201,6 +274,10 @@ class FakeTelegram:
         await self.wait_for(lambda: len(self.calls(method)) >= count, f"{count} calls of {method}")
         return self.calls(method)
 
+    async def wait_uploads(self, count: int) -> list[Upload]:
+        await self.wait_for(lambda: len(self.uploads) >= count, f"{count} files uploaded")
+        return self.uploads
+
     async def acknowledged(self, update: dict[str, Any]) -> None:
         """Wait until a getUpdates asked for an offset past `update` (the bot confirmed it)."""
         await self.wait_for(
@@ -214,10 +291,14 @@ class FakeTelegram:
 
     async def raw_update(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue any update as is (give it an update_id unless it has one or it is meant to lack one)."""
-        async with self._new_updates:
-            self.updates.append(update)
-            self._new_updates.notify_all()
+        await self._queue([update])
         return update
+
+    async def _queue(self, updates: list[dict[str, Any]]) -> None:
+        """Queue updates at once: a getUpdates answered meanwhile has all of them or none."""
+        async with self._new_updates:
+            self.updates.extend(updates)
+            self._new_updates.notify_all()
 
     async def redeliver(self, update: dict[str, Any]) -> dict[str, Any]:
         """The same update's content delivered again under a new update_id (as after a lost confirmation)."""
@@ -344,6 +425,97 @@ class FakeTelegram:
         }
         return await self.raw_update({"update_id": next(self._update_ids), "callback_query": query})
 
+    # --- files ----------------------------------------------------------------------------------------------------
+
+    def add_file(self, data: bytes, folder: str = "documents", extension: str = "") -> StoredFile:
+        """Hold `data` as a file the bot may fetch (getFile, then the file server at `folder/file_N<extension>`)."""
+        number = next(self._file_ids)
+        stored = StoredFile(f"FILE-{number}-{'x' * 20}", f"U{number}", f"{folder}/file_{number}{extension}", data)
+        self.files[stored.file_id] = stored
+        self.served[stored.path] = stored
+        return stored
+
+    def expire_file(self, file_id: str) -> None:
+        """The file server forgets the file's path (Telegram's download links last an hour); getFile still works."""
+        self.served.pop(self.files[file_id].path, None)
+
+    def forum_chat(self, chat_id: int | None = None) -> int:
+        """A supergroup with topics the bot is in (createForumTopic works there)."""
+        chat_id = chat_id or self.group_id
+        self.chats[chat_id] = {"id": chat_id, "type": "supergroup", "title": "Forum", "is_forum": True}
+        return chat_id
+
+    def _media_field(self, kind: str, stored: StoredFile, name: str | None, mime: str | None, duration: int) -> Any:
+        """The object a message carries for a file of `kind`, as the Bot API describes it."""
+        size = {"file_id": stored.file_id, "file_unique_id": stored.unique_id, "file_size": len(stored.data)}
+        if kind == "photo":  # Telegram makes smaller sizes of a photo; the largest comes last
+            thumb = self.add_file(stored.data[:100], "photos", ".jpg")
+            small = {"file_id": thumb.file_id, "file_unique_id": thumb.unique_id, "file_size": len(thumb.data)}
+            return [small | {"width": 90, "height": 68}, size | {"width": 1280, "height": 960}]
+        if kind == "sticker":
+            animated, video = mime == "application/x-tgsticker", mime == "video/webm"
+            return size | {"type": "regular", "width": 512, "height": 512, "is_animated": animated, "is_video": video}
+        if kind == "video_note":
+            return size | {"length": 240, "duration": duration}
+        item = size | {"mime_type": mime} | ({"file_name": name} if name else {})
+        if kind in ("voice", "audio", "video", "animation"):
+            item["duration"] = duration
+        if kind in ("video", "animation"):
+            item.update(width=640, height=480)
+        return item
+
+    def media_update(
+        self,
+        kind: str,
+        data: bytes,
+        *,
+        caption: str = "",
+        name: str | None = None,
+        mime_type: str | None = None,
+        duration: int = 3,
+        chat_id: int | None = None,
+        user_id: int | None = None,
+        media_group_id: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """An update (not queued) of a message carrying a file of `kind` with these bytes: in a DM from `user_id`, or
+        in the supergroup `chat_id`; `media_group_id` makes it a part of an album."""
+        folder, usual_type, extension = _MEDIA[kind]
+        mime = mime_type or usual_type
+        stored = self.add_file(data, folder, os.path.splitext(name or "")[1] or extension)
+        media: dict[str, Any] = {kind: self._media_field(kind, stored, name, mime, duration)}
+        if kind == "animation":  # Telegram adds a document copy of an animation, for older clients
+            media["document"] = {key: value for key, value in media[kind].items() if key not in ("width", "height")}
+        if caption:
+            media["caption"] = caption
+        if media_group_id:
+            media["media_group_id"] = media_group_id
+        sender = self._user(user_id or self.user_id, "Ann")
+        if chat_id is None:
+            chat: dict[str, Any] = {"id": sender["id"], "type": "private", "first_name": "Ann"}
+        else:
+            chat = self.chats.get(chat_id) or {"id": chat_id, "type": "supergroup", "title": "Team"}
+        message = self._message(chat, sender, "", **media, **extra)
+        del message["text"]
+        return {"update_id": next(self._update_ids), "message": message}
+
+    async def media_message(self, kind: str, data: bytes, **options: Any) -> dict[str, Any]:
+        """Queue a message carrying a file (see `media_update` for the options)."""
+        return await self.raw_update(self.media_update(kind, data, **options))
+
+    async def media_group(
+        self, parts: list[tuple[str, bytes, str]] | list[tuple[str, bytes, str, dict[str, Any]]], **options: Any
+    ) -> list[dict[str, Any]]:
+        """Queue an album: one message for each (kind, bytes, caption[, that part's own options, e.g. its `name`]),
+        sharing a media_group_id, all at once."""
+        group = str(next(self._message_ids) * 1000)
+        updates = [
+            self.media_update(kind, data, caption=caption, media_group_id=group, **(options | dict(*own)))
+            for kind, data, caption, *own in parts
+        ]
+        await self._queue(updates)
+        return updates
+
     # --- the HTTP side --------------------------------------------------------------------------------------------
 
     @staticmethod
@@ -365,6 +537,9 @@ class FakeTelegram:
         params: dict[str, Any] = {}
         form = await request.post() if request.can_read_body else {}
         for key, value in form.items():
+            if isinstance(value, web.FileField):
+                params[key] = FilePart(value.filename, value.content_type, value.file.read())
+                continue
             text = value if isinstance(value, str) else str(value)
             if key in _JSON_FIELDS:
                 params[key] = json.loads(text)
@@ -384,8 +559,12 @@ class FakeTelegram:
         method = request.match_info["method"]
         try:
             params = await self._params(request)
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(413, "Request Entity Too Large")
         except (ValueError, json.JSONDecodeError):
             return self._error(400, "Bad Request: can't parse request body")
+        if any(isinstance(value, FilePart) and len(value.data) > MAX_UPLOAD for value in params.values()):
+            return self._error(413, "Request Entity Too Large")
         self.requests.append(Call(method, params))
         if self._failures.get(method):
             retry_after = self._failures[method].pop(0)
@@ -448,16 +627,22 @@ class FakeTelegram:
             self.updates = [u for u in self.updates if isinstance(u.get("update_id"), int) or u not in found]
             return self._ok(found)
 
+    def _visible(self, text: str, parse_mode: Any) -> str | web.Response:
+        """The text as Telegram shows it (its HTML parsed), or Telegram's answer to HTML it cannot parse."""
+        if str(parse_mode or "").lower() != "html":
+            return text
+        try:
+            return parse_html(text)
+        except EntityError as error:
+            return self._error(400, f"Bad Request: can't parse entities: {error}")
+
     def _check_text(self, params: dict[str, Any]) -> tuple[str, str] | web.Response:
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
             return self._error(400, "Bad Request: message text is empty")
-        visible = text
-        if str(params.get("parse_mode", "")).lower() == "html":
-            try:
-                visible = parse_html(text)
-            except EntityError as error:
-                return self._error(400, f"Bad Request: can't parse entities: {error}")
+        visible = self._visible(text, params.get("parse_mode"))
+        if isinstance(visible, web.Response):
+            return visible
         if len(visible) > MAX_TEXT:
             return self._error(400, "Bad Request: message is too long")
         if not visible.strip():
@@ -482,6 +667,11 @@ class FakeTelegram:
             "from": self.bot_user(),
             "text": stored.visible,
         }
+        if stored.media is not None:
+            del message["text"]
+            message.update(stored.media)
+            if stored.visible:
+                message["caption"] = stored.visible
         if stored.thread_id:
             message.update(message_thread_id=stored.thread_id, is_topic_message=True)
         if stored.reply_markup:
@@ -544,9 +734,181 @@ class FakeTelegram:
         del self.messages[key]
         return self._ok(True)
 
+    # --- files and polls -------------------------------------------------------------------------------------------
+
+    async def _m_getfile(self, params: dict[str, Any]) -> web.Response:
+        stored = self.files.get(str(params.get("file_id")))
+        if stored is None:
+            return self._error(400, "Bad Request: invalid file_id")
+        if len(stored.data) > MAX_DOWNLOAD:
+            return self._error(400, "Bad Request: file is too big")
+        found = {"file_id": stored.file_id, "file_unique_id": stored.unique_id, "file_size": len(stored.data)}
+        return self._ok(found | {"file_path": stored.path})
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """GET /file/bot<token>/<file_path>: the file's bytes, sent in pieces."""
+        stored = self.served.get(request.match_info["path"])
+        if request.match_info["token"] != self.token or stored is None:
+            return self._error(404, "Not Found")
+        self.downloads.append(stored.path)
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(stored.data)
+        await response.prepare(request)
+        for start in range(0, len(stored.data), 256 * 1024):
+            await response.write(stored.data[start : start + 256 * 1024])
+        await response.write_eof()
+        return response
+
+    def _caption(self, item: dict[str, Any]) -> tuple[str, str] | web.Response:
+        """A file's caption as sent and as shown, or Telegram's refusal."""
+        caption = str(item.get("caption") or "")
+        visible = self._visible(caption, item.get("parse_mode"))
+        if isinstance(visible, web.Response):
+            return visible
+        if len(visible) > MAX_CAPTION:
+            return self._error(400, "Bad Request: message caption is too long")
+        return caption, visible
+
+    def _store_file(
+        self, method: str, kind: str, part: FilePart, caption: tuple[str, str], params: dict[str, Any], group: str
+    ) -> StoredMessage:
+        """Record an uploaded file and the message it made."""
+        chat_id, message_id = int(params["chat_id"]), next(self._message_ids)
+        stored_file = self.add_file(part.data, kind + "s", os.path.splitext(part.filename or "")[1])
+        media: dict[str, Any] = {kind: self._media_field(kind, stored_file, part.filename, part.content_type, 1)}
+        if group:
+            media["media_group_id"] = group
+        thread = params.get("message_thread_id")
+        stored = StoredMessage(
+            chat_id, message_id, caption[0], caption[1], None, params.get("reply_markup"), thread, media
+        )
+        self.messages[(chat_id, message_id)] = stored
+        self.uploads.append(
+            Upload(
+                method=method,
+                kind=kind,
+                chat_id=chat_id,
+                filename=part.filename,
+                content_type=part.content_type,
+                data=part.data,
+                caption=caption[0] or None,
+                message_id=message_id,
+                thread_id=thread,
+                media_group_id=group or None,
+            )
+        )
+        return stored
+
+    async def _send_file(self, method: str, kind: str, params: dict[str, Any]) -> web.Response:
+        """sendPhoto, sendVoice, sendAudio, sendVideo, sendDocument: one uploaded file with an optional caption."""
+        if not isinstance(params.get("chat_id"), int):
+            return self._error(400, "Bad Request: chat not found")
+        part = params.get(kind)
+        if not isinstance(part, FilePart) or not part.data:
+            return self._error(400, f"Bad Request: there is no {kind} in the request")
+        caption = self._caption(params)
+        if isinstance(caption, web.Response):
+            return caption
+        return self._ok(self._render(self._store_file(method, kind, part, caption, params, "")))
+
+    async def _m_sendphoto(self, params: dict[str, Any]) -> web.Response:
+        return await self._send_file("sendPhoto", "photo", params)
+
+    async def _m_sendvoice(self, params: dict[str, Any]) -> web.Response:
+        return await self._send_file("sendVoice", "voice", params)
+
+    async def _m_sendaudio(self, params: dict[str, Any]) -> web.Response:
+        return await self._send_file("sendAudio", "audio", params)
+
+    async def _m_sendvideo(self, params: dict[str, Any]) -> web.Response:
+        return await self._send_file("sendVideo", "video", params)
+
+    async def _m_senddocument(self, params: dict[str, Any]) -> web.Response:
+        return await self._send_file("sendDocument", "document", params)
+
+    def _check_album(self, params: dict[str, Any]) -> str | None:
+        """Why Telegram would refuse this album, or None."""
+        items = params.get("media")
+        if not isinstance(items, list) or not 2 <= len(items) <= 10:
+            return "Bad Request: an album must have 2 to 10 items"
+        kinds = {str(item.get("type")) for item in items}
+        if not kinds <= {"photo", "video", "document", "audio"}:
+            return "Bad Request: can't parse InputMedia: unsupported type"
+        if len(kinds) > 1 and not kinds <= {"photo", "video"}:
+            return (
+                "Bad Request: documents and audio files can be only grouped in an album with messages of the same type"
+            )
+        for item in items:
+            name = str(item.get("media", "")).removeprefix("attach://")
+            if not isinstance(params.get(name), FilePart):
+                return "Bad Request: can't parse InputMedia: media not found"
+        return None
+
+    async def _m_sendmediagroup(self, params: dict[str, Any]) -> web.Response:
+        if not isinstance(params.get("chat_id"), int):
+            return self._error(400, "Bad Request: chat not found")
+        refused = self._check_album(params)
+        if refused:
+            return self._error(400, refused)
+        parts: list[tuple[str, FilePart, tuple[str, str]]] = []
+        for item in params["media"]:
+            caption = self._caption(item)
+            if isinstance(caption, web.Response):
+                return caption
+            parts.append((item["type"], params[item["media"].removeprefix("attach://")], caption))
+        group = str(next(self._message_ids) * 1000)
+        sent = [self._store_file("sendMediaGroup", kind, part, caption, params, group) for kind, part, caption in parts]
+        return self._ok([self._render(stored) for stored in sent])
+
+    async def _m_sendpoll(self, params: dict[str, Any]) -> web.Response:
+        chat_id = params.get("chat_id")
+        if not isinstance(chat_id, int):
+            return self._error(400, "Bad Request: chat not found")
+        question = str(params.get("question") or "")
+        options = [
+            option["text"] if isinstance(option, dict) else str(option) for option in params.get("options") or []
+        ]
+        if not 1 <= len(question) <= 300:
+            return self._error(400, "Bad Request: poll question length must not exceed 300")
+        if not 2 <= len(options) <= MAX_POLL_OPTIONS or not all(1 <= len(option) <= 100 for option in options):
+            return self._error(400, f"Bad Request: poll must have 2-{MAX_POLL_OPTIONS} options of 1-100 characters")
+        poll = {
+            "id": str(next(self._message_ids)),
+            "question": question,
+            "options": [
+                {"text": option, "voter_count": 0, "persistent_id": str(index)} for index, option in enumerate(options)
+            ],
+            "total_voter_count": 0,
+            "is_closed": False,
+            "is_anonymous": True,
+            "type": "regular",
+            "allows_multiple_answers": False,
+            "allows_revoting": True,  # required since Bot API 9.6
+            "members_only": False,  # required since Bot API 10.0
+        }
+        thread = params.get("message_thread_id")
+        stored = StoredMessage(
+            chat_id, next(self._message_ids), "", "", None, params.get("reply_markup"), thread, {"poll": poll}
+        )
+        self.messages[(chat_id, stored.message_id)] = stored
+        return self._ok(self._render(stored))
+
+    async def _m_createforumtopic(self, params: dict[str, Any]) -> web.Response:
+        chat_id = params.get("chat_id")
+        if not isinstance(chat_id, int) or not self.chats.get(chat_id, {}).get("is_forum"):
+            return self._error(400, "Bad Request: the chat is not a forum")
+        name = str(params.get("name") or "")
+        if not 1 <= len(name) <= 128:
+            return self._error(400, "Bad Request: TOPIC_NAME_INVALID")
+        thread_id = next(self._message_ids)
+        self.topics[(chat_id, thread_id)] = name
+        return self._ok({"message_thread_id": thread_id, "name": name, "icon_color": 7322096})
+
     async def __aenter__(self) -> FakeTelegram:
-        app = web.Application(client_max_size=20 * 1024 * 1024)
+        # a 50 MB file with its multipart envelope and the other fields
+        app = web.Application(client_max_size=MAX_UPLOAD + 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -1,0 +1,60 @@
+"""Images in a conversation as the model is shown them: the recent ones read back from the files they came from,
+older ones (and every one, for a model that cannot see) left to the text that names them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from agent.compaction import is_turn_start
+from agent.messages import ContentBlock, ImageBlock, Message, TextBlock, ToolResultMessage, UserMessage
+from tools.base import image_file
+
+__all__ = ["DEFAULT_IMAGE_TURNS", "load_recent_images", "without_images"]
+
+DEFAULT_IMAGE_TURNS = 4  # the images of this many latest user turns are shown again; older ones are named only
+
+
+def load_recent_images(history: Sequence[Message], turns: int = DEFAULT_IMAGE_TURNS) -> list[Message]:
+    """`history` with the images of its latest `turns` user turns read back from their files (a transcript keeps
+    an image by its path), the older ones left to the text that names them. Reads files: call it off the loop."""
+    starts = [index for index, message in enumerate(history) if is_turn_start(message)]
+    recent_from = starts[-turns] if turns > 0 and len(starts) >= turns else (0 if turns > 0 else len(history))
+    return [
+        _with_images(message, load=index >= recent_from) if _has_images(message) else message
+        for index, message in enumerate(history)
+    ]
+
+
+def without_images(messages: Sequence[Message]) -> list[Message]:
+    """The conversation for a model that cannot see: each image left to the text that names it."""
+    return [_with_images(message, load=False) if _has_images(message) else message for message in messages]
+
+
+def _has_images(message: Message) -> bool:
+    content = message.content if isinstance(message, UserMessage | ToolResultMessage) else []
+    return any(isinstance(block, ImageBlock) for block in content)
+
+
+def _with_images(message: Message, *, load: bool) -> Message:
+    assert isinstance(message, UserMessage | ToolResultMessage)
+    content: list[ContentBlock] = []
+    for block in message.content:
+        shown = _shown(block, load) if isinstance(block, ImageBlock) else block
+        if shown is not None:
+            content.append(shown)
+        elif isinstance(message, ToolResultMessage):  # a person's message names its files in its text already
+            assert isinstance(block, ImageBlock)
+            content.append(TextBlock(text=f"[image {block.path or 'returned by the tool'}: not shown]"))
+    if not content:
+        content = [TextBlock(text="[image: not shown]")]  # no provider takes an empty message
+    return message.model_copy(update={"content": content})
+
+
+def _shown(block: ImageBlock, load: bool) -> ImageBlock | None:
+    """The image as the model is shown it (read back from its file if need be), or None when it is not shown."""
+    if not load:
+        return None
+    if block.data or block.path is None:
+        return block
+    return image_file(Path(block.path), block.mime_type)

@@ -15,8 +15,8 @@ from agent.providers.config import ProviderConfig, build_provider
 from agent.runner import Runner
 from bot.access import owner_key
 from bot.adapters import build_adapters
-from bot.assemble import SetupError, model_refs, policy_for
-from bot.config import Config
+from bot.assemble import SetupError, model_refs, policy_for, skill_report
+from bot.config import Config, own_files
 from bot.plugins import Plugins
 from channels.base import Capabilities, ChannelAdapter, ChatTarget
 from routing import Peer
@@ -24,10 +24,12 @@ from tools.base import RunInfo, Tool
 from tools.builtins import NoChats, nobody_to_ask
 from tools.exec import ProcessTable
 from tools.hooks import Hooks
+from tools.mcp.manager import McpManager
 from tools.policy import PolicyResult
 from tools.provenance import sender_workspace
 from tools.registry import ToolRegistry, ToolSetup
 from tools.sandbox import sandbox_for
+from tools.skills import SkillReport
 
 if TYPE_CHECKING:
     import httpx
@@ -67,6 +69,10 @@ class App:
         self.runner = runner or Runner(provider_factory=self.build_provider)
         self.clock = clock
         self.router = config.router()
+        # The MCP servers: started by `running()` (and briefly by the commands that list tools), their tools in every
+        # registry this App builds.
+        base_dir = config.file.parent if config.file is not None else Path.cwd()
+        self.mcp = McpManager(config.mcp.servers, base_dir=base_dir, unset=config.mcp_unset())
         self.owners = frozenset(  # owner_key of each of the config's `owners`
             owner_key(*owner.split(":", 1)) for owner in config.owners
         )
@@ -78,8 +84,9 @@ class App:
     # --- tools ------------------------------------------------------------------------------------------------------
 
     def registry(self, setup: ToolSetup | None = None) -> ToolRegistry:
-        """The tools, each tool plugin's (the built-ins first) and then the App's own, wired to `setup`'s chats and
-        approvals; by default to none (nothing can be sent and no command approved: what `bot tools` lists)."""
+        """The tools, each tool plugin's (the built-ins first), then the App's own, then those the MCP servers offer
+        at the moment, wired to `setup`'s chats and approvals; by default to none (nothing can be sent and no command
+        approved: what `bot tools` lists)."""
         setup = setup or ToolSetup(NoChats(), nobody_to_ask, ProcessTable())
         registry = ToolRegistry()
         for _, factory in self.plugins.tool_factories():
@@ -87,6 +94,8 @@ class App:
                 registry.register(tool)
         for tool in self.extra_tools:
             registry.register(tool)
+        self.mcp.reserve(registry.names())  # an MCP tool whose name is taken is reported, never shadows one of these
+        registry.attach(self.mcp)  # the MCP servers' tools of the moment, as each run's tools are chosen
         return registry
 
     # --- who a run is for -------------------------------------------------------------------------------------------
@@ -136,6 +145,11 @@ class App:
             **({"capabilities": capabilities} if capabilities is not None else {}),
         )
 
+    def skills(self, agent: str) -> SkillReport:
+        """The agent's skills, each offered or with why not (`bot skills list`, `/skill`). Reads folders: call it
+        off the event loop."""
+        return skill_report(self.config, agent, own_files(self.config, self.state_dir))
+
     def first_model(self, agent: str) -> str | None:
         """The agent's model (`provider/model-id`), None when none is configured."""
         try:
@@ -163,8 +177,9 @@ class App:
     async def running(
         self, adapters: Sequence[ChannelAdapter] | None = None, *, grace_seconds: float = 10.0
     ) -> AsyncIterator[Gateway]:
-        """Serve `adapters` (default: `adapters()`) until the block ends: the state is opened, the gateway started,
-        and at the end stopped (runs get `grace_seconds` to finish) and everything closed."""
+        """Serve `adapters` (default: `adapters()`) until the block ends: the state is opened, the MCP servers
+        started in the background (none delays the channels), the gateway started, and at the end stopped (runs get
+        `grace_seconds` to finish) and everything closed."""
         from bot.gateway import Gateway
         from bot.store import SqliteStore
 
@@ -173,11 +188,12 @@ class App:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         store = await SqliteStore.open(self.state_dir, clock=self.clock)
         try:
-            gateway = Gateway(self, store, adapters)
-            await gateway.start()
-            try:
-                yield gateway
-            finally:
-                await gateway.stop(grace_seconds)
+            async with self.mcp.running():
+                gateway = Gateway(self, store, adapters)
+                await gateway.start()
+                try:
+                    yield gateway
+                finally:
+                    await gateway.stop(grace_seconds)
         finally:
             await store.close()

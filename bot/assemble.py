@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 
 from agent.events import Emit
 from agent.loop import Turn
@@ -19,8 +20,10 @@ from routing import Peer
 from routing.errors import SwitchboardError
 from tools.base import RunInfo
 from tools.hooks import Hooks
+from tools.owner_files import SKILLS_FOLDER
 from tools.policy import PolicyResult, Selection, select_tools
 from tools.registry import ToolRegistry
+from tools.skills import SHIPPED_SKILLS, SkillReport, SkillSearch, SkillSource, find_skills
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +92,28 @@ def policy_for(
     return select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
 
 
-def system_prompt(run: RunInfo, policy: PolicyResult, *, is_group: bool, bootstrap: list[tuple[str, str]]) -> str:
-    """The system prompt for this run, with the workspace's `bootstrap` files (agent.prompt.read_bootstrap); tool
-    schemas travel separately, or in the XML section the loop adds."""
-    return build_system_prompt(
-        agent=run.agent, run=run, has_tools=bool(policy.kept), bootstrap=bootstrap, is_group=is_group
+def skill_report(config: Config, agent_id: str, protected: Sequence[str]) -> SkillReport:
+    """Every skill folder the agent's runs could use, each offered or with why not: the workspace's `skills/`,
+    then `skills.dirs`, then the shipped skills, narrowed by `agents[].skills`. `protected` are the bot's own
+    files (bot.config.own_files), which no skill folder may hold. Reads folders: call it off the event loop."""
+    folders: list[tuple[SkillSource, Path]] = [("workspace", config.workspace(agent_id) / SKILLS_FOLDER)]
+    folders += [("dirs", folder) for folder in config.skill_dirs()]
+    folders.append(("shipped", SHIPPED_SKILLS))
+    search = SkillSearch(
+        folders, allow=config.agent(agent_id).skills, has_config=config.has_setting, protected=protected
     )
+    return find_skills(search)
+
+
+def system_prompt(run: RunInfo, policy: PolicyResult, *, is_group: bool, bootstrap: list[tuple[str, str]]) -> str:
+    """The system prompt for this run, with the workspace's `bootstrap` files (agent.prompt.read_bootstrap) and
+    the run's skills when it may `read` them; tool schemas travel separately, or in the XML section the loop
+    adds."""
+    can_read = any(tool.name == "read" for tool in policy.kept)
+    return build_system_prompt(
+        agent=run.agent, run=run, has_tools=bool(policy.kept), bootstrap=bootstrap, is_group=is_group,
+        skills=run.skills if can_read else (),
+    )  # fmt: skip
 
 
 def build_turn(

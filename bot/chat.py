@@ -20,6 +20,7 @@ from bot.app import App
 from bot.approval_text import shown_command
 from bot.approvals import Approvals
 from bot.assemble import SetupError, candidates
+from bot.commands import parse_command, use_skill
 from bot.config import own_files
 from bot.conversation import Conversations
 from bot.store import ApprovalDecision, ApprovalRecord, SqliteStore
@@ -136,10 +137,24 @@ class ConsoleView:
             self._mid_line = False
 
 
+async def skill_request(session: ChatSession, text: str) -> tuple[str | None, str]:
+    """What to send for `text`: `/skill NAME [request]` as the message asking for that skill, or (None, the list
+    of skills) for a missing or unknown name (bot.commands.use_skill); any other text as it is."""
+    command = parse_command(text)
+    if command is None or command.name != "skill":
+        return text, ""
+    report = await asyncio.to_thread(session.conversations.skills, session.agent)
+    return use_skill(report.eligible, command.args)
+
+
 async def chat_once(session: ChatSession, text: str, out: TextIO = sys.stdout) -> int:
     """`bot chat -m`: print the final answer (nothing for NO_REPLY); exit status 1 with a reason on failure."""
+    request, listing = await skill_request(session, text)
+    if request is None:
+        out.write(listing + "\n")
+        return 0
     try:
-        result = await chat_turn(session, text, _ignore)
+        result = await chat_turn(session, request, _ignore)
     except (ChatFailed, SetupError) as error:
         print(f"bot chat: {error}", file=sys.stderr)
         return 1
@@ -164,7 +179,10 @@ def _images_note(session: ChatSession) -> str:
     return f"; {candidate.ref} is {'shown images' if sees else 'not shown images'} ({why})"
 
 
-HELP = "Type a message. /new starts a new conversation, /exit (or Ctrl-D) leaves, Ctrl-C stops an answer."
+HELP = (
+    "Type a message. /new starts a new conversation, /skill NAME request uses a skill, /exit (or Ctrl-D) leaves, "
+    "Ctrl-C stops an answer."
+)
 
 
 async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable[str]] | None = None) -> int:
@@ -186,12 +204,16 @@ async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable
             await session.conversations.store.reset_session(session.session_key)
             print("(new conversation)", file=sys.stderr)
             continue
+        request, listing = await skill_request(session, text)
+        if request is None:
+            print(listing)
+            continue
         cancel = asyncio.Event()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, cancel.set)
         try:
-            result = await chat_turn(session, text, ConsoleView(), cancel)
+            result = await chat_turn(session, request, ConsoleView(), cancel)
         except (ChatFailed, SetupError) as error:
             print(f"error: {error}", file=sys.stderr)
             continue

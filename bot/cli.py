@@ -206,7 +206,14 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
     state = _state_dir(config_path, state_dir)
     config = _load(config_path, state)
     redactor.add(secrets_of(config))
-    sys.exit(asyncio.run(run_chat(App(config, state), _agent(config, agent) if agent else None, message)))
+    app = App(config, state)
+
+    async def chatting() -> int:
+        # The MCP servers start in the background; a one-message chat waits for them, so their tools are there.
+        async with app.mcp.running(settle=message is not None):
+            return await run_chat(app, _agent(config, agent) if agent else None, message)
+
+    sys.exit(asyncio.run(chatting()))
 
 
 @cli.command("tools")
@@ -216,10 +223,13 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
 @click.option("--peer", default=None, metavar="KIND:ID", help="The chat, for tools.by_group (e.g. group:-100123).")
 @click.option("--not-owner", is_flag=True, help="Show what a sender who is not an owner gets.")
 def tools_command(config_path: str, agent: str | None, channel: str, peer: str | None, not_owner: bool) -> None:
-    """List the tools an agent may use here, and which policy layer removed each other tool."""
+    """List the tools an agent may use here (the MCP servers' too: each is started briefly), and which policy layer
+    removed each other tool."""
+    import asyncio
+
     from bot.app import App
     from routing import Peer
-    from tools.policy import render_policy
+    from tools.policy import PolicyResult, render_policy
 
     config = _load(config_path)
     agent_id = _agent(config, agent)
@@ -229,7 +239,13 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
         raise click.UsageError(str(error)) from None
     app = App(config)
     channel = channel.strip().lower()
-    result = app.policy(agent_id, channel, peer=target, owner=not not_owner)
+    _quiet_logs(config)
+
+    async def policy() -> PolicyResult:
+        async with app.mcp.running(settle=True):  # the MCP servers' tools are listed too
+            return app.policy(agent_id, channel, peer=target, owner=not not_owner)
+
+    result = asyncio.run(policy())
     click.echo(f"agent: {agent_id}  model: {app.first_model(agent_id) or '(none)'}  channel: {channel}")
     for line in render_policy(result):
         click.echo(line)
@@ -247,7 +263,86 @@ def prompt(config_path: str, agent: str | None, channel: str) -> None:
     from bot.prompt_preview import preview
 
     config = _load(config_path)
-    click.echo(asyncio.run(preview(App(config), _agent(config, agent), channel.strip().lower())), nl=False)
+    app = App(config)
+    _quiet_logs(config)
+
+    async def previewed() -> str:
+        async with app.mcp.running(settle=True):  # the MCP servers' tools are shown too
+            return await preview(app, _agent(config, agent), channel.strip().lower())
+
+    click.echo(asyncio.run(previewed()), nl=False)
+
+
+def _quiet_logs(config: Config) -> None:
+    """Errors only, and no secret of the config's in them: for commands that start the MCP servers for a moment
+    (what failed shows in their output)."""
+    import logging
+
+    from bot.config import secrets_of
+    from bot.redaction import configure_logging
+
+    configure_logging(logging.ERROR).add(secrets_of(config))
+
+
+@cli.group()
+def mcp() -> None:
+    """MCP servers: tools from outside the code (mcp.servers in bindings.yaml)."""
+
+
+@mcp.command("list")
+@CONFIG_OPTION
+def mcp_list(config_path: str) -> None:
+    """Start each MCP server, wait until it runs or fails (at most its startup_timeout_seconds), show its state, why
+    it failed, and the names its tools have here; then stop them. A running bot keeps its own servers."""
+    import asyncio
+
+    from bot.app import App
+    from bot.config import secrets_of
+    from bot.redaction import Redactor
+    from tools.mcp.manager import render_status
+
+    config = _load(config_path)
+    app = App(config)
+    _quiet_logs(config)
+
+    async def listed() -> list[str]:
+        async with app.mcp.running(settle=True):
+            app.registry()  # names taken by the other tools: a clash with one shows as a tool left out
+            return render_status(app.mcp.status())
+
+    redactor = Redactor(secrets_of(config))
+    for line in asyncio.run(listed()):
+        click.echo(redactor.redact(line))
+
+
+@cli.group()
+def skills() -> None:
+    """Skills: folders with a SKILL.md that teach an agent a procedure."""
+
+
+@skills.command("list")
+@CONFIG_OPTION
+@STATE_OPTION
+@click.option("--agent", default=None, help="The agent (default: the default agent).")
+def skills_list(config_path: str, state_dir: str | None, agent: str | None) -> None:
+    """Show every skill found for the agent, its source (workspace, dirs, shipped), and why one is not offered."""
+    from bot.app import App
+
+    config = _load(config_path)
+    agent_id = _agent(config, agent)
+    report = App(config, _state_dir(config_path, state_dir)).skills(agent_id)
+    offered = len(report.eligible)
+    click.echo(f"agent: {agent_id}  {offered} skill{'s' if offered != 1 else ''} offered")
+    width = max((len(entry.name) for entry in report.entries), default=0)
+    for entry in report.entries:
+        status = "offered" if entry.skill else "not offered"
+        click.echo(f"{entry.name:<{width}}  {entry.source:<9}  {status:<11}  {entry.file}")
+        if entry.reason:
+            click.echo(f"    {entry.reason}")
+        for problem in entry.problems:
+            click.echo(f"    {problem.render()}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
 
 
 @cli.group()

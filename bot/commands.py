@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-COMMANDS = ("new", "reset", "stop", "status", "help", "pair", "approve")
+from agent.prompt import one_line
+from tools.skills import Skill
+
+COMMANDS = ("new", "reset", "stop", "status", "skill", "help", "pair", "approve")
 HELP = (
     "Commands:\n"
     "/new or /reset: start a fresh conversation\n"
     "/stop: stop the current answer and drop queued messages\n"
     "/status: agent, model, session, tokens used, queue\n"
+    "/skill NAME [request]: answer using one of the agent's skills (/skill alone lists them)\n"
     "/help: this list\n"
     "/pair CODE: (owners) let the person who got this pairing code talk to the bot\n"
     "/approve ID allow-once|allow-always|deny: (approvers) decide on a command waiting for approval"
@@ -20,6 +25,7 @@ COMMAND_MENU = (
     ("new", "Start a fresh conversation"),
     ("stop", "Stop the current answer"),
     ("status", "Agent, model, session and tokens"),
+    ("skill", "Use a skill (alone: list them)"),
     ("help", "List the commands"),
 )
 _COMMAND = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
@@ -42,3 +48,17 @@ def parse_command(text: str, bot_username: str | None = None) -> Command | None:
     if addressee and bot_username and addressee.lower() != bot_username.lower():
         return None
     return Command(name, args.strip())
+
+
+def use_skill(skills: Sequence[Skill], args: str) -> tuple[str | None, str]:
+    """`/skill NAME [request]` against the skills offered: (the message that asks the agent to use that skill,
+    naming its SKILL.md to read first, ""), or (None, the reply listing the skills) for a missing or unknown name."""
+    name, request = [*args.split(maxsplit=1), "", ""][:2]
+    skill = next((item for item in skills if item.name == name.lower()), None) if name else None
+    if skill is not None:
+        return f"Use the skill {skill.name} (read {skill.file} first)" + (f": {request}" if request else "."), ""
+    lead = f"No skill {one_line(name, 64)!r} here. " if name else ""
+    if not skills:
+        return None, lead + "This agent has no skills."
+    listed = "\n".join(f"{item.name}: {one_line(item.description, 160)}" for item in skills)
+    return None, f"{lead}Skills (/skill NAME request):\n{listed}"

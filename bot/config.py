@@ -29,7 +29,6 @@ from bot.config_plugins import check_channels, check_providers
 from bot.env_vars import Substitution, substitute_env
 from bot.plugins import Plugins
 from bot.redaction import Redactor
-from bot.yaml_tree import parse_yaml
 from routing import Binding as RoutingBinding
 from routing import (
     DmScope,
@@ -43,8 +42,10 @@ from routing import (
 from tools.base import CrossChat
 from tools.clock import zone
 from tools.exec_policy import ExecSettings
+from tools.mcp.settings import McpSettings, secret_entries
 from tools.policy import AgentToolsConfig, ToolsConfig
 from tools.sandbox import SandboxSettings
+from tools.yaml_tree import parse_yaml
 
 DEFAULT_CONFIG = "bindings.yaml"
 _CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -182,6 +183,22 @@ class MemoryConfig(_Section):
     scope: Literal["agent", "sender"] = "sender"
 
 
+def _skill_glob(value: object) -> object:
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("must be a skill name or a glob such as git-*")
+    return value.strip() if isinstance(value, str) else value
+
+
+SkillGlob = Annotated[str, BeforeValidator(_skill_glob)]
+
+
+class SkillsConfig(_Section):
+    """`skills`: folders of skill folders (each holding a SKILL.md) offered after the workspace's own `skills/`,
+    in this order; relative paths are taken from the config's folder."""
+
+    dirs: list[str] = Field(default_factory=list)
+
+
 class AgentConfig(_Section):
     """One agent: an id, and what it does not inherit from `defaults`."""
 
@@ -198,6 +215,7 @@ class AgentConfig(_Section):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     message: MessageConfig = Field(default_factory=MessageConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    skills: list[SkillGlob] | None = None  # the skills offered, by name or glob; None: all of them
 
 
 class Defaults(_Section):
@@ -295,10 +313,16 @@ class Config(_Section):
     lanes: LanesConfig = Field(default_factory=LanesConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
+    mcp: McpSettings = Field(default_factory=McpSettings)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _written: dict[str, Any] = PrivateAttr(default_factory=dict)  # the file's data as written (${VAR} replaced)
     # Channel credentials whose ${VAR} is unset: that account is skipped at run time, not a config error.
     _unset_credentials: dict[tuple[str, str], list[str]] = PrivateAttr(default_factory=dict)
+    # MCP servers whose `env` or `headers` name an unset ${VAR}: they do not start (`bot mcp list` says why).
+    _unset_mcp: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    _mcp_secrets: list[str] = PrivateAttr(default_factory=list)  # their credentials, kept out of the logs
     # Secrets written into the file instead of `${VAR}`: `bot config check` warns about each.
     _warnings: list[ConfigIssue] = PrivateAttr(default_factory=list)
     _workspaces: dict[str, Path] = PrivateAttr(default_factory=dict)
@@ -341,6 +365,25 @@ class Config(_Section):
             self._workspaces[agent_id] = (self._base_dir / path.expanduser()).resolve()
         return self._workspaces[agent_id]
 
+    def skill_dirs(self) -> list[Path]:
+        """`skills.dirs`, each taken from the config's folder (`~` expanded)."""
+        return [(self._base_dir / Path(folder).expanduser()).resolve() for folder in self.skills.dirs]
+
+    def has_setting(self, key: str) -> bool:
+        """Whether the dotted `key` (`channels.slack`, `media.transcription.model`) is written in the file with a
+        value that is not empty, null or false: what a skill's `requires.config` asks for."""
+        value: Any = self._written
+        for part in key.split("."):
+            if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+            elif isinstance(value, dict) and part in value:
+                value = value[part]
+            else:
+                return False
+        if isinstance(value, str):
+            return value.strip().lower() not in ("", "false", "no", "off", "0")
+        return value not in (None, False, [], {})
+
     @property
     def file(self) -> Path | None:
         """The file the config was loaded from (None when it was parsed from text)."""
@@ -364,6 +407,10 @@ class Config(_Section):
     def unset_credentials(self, channel: str, account: str) -> list[str]:
         """The environment variables a channel account needs that are not set (empty: the account can start)."""
         return self._unset_credentials.get((channel, account), []) + self._unset_credentials.get((channel, "*"), [])
+
+    def mcp_unset(self) -> dict[str, list[str]]:
+        """For each MCP server that cannot start for it, the environment variables its `env` or `headers` lack."""
+        return {name: list(names) for name, names in self._unset_mcp.items()}
 
     def timezone_for(self, agent_id: str) -> str | None:
         """The agent's IANA time zone, else the default one; None: the host's zone."""
@@ -453,6 +500,8 @@ def _cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc
             problems.append((("bindings", index, "agent"), f"no agent {binding.agent!r}; {hint}"))
     if config is not None and config.providers is not None:
         problems += _unknown_providers(config)
+    if config is not None:
+        problems += _unknown_mcp_agents(config, known)
     session = data.get("session")
     links = session.get("identity_links") if isinstance(session, dict) else None
     linked: dict[str, str] = {}
@@ -499,7 +548,33 @@ SECRET_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "a
 def secrets_of(config: Config) -> list[str]:
     """Every credential the config holds (channel tokens and secrets, provider keys): what the logs must not show."""
     providers = {name: provider.model_dump() for name, provider in (config.providers or {}).items()}
-    return [str(value) for _, value in _secrets({"channels": config.channels, "providers": providers})]
+    found = [str(value) for _, value in _secrets({"channels": config.channels, "providers": providers})]
+    return found + config._mcp_secrets
+
+
+def _mcp_secrets(env: Substitution) -> list[str]:
+    """The MCP servers' credentials: their credential-looking `env` and `headers` values, and every value there that
+    came from a ${VAR}."""
+    section = env.data.get("mcp")
+    found = [str(value) for _, value in secret_entries(section)]
+    for path in env.from_env:
+        if path[:2] == ("mcp", "servers") and len(path) == 5 and path[3] in ("env", "headers"):
+            server = section["servers"][path[2]] if isinstance(section, dict) else None
+            value = server[path[3]][path[4]] if isinstance(server, dict) else None
+            found += [value] if isinstance(value, str) and value else []
+    return found
+
+
+def _unknown_mcp_agents(config: Config, known: list[str]) -> list[tuple[Loc, str]]:
+    """`mcp.servers.<name>.agents` entries that name no agent."""
+    problems: list[tuple[Loc, str]] = []
+    for name, server in config.mcp.servers.items():
+        for index, agent in enumerate(server.agents or []):
+            if agent not in known:
+                close = difflib.get_close_matches(agent, known, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"agents are {', '.join(known)}"
+                problems.append((("mcp", "servers", name, "agents", index), f"no agent {agent!r}; {hint}"))
+    return problems
 
 
 def _secret_paths(data: Any) -> list[Loc]:
@@ -560,7 +635,13 @@ def parse_config(
     env = substitute_env(tree.data, os.environ if environ is None else environ)
     unset_credentials: dict[tuple[str, str], list[str]] = {}
     unset_paths: list[Loc] = []
+    unset_mcp: dict[str, list[str]] = {}
     for path, names in list(env.missing.items()):
+        if path[:2] == ("mcp", "servers") and len(path) == 5 and path[3] in ("env", "headers"):
+            # Like a channel's token: that server does not start, and the rest of the bot does.
+            unset_mcp.setdefault(str(path[2]), []).extend(names)
+            del env.missing[path]
+            continue
         if path[:1] == ("channels",) and len(path) >= 2:
             unset_paths.append(path)
             # A channel account without its token is skipped when the bot starts, so one missing
@@ -590,11 +671,14 @@ def parse_config(
     if issues or config is None:
         raise ConfigError(file, _without_env_values(issues, env))
     config._unset_credentials = unset_credentials
+    config._unset_mcp = unset_mcp
+    config._mcp_secrets = _mcp_secrets(env)
+    config._written = env.data
     config._line_of = tree.line_of
     config._warnings = _without_env_values(
         [
             ConfigIssue(tree.line_of(path), format_path(path), "a secret written into the file; use ${VAR} instead")
-            for path in _secret_paths(tree.data)
+            for path in _secret_paths(tree.data) + [("mcp", *loc) for loc, _ in secret_entries(tree.data.get("mcp"))]
             if path not in env.from_env
         ]
         + [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _unreachable_bindings(config)],

@@ -17,8 +17,8 @@ from agent.prompt import load_bootstrap
 from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
 from agent.sessions import append_compaction, append_transcript, load_history, transcript_for
-from bot.assemble import build_turn, candidates
-from bot.config import Config
+from bot.assemble import build_turn, candidates, skill_report
+from bot.config import Config, own_files
 from bot.store import Store
 from channels.base import ChatTarget
 from routing import Peer
@@ -26,6 +26,7 @@ from tools.base import RunInfo
 from tools.hooks import Hooks
 from tools.provenance import prepare_root
 from tools.registry import ToolRegistry
+from tools.skills import SkillReport
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,10 @@ class Conversations:
         models = candidates(self.config, run.agent)
         session = await self.store.ensure_session(run.session_key, run.agent)
         transcript = transcript_for(self.state_dir, session.session_id)
-        history, bootstrap = await asyncio.to_thread(_read_inputs, transcript, run, self.config.media.image_turns)
+        history, bootstrap, skills = await asyncio.to_thread(
+            _read_inputs, transcript, run, self.config.media.image_turns, self.skills
+        )
+        run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
         stop = cancel or asyncio.Event()
 
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
@@ -104,13 +108,18 @@ class Conversations:
         )
         return outcome
 
+    def skills(self, agent: str) -> SkillReport:
+        """The agent's skills (bot.assemble.skill_report). Reads folders: call it off the event loop."""
+        return skill_report(self.config, agent, own_files(self.config, self.state_dir))
 
-def _read_inputs(transcript: Path, run: RunInfo, image_turns: int) -> tuple[list[Message], list[tuple[str, str]]]:
+
+def _read_inputs(
+    transcript: Path, run: RunInfo, image_turns: int, skills: Callable[[str], SkillReport]
+) -> tuple[list[Message], list[tuple[str, str]], SkillReport]:
     """What a turn reads from disk, in one trip off the event loop: the session's history (its transcript from the
     latest compaction summary on, the images of the user turns among the latest `image_turns` read back from their
-    files)
-    and the bootstrap files of the agent's workspace, even when the run works in a
-    non-owner's own folder of it (created on first use, as the workspace is)."""
+    files), the bootstrap files of the agent's workspace, even when the run works in a non-owner's own folder of it
+    (created on first use, as the workspace is), and the report of the agent's `skills` (Conversations.skills)."""
     bootstrap: list[tuple[str, str]] = []
     agent_workspace = run.agent_workspace or run.workspace
     if agent_workspace:
@@ -118,4 +127,4 @@ def _read_inputs(transcript: Path, run: RunInfo, image_turns: int) -> tuple[list
         bootstrap = load_bootstrap(Path(agent_workspace))
         prepare_root(run)
     # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
-    return load_recent_images(load_history(transcript), image_turns - 1), bootstrap
+    return load_recent_images(load_history(transcript), image_turns - 1), bootstrap, skills(run.agent)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.yaml_tree import Path
+from tools.yaml_tree import Path
 
 # `$${X}` is the escape for a literal `${X}`; names follow the shell's rules.
 _REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -3,7 +3,9 @@ commands and routing decide whether it reaches an agent, and which session's lan
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import secrets
@@ -13,7 +15,7 @@ from agent.lanes import OWNER, Lanes, Party
 from bot.access import check_access, owner_key
 from bot.approvals import Approvals
 from bot.assemble import model_refs
-from bot.commands import HELP, Command, parse_command
+from bot.commands import HELP, Command, parse_command, use_skill
 from bot.delivery import Delivery
 from bot.store import InboundRecord, IntakeStore, SessionRecord
 from bot.turns import Job
@@ -121,7 +123,13 @@ class Intake:
             received=record.received,
         )
         command = self._parse_command(message)
-        if command is not None:
+        if command is not None and command.name == "skill":
+            used = await self._skill(job, command.args)
+            if isinstance(used, str):
+                await self._reply(job, used)
+                return
+            job = used  # the request, asking for the skill, goes to the agent like any message
+        elif command is not None:
             await self._command(job, command)
             return
         if self.lanes.closed:
@@ -167,8 +175,22 @@ class Intake:
             text = await self.approvals.on_command(command.args, who, job.message.sender_name)
         else:
             text = HELP
+        await self._reply(job, text)
+
+    async def _reply(self, job: Job, text: str) -> None:
+        """Answer a command with `text`, closing its journal row."""
         replies = self.delivery.replies(job.inbound_id, job.message, text)
-        await self.delivery.close([job.inbound_id], replies=replies, session_key=key)
+        await self.delivery.close([job.inbound_id], replies=replies, session_key=job.session_key)
+
+    async def _skill(self, job: Job, args: str) -> Job | str:
+        """`/skill NAME [request]`: the job with its text rewritten to ask for that skill (its SKILL.md named, to be
+        read first); for a missing or unknown name, the reply listing the skills offered. The journal keeps the
+        command as sent, so a restart rewrites it the same way."""
+        report = await asyncio.to_thread(self.app.skills, job.agent)
+        text, reply = use_skill(report.eligible, args)
+        if text is None:
+            return reply
+        return dataclasses.replace(job, message=job.message.model_copy(update={"text": text}))
 
     async def _drop(self, jobs: list[Job], reason: str) -> None:
         """Close the journal rows of queued messages that will never run, so that no restart runs them."""

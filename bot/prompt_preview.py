@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -31,6 +32,7 @@ async def preview(app: App, agent: str, channel: str) -> str:
     capabilities = CONSOLE if channel == "console" else Capabilities()
     key = f"agent:{agent}:main"
     run = app.run_info(agent, key, channel=channel, owner=True, capabilities=capabilities, model=model)
+    run = run.model_copy(update={"skills": (await asyncio.to_thread(app.skills, agent)).eligible})
     policy = policy_for(config, app.registry(), run)
     bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)
     if choice is None:

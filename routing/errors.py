@@ -15,7 +15,8 @@ layer raises from the same tree; each branch is defined where its errors come fr
     │   ├── FetchError → Refused     tools.web
     │   ├── SearchError              tools.web
     │   ├── ScopeError               tools.provenance
-    │   └── MemoryToolError          tools.memory
+    │   ├── MemoryToolError          tools.memory
+    │   └── McpCallError             tools.mcp.server: an MCP server gave no answer (not running, timed out, gone)
     ├── StoreError         bot.store: the state database cannot be used
     └── ChatFailed         bot.chat: a console turn went unanswered
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from channels.base import Capabilities, ChatTarget
 from tools.sandbox import SandboxSettings
+from tools.skills import Skill
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ class RunInfo(BaseModel):
     sandbox: SandboxSettings | None = None  # exec/process run in this sandbox; None: unsandboxed (tools.sandbox)
     cross_chat: CrossChat = "owners"  # the agent's `message.cross_chat`
     timezone: str | None = None  # the agent's IANA time zone (None: the host's)
+    # The skills offered to this run (tools.skills): listed in its prompt, their folders readable by `read`.
+    skills: tuple[Skill, ...] = ()
 
     @property
     def acts_anywhere(self) -> bool:
@@ -176,6 +179,8 @@ class Tool:
     parameters: ClassVar[type[BaseModel]]
     owner_only: ClassVar[bool] = False
     group: ClassVar[str | None] = None  # e.g. "group:fs"; policies may name the group instead of the tool
+    groups: ClassVar[tuple[str, ...]] = ()  # further groups, e.g. ("mcp:github",) for an MCP server's tools
+    agents: ClassVar[frozenset[str] | None] = None  # the agents whose runs may use it; None: every agent
 
     async def execute(self, call_id: str, args: Any, ctx: ToolContext) -> ToolResult:
         raise NotImplementedError

@@ -47,11 +47,18 @@ Authorize = Callable[[str, ToolContext], Awaitable[Authorization]]
 Sleep = Callable[[float], Awaitable[None]]
 
 
-def command_environment(cwd: str | None = None) -> dict[str, str]:
-    """The environment a command gets: a few harmless variables of ours (never tokens or keys), the settings that
-    stop git, pagers and Python from loading configuration from the user's home (NEUTRAL_ENV), and PWD."""
+def base_environment() -> dict[str, str]:
+    """A few harmless variables of ours (ENV_ALLOW: PATH, HOME, the locale ...; never tokens or keys): where every
+    environment this process gives a child starts from."""
     env = {name: os.environ[name] for name in ENV_ALLOW if name in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
+def command_environment(cwd: str | None = None) -> dict[str, str]:
+    """The environment a command gets: base_environment(), the settings that stop git, pagers and Python from
+    loading configuration from the user's home (NEUTRAL_ENV), and PWD."""
+    env = base_environment()
     env.update(NEUTRAL_ENV)
     if cwd is not None:
         env["PWD"] = cwd

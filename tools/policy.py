@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from tools.base import Tool
-from tools.registry import GROUP_PREFIX, ToolRegistry
+from tools.registry import ToolRegistry, is_group_entry
 
 Layer = Literal["owner_only", "profile", "global", "provider", "agent", "non_owner", "group", "sandbox", "subagent"]
 LAYERS: tuple[Layer, ...] = get_args(Layer)
@@ -33,7 +33,7 @@ def _entry(value: object) -> object:
         return value
     text = value.strip().lower()
     if not text:
-        raise ValueError("must be a tool name, a glob such as web_*, or a group such as group:fs")
+        raise ValueError("must be a tool name, a glob such as web_*, or a group such as group:fs or mcp:github")
     return text
 
 
@@ -74,7 +74,7 @@ class _Section(BaseModel):
 
 
 class ToolPolicy(_Section):
-    """One layer's lists. Entries are names, `*`, globs (`web_*`) or groups (`group:fs`); deny wins."""
+    """One layer's lists. Entries are names, `*`, globs (`web_*`) or groups (`group:fs`, `mcp:<server>`); deny wins."""
 
     allow: list[Entry] = Field(default_factory=list)
     deny: list[Entry] = Field(default_factory=list)
@@ -87,8 +87,9 @@ class ProviderToolPolicy(ToolPolicy):
 
 
 # What runs started by someone who is not an owner may never use unless `tools.non_owner` says otherwise: commands,
-# and writing the workspace's files (which include the notes and bootstrap files every session reads).
-NON_OWNER_DENY: tuple[str, ...] = ("group:runtime", "write", "edit", "memory_write")
+# writing the workspace's files (which include the notes and bootstrap files every session reads), and MCP servers'
+# tools (they act with the credentials the owner gave the server).
+NON_OWNER_DENY: tuple[str, ...] = ("group:runtime", "write", "edit", "memory_write", "group:mcp")
 
 
 def _non_owner_default() -> ToolPolicy:
@@ -124,7 +125,7 @@ class Selection(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     is_owner: bool = False
-    agent: str | None = None  # only names the agent in reasons
+    agent: str | None = None  # named in reasons; a tool with `agents` (an MCP server's) is kept only for those
     provider: str | None = None
     model: str | None = None  # the provider's model id; a `provider/model` ref is accepted too
     channel: str | None = None
@@ -184,7 +185,7 @@ class _Rule:
 def _matches(entry: str, name: str, groups: frozenset[str]) -> bool:
     if entry == "*":
         return True
-    if entry.startswith(GROUP_PREFIX):
+    if is_group_entry(entry):
         return any(fnmatch.fnmatchcase(group, entry) for group in groups)
     if _GLOB_CHARS & set(entry):
         return fnmatch.fnmatchcase(name, entry)
@@ -311,6 +312,8 @@ def select_tools(
 def _removal(tool: Tool, groups: frozenset[str], rules: list[_Rule], selection: Selection) -> tuple[Layer, str] | None:
     if tool.owner_only and not selection.is_owner:
         return "owner_only", "owner-only"
+    if tool.agents is not None and selection.agent not in tool.agents:
+        return "agent", f"only for the agents {', '.join(sorted(tool.agents)) or '(none)'}"
     name = tool.name.lower()
     for rule in rules:
         reason = _verdict(rule, name, groups)
@@ -355,7 +358,7 @@ def unknown_entries(
     unknown = []
     for where, entries in _policy_entries(tools, agent, agent_id):
         for entry in entries:
-            if entry.startswith(GROUP_PREFIX):
+            if is_group_entry(entry):
                 known = any(fnmatch.fnmatchcase(group, entry) for group in groups)
             else:
                 known = any(_matches(entry, name, frozenset()) for name in names)

@@ -1,4 +1,5 @@
-"""Read YAML into plain data with scalars kept as written, and the line of every key and list item."""
+"""Read YAML (bindings.yaml, a skill's front matter) into plain data with scalars kept as written, and the line of every
+key and list item."""
 
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""Scheduled jobs (issue 17, first step): the one flat job object and when a job fires, on any clock.
+
+A job has exactly one schedule: `cron` (five fields, in `tz`), `every` (an interval of at least a minute, with a
+small jitter fixed per job so that jobs made together do not all fire in the same second) or `at` (one moment).
+Times are seconds since the epoch, so the scheduler and its tests can run on an injected clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from datetime import datetime, tzinfo
+from typing import Literal
+
+from cronsim import CronSim, CronSimError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tools.clock import zone
+
+__all__ = ["Job", "interval_seconds", "jitter_seconds", "next_fire"]
+
+MIN_INTERVAL_SECONDS = 60
+MAX_JITTER_SECONDS = 30.0
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_INTERVAL = re.compile(r"(\d+)\s*([smhd])")
+
+
+def interval_seconds(text: str) -> int:
+    """`30m`, `2h`, `1h30m`, `1d` as seconds; ValueError for anything else or less than a minute."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = _INTERVAL.findall(compact)
+    if not compact or "".join(f"{count}{unit}" for count, unit in parts) != compact:
+        raise ValueError(f"{text!r} is not an interval such as 30m, 2h or 1h30m")
+    seconds = sum(int(count) * _UNITS[unit] for count, unit in parts)
+    if seconds < MIN_INTERVAL_SECONDS:
+        raise ValueError(f"{text!r} is shorter than a minute")
+    return seconds
+
+
+def jitter_seconds(job_id: str, interval: int) -> float:
+    """How late this job fires in each interval: fixed by its id, at most 5 % of the interval and 30 s."""
+    fraction = int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:4], "big") / 2**32
+    return fraction * min(interval * 0.05, MAX_JITTER_SECONDS)
+
+
+class Job(BaseModel):
+    """One scheduled job, the same in bindings.yaml, in the `cron` tool's arguments and in `--json` output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=lambda: secrets.token_hex(4), pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    name: str = ""
+    agent: str | None = None  # None: the default agent
+    cron: str | None = None  # five fields, e.g. "0 9 * * 1-5"
+    every: str | None = None  # e.g. "30m", "2h"
+    at: str | None = None  # ISO 8601; without an offset it is in `tz`
+    tz: str | None = None  # IANA zone of `cron` and of an `at` without offset; None: the host's
+    message: str = Field(min_length=1)  # what the agent is asked
+    session: Literal["isolated", "main"] = "isolated"
+    deliver: str | None = None  # `<channel>[/<account>]:<kind>:<id>[:thread:<id>]`; None: where it was made
+    enabled: bool = True
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            zone(value)  # ValueError names an unknown zone
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _five_fields(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if len(value.split()) != 5:
+            raise ValueError(f"{value!r} must have five fields: minute hour day-of-month month day-of-week")
+        try:
+            CronSim(value, datetime.now())
+        except CronSimError as error:
+            raise ValueError(f"{value!r} is not a cron expression: {error}") from None
+        return value.strip()
+
+    @field_validator("every")
+    @classmethod
+    def _an_interval(cls, value: str | None) -> str | None:
+        if value is not None:
+            interval_seconds(value)
+        return value
+
+    @field_validator("at")
+    @classmethod
+    def _a_moment(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(f"{value!r} is not an ISO 8601 time such as 2026-11-25T09:00") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> Job:
+        given = [name for name in ("cron", "every", "at") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a job needs exactly one of cron, every or at (got {', '.join(given) or 'none'})")
+        return self
+
+    def zone(self) -> tzinfo:
+        """The job's time zone (the host's when it names none)."""
+        return zone(self.tz)
+
+
+def next_fire(job: Job, after: float, anchor: float) -> float | None:
+    """When `job` next fires strictly after `after` (seconds since the epoch), or None when it never will (an `at`
+    in the past). `anchor` is when an `every` job's intervals are counted from (when it was made)."""
+    if job.at is not None:
+        moment = datetime.fromisoformat(job.at.strip())
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=job.zone())
+        fires = moment.timestamp()
+        return fires if fires > after else None
+    if job.every is not None:
+        interval = interval_seconds(job.every)
+        offset = anchor + jitter_seconds(job.id, interval)
+        periods = max(int((after - offset) // interval) + 1, 1)
+        return offset + periods * interval
+    assert job.cron is not None
+    start = datetime.fromtimestamp(after, job.zone())
+    return next(iter(CronSim(job.cron, start))).timestamp()

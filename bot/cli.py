@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
+
+_Command = Callable[..., Any]
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -15,7 +18,8 @@ if TYPE_CHECKING:
     from bot.store import ApprovalDecision, ApprovalStatus
     from routing.errors import SwitchboardError
 
-CONFIG_OPTION = click.option(
+# Annotated: `bot.cron_cli` imports them while this module is still loading.
+CONFIG_OPTION: Callable[[_Command], _Command] = click.option(
     "--config",
     "config_path",
     default="bindings.yaml",
@@ -25,7 +29,7 @@ CONFIG_OPTION = click.option(
 )
 
 
-STATE_OPTION = click.option(
+STATE_OPTION: Callable[[_Command], _Command] = click.option(
     "--state-dir",
     default=None,
     type=click.Path(file_okay=False),
@@ -467,6 +471,11 @@ def approvals_approve(config_path: str, state_dir: str | None, approval_id: str,
 def approvals_deny(config_path: str, state_dir: str | None, approval_id: str) -> None:
     """Deny the command waiting under APPROVAL_ID."""
     _decide_from_cli(config_path, state_dir, approval_id, "deny")
+
+
+from bot.cron_cli import cron  # noqa: E402 - it builds on the options above
+
+cli.add_command(cron)
 
 
 def exit_code(error: SwitchboardError) -> int:

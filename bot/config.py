@@ -27,8 +27,11 @@ from agent.providers.config import ProviderConfig, http_url, providers_from_env,
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
 from bot.config_plugins import check_channels, check_providers
 from bot.env_vars import Substitution, substitute_env
+from bot.heartbeats import HeartbeatConfig
 from bot.plugins import Plugins
 from bot.redaction import Redactor
+from bot.schedules import Job as ScheduledJob
+from bot.schedules import duration_seconds
 from routing import Binding as RoutingBinding
 from routing import (
     DmScope,
@@ -216,6 +219,7 @@ class AgentConfig(_Section):
     message: MessageConfig = Field(default_factory=MessageConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     skills: list[SkillGlob] | None = None  # the skills offered, by name or glob; None: all of them
+    heartbeat: HeartbeatConfig | None = None  # a periodic turn that speaks up only when something needs a person
 
 
 class Defaults(_Section):
@@ -298,6 +302,28 @@ class MediaConfig(_Section):
     image_turns: int = Field(default=DEFAULT_IMAGE_TURNS, ge=0)  # the latest user turns whose images are shown
 
 
+def _duration(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as 30s, 10m or 1h")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return float(value)
+    if isinstance(value, str):
+        return float(duration_seconds(value))
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]  # seconds; written as 30s, 10m, 1h (or a number)
+
+
+class CronConfig(_Section):
+    """`cron`: jobs written in the file (each needs `deliver`), and how late a missed tick may still run at start."""
+
+    catch_up: Duration = 3600.0  # a tick missed while the bot was down runs once at start if younger than this
+    jobs: list[ScheduledJob] = Field(default_factory=list)
+
+
 class Config(_Section):
     """The whole of bindings.yaml, validated. Build it with `load_config`."""
 
@@ -315,6 +341,7 @@ class Config(_Section):
     media: MediaConfig = Field(default_factory=MediaConfig)
     mcp: McpSettings = Field(default_factory=McpSettings)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    cron: CronConfig = Field(default_factory=CronConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _written: dict[str, Any] = PrivateAttr(default_factory=dict)  # the file's data as written (${VAR} replaced)
@@ -502,6 +529,7 @@ def _cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc
         problems += _unknown_providers(config)
     if config is not None:
         problems += _unknown_mcp_agents(config, known)
+        problems += _config_job_problems(config, known)
     session = data.get("session")
     links = session.get("identity_links") if isinstance(session, dict) else None
     linked: dict[str, str] = {}
@@ -563,6 +591,27 @@ def _mcp_secrets(env: Substitution) -> list[str]:
             value = server[path[3]][path[4]] if isinstance(server, dict) else None
             found += [value] if isinstance(value, str) and value else []
     return found
+
+
+def _config_job_problems(config: Config, known: list[str]) -> list[tuple[Loc, str]]:
+    """`cron.jobs`: ids written once, agents that exist, and a `deliver` each (a file has no chat to answer in)."""
+    problems: list[tuple[Loc, str]] = []
+    seen: dict[str, int] = {}
+    for index, job in enumerate(config.cron.jobs):
+        if job.id in seen:
+            problems.append(
+                (("cron", "jobs", index, "id"), f"duplicate job id {job.id!r} (also cron.jobs[{seen[job.id]}])")
+            )
+        seen.setdefault(job.id, index)
+        if job.id.startswith("heartbeat-"):
+            problems.append((("cron", "jobs", index, "id"), "ids starting with heartbeat- are the agents' heartbeats'"))
+        if job.agent is not None and known and job.agent not in known:
+            close = difflib.get_close_matches(job.agent, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"agents are {', '.join(known)}"
+            problems.append((("cron", "jobs", index, "agent"), f"no agent {job.agent!r}; {hint}"))
+        if job.deliver is None:
+            problems.append((("cron", "jobs", index), "a job in the file needs `deliver`, e.g. telegram:direct:12345"))
+    return problems
 
 
 def _unknown_mcp_agents(config: Config, known: list[str]) -> list[tuple[Loc, str]]:

@@ -12,9 +12,13 @@ from agent.lanes import Lanes
 from bot.approvals import Approvals
 from bot.config import own_files
 from bot.conversation import Conversations
+from bot.cron_book import CronBook
+from bot.cron_turns import CronTurns
 from bot.delivery import Delivery
+from bot.heartbeats import heartbeats
 from bot.intake import Intake
 from bot.retention import keep_pruning
+from bot.scheduler import Scheduler
 from bot.store import InboundRecord, Store
 from bot.turns import Job, Turns, fold
 from channels.base import ActionEvent, ChannelAdapter, InboundMessage
@@ -43,7 +47,10 @@ class Gateway:
         own = own_files(config, app.state_dir)
         self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
         self.processes = ProcessTable(hide=own)
-        registry = registry or app.registry(ToolSetup(self.delivery, self.approvals.authorize, self.processes))
+        self.jobs = CronBook(store, config, app.clock)
+        registry = registry or app.registry(
+            ToolSetup(self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs)
+        )
         message_tool = registry.get("message")
         self.delivery.message_tool = message_tool if isinstance(message_tool, MessageTool) else None
         conversations = Conversations(config, store, app.state_dir, app.runner, registry, app.hooks)
@@ -61,6 +68,15 @@ class Gateway:
             settings=config.session.queue,
         )
         self.intake = Intake(app, store, self.delivery, self.lanes, self.approvals)
+        self.scheduler = Scheduler(
+            store,
+            config.cron.jobs,
+            CronTurns(app, self.delivery, self.intake),
+            catch_up=config.cron.catch_up,
+            clock=app.clock,
+            heartbeats=heartbeats(config),
+        )
+        self._scheduler_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
         self._held_task: asyncio.Task[int] | None = None
 
@@ -99,6 +115,7 @@ class Gateway:
         if held:
             self._held_task = asyncio.create_task(self.approvals.expire_when_due(held), name="held approvals")
         await self._recover(leftovers)
+        self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
 
     async def _recover(self, leftovers: list[InboundRecord]) -> None:
         for record in leftovers:
@@ -122,7 +139,7 @@ class Gateway:
         Adapters stop last: the runs that finish during the grace period still need them to deliver.
         """
         self.intake.accepting = False
-        for task in (self._prune_task, self._held_task):
+        for task in (self._scheduler_task, self._prune_task, self._held_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

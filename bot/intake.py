@@ -59,7 +59,7 @@ class Intake:
     def party(self, job: Job) -> Party:
         """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
         message = job.message
-        if self.app.owns(message.channel, message.sender_id):
+        if message.scheduled is not None or self.app.owns(message.channel, message.sender_id):
             return OWNER
         return Party(sender=owner_key(message.channel, message.sender_id), owner=False)
 
@@ -105,6 +105,9 @@ class Intake:
         return None
 
     async def accept(self, record: InboundRecord, message: InboundMessage) -> None:
+        if message.scheduled is not None:
+            await self.accept_scheduled(record.id, record.received, message)
+            return
         adapter = self.delivery.adapter_for(message.channel, message.account)
         settings = adapter.settings if adapter is not None else AccountSettings()
         verdict = await check_access(message, settings, self.store, self.app.owners)
@@ -135,6 +138,24 @@ class Intake:
         if self.lanes.closed:
             return  # shutting down: the journal keeps it pending for the next start
         await self.lanes.submit(route.session_key, job)
+
+    async def accept_scheduled(self, inbound_id: int, received: float, message: InboundMessage) -> None:
+        """A scheduled turn, journaled by the scheduler: no access check, command or routing (the job names its
+        agent and session); it joins that session's lane like any message."""
+        scheduled = message.scheduled
+        assert scheduled is not None
+        job = Job(
+            inbound_id,
+            message,
+            scheduled.agent,
+            scheduled.session_key,
+            envelope=envelope(received, zone(self.app.config.timezone_for(scheduled.agent))),
+            owner=True,  # made by an owner (the tool and `bot cron` are theirs) or written in the config
+            received=received,
+        )
+        if self.lanes.closed:
+            return  # shutting down: the journal keeps it pending for the next start
+        await self.lanes.submit(scheduled.session_key, job)
 
     def _parse_command(self, message: InboundMessage) -> Command | None:
         if message.button:

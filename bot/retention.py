@@ -1,4 +1,5 @@
-"""Bounded state: finished journal rows, sent outbox entries and settled approvals pruned on a schedule."""
+"""Bounded state: finished journal rows, sent outbox entries, settled approvals and ended job runs pruned on a
+schedule."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ async def prune_once(store: RetentionStore, retention_days: float) -> dict[str, 
         "inbound": await store.prune_inbound(age),
         "outbox": await store.prune_outbox(age),
         "approvals": await store.prune_approvals(age),
+        "job_runs": await store.prune_job_runs(age),
     }
     await store.release_space()  # without it the database file keeps its size, however much was deleted
     return pruned

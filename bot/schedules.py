@@ -16,9 +16,19 @@ from typing import Literal
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from routing import Peer
 from tools.clock import zone
+from tools.message import parse_to
 
-__all__ = ["Job", "interval_seconds", "jitter_seconds", "next_fire"]
+__all__ = [
+    "Job",
+    "duration_seconds",
+    "interval_seconds",
+    "jitter_seconds",
+    "next_fire",
+    "parse_deliver",
+    "previous_fire",
+]
 
 MIN_INTERVAL_SECONDS = 60
 MAX_JITTER_SECONDS = 30.0
@@ -26,13 +36,18 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _INTERVAL = re.compile(r"(\d+)\s*([smhd])")
 
 
-def interval_seconds(text: str) -> int:
-    """`30m`, `2h`, `1h30m`, `1d` as seconds; ValueError for anything else or less than a minute."""
+def duration_seconds(text: str) -> int:
+    """`30s`, `30m`, `2h`, `1h30m`, `1d` as seconds; ValueError for anything else."""
     compact = text.strip().lower().replace(" ", "")
     parts = _INTERVAL.findall(compact)
     if not compact or "".join(f"{count}{unit}" for count, unit in parts) != compact:
         raise ValueError(f"{text!r} is not an interval such as 30m, 2h or 1h30m")
-    seconds = sum(int(count) * _UNITS[unit] for count, unit in parts)
+    return sum(int(count) * _UNITS[unit] for count, unit in parts)
+
+
+def interval_seconds(text: str) -> int:
+    """`30m`, `2h`, `1h30m`, `1d` as seconds; ValueError for anything else or less than a minute."""
+    seconds = duration_seconds(text)
     if seconds < MIN_INTERVAL_SECONDS:
         raise ValueError(f"{text!r} is shorter than a minute")
     return seconds
@@ -42,6 +57,16 @@ def jitter_seconds(job_id: str, interval: int) -> float:
     """How late this job fires in each interval: fixed by its id, at most 5 % of the interval and 30 s."""
     fraction = int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:4], "big") / 2**32
     return fraction * min(interval * 0.05, MAX_JITTER_SECONDS)
+
+
+def parse_deliver(text: str) -> tuple[str, str | None, Peer, str | None]:
+    """A job's `deliver` (the message tool's `to`, plus an optional `:thread:<id>`) as (channel, account or None,
+    peer, thread id or None); ValueError if malformed."""
+    head, sep, thread = text.strip().partition(":thread:")
+    if sep and not thread.strip():
+        raise ValueError(f"`deliver` names no thread id after :thread: (got {text!r})")
+    channel, account, peer = parse_to(head)
+    return channel, account, peer, thread.strip() or None
 
 
 class Job(BaseModel):
@@ -67,6 +92,13 @@ class Job(BaseModel):
         if value is not None:
             zone(value)  # ValueError names an unknown zone
         return value
+
+    @field_validator("deliver")
+    @classmethod
+    def _a_target(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_deliver(value)
+        return value.strip() if value is not None else None
 
     @field_validator("cron")
     @classmethod
@@ -127,3 +159,23 @@ def next_fire(job: Job, after: float, anchor: float) -> float | None:
     assert job.cron is not None
     start = datetime.fromtimestamp(after, job.zone())
     return next(iter(CronSim(job.cron, start))).timestamp()
+
+
+def previous_fire(job: Job, before: float, anchor: float) -> float | None:
+    """The latest moment at or before `before` when `job` was due, or None when it never was (a later `at`, or an
+    `every` job's first interval not yet over)."""
+    if job.at is not None:
+        moment = datetime.fromisoformat(job.at.strip())
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=job.zone())
+        return moment.timestamp() if moment.timestamp() <= before else None
+    if job.every is not None:
+        interval = interval_seconds(job.every)
+        offset = anchor + jitter_seconds(job.id, interval)
+        periods = int((before - offset) // interval)
+        return offset + periods * interval if periods >= 1 else None
+    assert job.cron is not None
+    for moment in CronSim(job.cron, datetime.fromtimestamp(before + 1, job.zone()), reverse=True):
+        if moment.timestamp() <= before:
+            return moment.timestamp()
+    return None  # pragma: no cover - a valid expression always has an earlier time

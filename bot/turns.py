@@ -21,6 +21,7 @@ from agent.runner import RunOutcome
 from bot.assemble import SetupError
 from bot.conversation import Conversations
 from bot.delivery import Delivery
+from bot.heartbeats import quiet
 from bot.media import Received, describe, images, receive, refusal
 from bot.store import InboundRecord, PreviewStore
 from bot.streaming import StreamingReply
@@ -131,6 +132,11 @@ class Turns:
         self.delivery.note_answer(newest.inbound_id, key)
         try:
             text = await self._answer(key, jobs, control, stream)
+            scheduled = newest.message.scheduled
+            if scheduled is not None and scheduled.kind == "heartbeat" and quiet(text):
+                text = ""  # all is well: a heartbeat speaks only when something needs a person
+                if stream is not None:
+                    await stream.retract()
             if self._delivered_by_tool(key, newest.message.target(), text):
                 text = ""  # the agent already sent this answer with the message tool: not twice
                 if stream is not None:
@@ -199,13 +205,13 @@ class Turns:
             jobs[-1].agent,
             key,
             channel=sender.channel,
-            owner=self.app.owns(sender.channel, sender.sender_id),
+            owner=self.app.owns(sender.channel, sender.sender_id) or _scheduled_alone(jobs),
             peer_kind=sender.peer.kind,
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
             capabilities=adapter.capabilities if adapter is not None else None,
             target=sender.target(),
-            reply_to=sender.message_id if not sender.message_id.startswith("click:") else None,
+            reply_to=None if sender.message_id.startswith("click:") or sender.scheduled else sender.message_id,
             turn=str(jobs[-1].inbound_id),
         )
 
@@ -269,6 +275,12 @@ class Turns:
             with contextlib.suppress(Exception):
                 await adapter.typing(message.target())
             await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+
+def _scheduled_alone(jobs: list[Job]) -> bool:
+    """A scheduled turn runs with its maker's (an owner's) powers only alone: folded with people's messages, it runs
+    with the newest sender's."""
+    return len(jobs) == 1 and not jobs[0].folded_ids and jobs[0].message.scheduled is not None
 
 
 def _user_message(

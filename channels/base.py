@@ -119,6 +119,16 @@ class ChatTarget(BaseModel):
     thread_id: str | None = None
 
 
+class Scheduled(BaseModel):
+    """What started a turn that nobody sent (a cron job's tick, a heartbeat): never set by an adapter, so no person
+    can pose as one. The turn runs for `agent` in `session_key`, with the powers of the job's maker (an owner)."""
+
+    kind: Literal["cron", "heartbeat"] = "cron"
+    job: str
+    agent: str
+    session_key: str
+
+
 class InboundMessage(BaseModel):
     """One message as an adapter delivers it: the routing input, the sender, and the content."""
 
@@ -140,6 +150,7 @@ class InboundMessage(BaseModel):
     was_mentioned: bool = False
     attachments: list[Attachment] = Field(default_factory=list)
     button: bool = False  # a click on a button the agent sent: `text` is its value, data and never a command
+    scheduled: Scheduled | None = None  # a turn started by a schedule, not a person
 
     def routing_input(self) -> RoutingInput:
         return RoutingInput(

@@ -66,11 +66,11 @@ async def test_only_what_finished_before_the_retention_window_is_pruned(store: S
     await fill(store, clock, "old")
     clock.advance(31 * DAY)
     await fill(store, clock, "new")
-    assert await prune_once(store, 30) == {"inbound": 1, "outbox": 1, "approvals": 1}
+    assert await prune_once(store, 30) == {"inbound": 1, "outbox": 1, "approvals": 1, "job_runs": 0}
     assert await counts(store) == (2, 2, 2)  # nothing unfinished goes, however old
     kept = {record.id for record in await store.find_approvals("", pending_only=False)}
     assert kept == {"new-settled", "new-pending", "old-pending"}
-    assert await prune_once(store, 30) == {"inbound": 0, "outbox": 0, "approvals": 0}
+    assert await prune_once(store, 30) == {"inbound": 0, "outbox": 0, "approvals": 0, "job_runs": 0}
 
 
 def size_on_disk(state_dir: Path) -> int:
@@ -86,7 +86,7 @@ async def test_pruning_gives_the_space_of_what_it_deleted_back(store: SqliteStor
         await store.mark_sent(sent[0].id, str(number))
     full = size_on_disk(store.path.parent)
     clock.advance(31 * DAY)
-    assert await prune_once(store, 30) == {"inbound": 200, "outbox": 200, "approvals": 0}
+    assert await prune_once(store, 30) == {"inbound": 200, "outbox": 200, "approvals": 0, "job_runs": 0}
     assert size_on_disk(store.path.parent) < full / 10
 
 

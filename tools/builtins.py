@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from channels.base import Capabilities, ChatTarget, OutboundMessage
 from tools.base import Tool, ToolContext
+from tools.cron import CronTool
 from tools.exec import Authorization, Authorize, ExecTool, ProcessTable, ProcessTool
 from tools.fs import fs_tools
 from tools.memory import memory_tools
@@ -48,12 +49,15 @@ async def nobody_to_ask(command: str, ctx: ToolContext) -> Authorization:
 
 def builtin_tools(setup: ToolSetup) -> list[Tool]:
     """The built-in tools (the tool plugin `builtins`): `message` only with a messenger (`NoChats()` lists it where
-    no channel runs, as `bot tools` does); `web_search` only with BRAVE_API_KEY in the environment."""
+    no channel runs, as `bot tools` does); `cron` only with a job book (a running gateway); `web_search` only with
+    BRAVE_API_KEY in the environment."""
     tools: list[Tool] = [SessionStatus()]
     if setup.messenger is not None:
         tools.append(MessageTool(setup.messenger, fetcher=WebFetch()))
     processes = setup.processes
     tools += [ExecTool(setup.authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
+    if setup.jobs is not None:
+        tools.append(CronTool(setup.jobs))
     return tools
 
 

@@ -89,7 +89,14 @@ class ProviderToolPolicy(ToolPolicy):
 # What runs started by someone who is not an owner may never use unless `tools.non_owner` says otherwise: commands,
 # writing the workspace's files (which include the notes and bootstrap files every session reads), and MCP servers'
 # tools (they act with the credentials the owner gave the server).
-NON_OWNER_DENY: tuple[str, ...] = ("group:runtime", "write", "edit", "memory_write", "group:mcp")
+NON_OWNER_DENY: tuple[str, ...] = (
+    "group:runtime",
+    "write",
+    "edit",
+    "memory_write",
+    "group:mcp",
+    "group:automation",  # a job runs unattended with the agent's powers
+)
 
 
 def _non_owner_default() -> ToolPolicy:

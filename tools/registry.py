@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from tools.base import Tool
 
 if TYPE_CHECKING:
+    from tools.cron import JobBook
     from tools.exec import Authorize, ProcessTable
     from tools.message import Messenger
 
@@ -21,6 +22,7 @@ BUILTIN_GROUPS: Mapping[str, tuple[str, ...]] = {
     "group:web": ("web_fetch", "web_search"),
     "group:messaging": ("message",),
     "group:memory": ("memory_write", "memory_search", "memory_get"),
+    "group:automation": ("cron",),
     "group:mcp": (),  # every MCP server's tools (tools.mcp), which join it themselves
 }
 
@@ -147,6 +149,7 @@ class ToolSetup:
     messenger: Messenger | None
     authorize: Authorize
     processes: ProcessTable
+    jobs: JobBook | None = None  # the scheduled jobs the `cron` tool manages (None: no tool where none run)
 
 
 # A tool plugin (entry point group `switchboard.tools`): builds its tools for one application.

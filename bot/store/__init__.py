@@ -1,10 +1,11 @@
-"""The state store: session index, inbound journal, outbox, previews, pairing and approvals, each behind a small
-role interface (`SessionStore`, `JournalStore`, `OutboxStore` …); SQLite by default (`SqliteStore`)."""
+"""The state store: session index, inbound journal, outbox, previews, pairing, approvals and scheduled jobs, each
+behind a small role interface (`SessionStore`, `JournalStore`, `OutboxStore` …); SQLite by default (`SqliteStore`)."""
 
 from bot.store.approvals import ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
 from bot.store.base import DEDUPE_SECONDS, Clock, StoreError
 from bot.store.database import BUSY_TIMEOUT_MS, DB_FILE, KEY_FILE
 from bot.store.interface import DeliveryStore, IntakeStore, RetentionStore, Store
+from bot.store.jobs import JobRecord, JobRunRecord, JobStore, RunStatus
 from bot.store.journal import InboundRecord, InboundStatus, JournalStore
 from bot.store.outbox import OutboxEntry, OutboxRecord, OutboxStatus, OutboxStore
 from bot.store.pairing import PAIRING_ALPHABET, PairingRecord, PairingStore
@@ -29,6 +30,9 @@ __all__ = [
     "InboundRecord",
     "InboundStatus",
     "IntakeStore",
+    "JobRecord",
+    "JobRunRecord",
+    "JobStore",
     "JournalStore",
     "OutboxEntry",
     "OutboxRecord",
@@ -39,6 +43,7 @@ __all__ = [
     "PreviewRecord",
     "PreviewStore",
     "RetentionStore",
+    "RunStatus",
     "SessionRecord",
     "SessionStore",
     "SqliteStore",

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from bot.store.approvals import ApprovalStore
 from bot.store.base import DEDUPE_SECONDS
+from bot.store.jobs import JobStore
 from bot.store.journal import JournalStore
 from bot.store.outbox import OutboxStore
 from bot.store.pairing import PairingStore
@@ -36,11 +37,20 @@ class RetentionStore(Protocol):
     async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
     async def prune_approvals(self, older_than_seconds: float) -> int: ...
+    async def prune_job_runs(self, older_than_seconds: float) -> int: ...
     async def release_space(self) -> int: ...
 
 
 class Store(
-    SessionStore, JournalStore, OutboxStore, PreviewStore, PairingStore, ApprovalStore, RetentionStore, Protocol
+    SessionStore,
+    JournalStore,
+    OutboxStore,
+    PreviewStore,
+    PairingStore,
+    ApprovalStore,
+    JobStore,
+    RetentionStore,
+    Protocol,
 ):
     """What the gateway needs from its state, every role at once; every payload is a JSON-able dict, so any
     backend can hold it. Code that needs one role should take that role's interface instead."""

@@ -134,5 +134,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE sessions ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE sessions ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
     ),
+    # Scheduled jobs made by the `cron` tool and `bot cron add` (config jobs live in the file), and one row per tick
+    # of any job: UNIQUE (job_id, tick) is what keeps a tick from running twice, across restarts too.
+    (
+        """CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            payload TEXT NOT NULL,
+            created_by TEXT,
+            created REAL NOT NULL,
+            updated REAL NOT NULL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE job_runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id TEXT NOT NULL,
+            tick REAL NOT NULL,
+            started REAL NOT NULL,
+            ended REAL,
+            status TEXT NOT NULL
+                CHECK (status IN ('requested', 'running', 'ok', 'error', 'skipped', 'undeliverable')),
+            manual INTEGER NOT NULL DEFAULT 0,
+            detail TEXT,
+            message_ids TEXT NOT NULL DEFAULT '[]',
+            inbound_id INTEGER,
+            UNIQUE (job_id, tick)
+        )""",
+        "CREATE INDEX job_runs_running ON job_runs (job_id) WHERE status = 'running'",
+        "CREATE INDEX job_runs_finished ON job_runs (ended) WHERE status != 'running'",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

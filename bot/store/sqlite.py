@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from bot.store.approvals import SqliteApprovals
 from bot.store.base import Clock
 from bot.store.database import Database, release_free_pages
+from bot.store.jobs import SqliteJobs
 from bot.store.journal import SqliteJournal
 from bot.store.outbox import SqliteOutbox
 from bot.store.pairing import SqlitePairing
@@ -25,7 +26,9 @@ __all__ = ["SqliteStore"]
 
 # Each part holds its domain's methods and SQL and keeps no state of its own, only the shared Database; combining
 # them by inheritance gives one object for every role without restating each method's signature here.
-class SqliteStore(SqliteSessions, SqliteJournal, SqliteOutbox, SqlitePreviews, SqlitePairing, SqliteApprovals):
+class SqliteStore(
+    SqliteSessions, SqliteJournal, SqliteOutbox, SqlitePreviews, SqlitePairing, SqliteApprovals, SqliteJobs
+):
     """The embedded store: `state.db` in WAL mode, used from one worker thread that owns the connection.
 
     Every call is handed to that thread, so the event loop never waits on SQLite and calls run one at a

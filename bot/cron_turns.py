@@ -1,0 +1,82 @@
+"""How a scheduled run becomes a turn: its target chat and session, the journal row it starts from, then the lanes
+(through intake, like a message), so its answer leaves through the outbox to that chat."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.delivery import Delivery
+from bot.schedules import Job, parse_deliver
+from bot.store import JobRunRecord
+from bot.store.jobs import ScheduledInbound
+from channels.base import InboundMessage, Scheduled
+from routing import RoutingInput
+
+if TYPE_CHECKING:
+    from bot.app import App
+    from bot.intake import Intake
+
+
+def isolated_session(agent: str, job_id: str) -> str:
+    """The session of a job that runs on its own: `agent:<a>:cron:<id>`."""
+    return f"agent:{agent}:cron:{job_id}"
+
+
+def job_text(job: Job) -> str:
+    """What the agent is asked: the job's message, marked as a scheduled job's (the answer goes to the chat)."""
+    name = f"{job.name!r} " if job.name else ""
+    return (
+        f"[scheduled job {name}(id {job.id}); your answer is sent to the chat, NO_REPLY sends nothing]\n{job.message}"
+    )
+
+
+class CronTurns:
+    """The scheduler's launcher in a running gateway."""
+
+    def __init__(self, app: App, delivery: Delivery, intake: Intake) -> None:
+        self.app = app
+        self.delivery = delivery
+        self.intake = intake
+
+    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> ScheduledInbound | str:
+        """The journal row of the run's turn, or why it cannot reach its chat (the run is then undeliverable)."""
+        if job.deliver is None:
+            return "the job names no chat to deliver to"
+        channel, account, peer, thread = parse_deliver(job.deliver)
+        if account is None:
+            running = [name for kind, name in self.delivery.accounts() if kind == channel]
+            account = "default" if "default" in running or not running else running[0]
+        if self.delivery.adapter_for(channel, account) is None:
+            return f"no running {channel} account {account!r}"
+        agent = job.agent or self.app.router.default_agent
+        if job.session == "main":
+            source = RoutingInput(channel=channel, account=account, peer=peer, thread=thread)
+            session_key = self.app.router.session_key(agent, source)
+        else:
+            session_key = isolated_session(agent, job.id)
+        message = InboundMessage(
+            channel=channel,
+            account=account,
+            peer=peer,
+            sender_id=f"cron:{job.id}",
+            sender_name=job.name or f"cron job {job.id}",
+            text=job.message if heartbeat else job_text(job),
+            message_id=f"cron:{job.id}:{tick:.6f}",
+            thread_id=thread,
+            scheduled=Scheduled(
+                kind="heartbeat" if heartbeat else "cron", job=job.id, agent=agent, session_key=session_key
+            ),
+        )
+        chat = f"{peer.kind}:{peer.id}" + (f":thread:{thread}" if thread else "")
+        return ScheduledInbound(
+            channel=channel,
+            account=account,
+            chat=chat,
+            message_id=message.message_id,
+            payload=message.model_dump(mode="json"),
+        )
+
+    async def launch(self, run: JobRunRecord, inbound: ScheduledInbound) -> None:
+        assert run.inbound_id is not None
+        message = InboundMessage.model_validate(inbound.payload)
+        await self.intake.accept_scheduled(run.inbound_id, run.started, message)

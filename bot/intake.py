@@ -64,7 +64,11 @@ class Intake:
         return Party(sender=owner_key(message.channel, message.sender_id), owner=False)
 
     async def on_message(self, message: InboundMessage) -> None:
-        """Called by adapters: journal first (the adapter acknowledges the platform after this returns)."""
+        """Called by adapters: journal first (the adapter acknowledges the platform after this returns). A message
+        an adapter marks `scheduled` is dropped: only the scheduler starts such turns, which skip access checks."""
+        if message.scheduled is not None:
+            log.warning("%s/%s delivered a message marked scheduled: dropped", message.channel, message.account)
+            return
         record = await self.store.record_inbound(
             message.channel, message.account, _chat(message), message.message_id, message.model_dump(mode="json")
         )

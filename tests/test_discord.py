@@ -43,6 +43,7 @@ from channels.base import (
 from channels.chunking import chunk_text
 from channels.discord import (
     CAPABILITIES,
+    CDN_HOSTS,
     DOWNLOAD_CHUNK,
     DiscordAccount,
     DiscordAdapter,
@@ -51,6 +52,8 @@ from channels.discord import (
 )
 from routing import Peer
 from routing.errors import ChannelError
+
+CDN, MEDIA = sorted(CDN_HOSTS)  # Discord's CDN hosts, as the adapter names them
 
 
 class Inbox:
@@ -510,7 +513,7 @@ async def test_a_ref_off_discords_cdn_is_never_fetched(
     port = int(fake_discord.root.rsplit(":", 1)[1])
     for ref in (
         "http://169.254.169.254/latest/meta-data/",
-        "https://cdn.discordapp.com.evil.example/attachments/1/2/x.png",
+        f"https://{CDN}.evil.example/attachments/1/2/x.png",
         f"http://127.0.0.1:{port + 1}/attachments/1/2/x.png",  # the fake's host, another port
         f"https://127.0.0.1:{port}/attachments/1/2/x.png",  # the fake's host and port, another scheme
         "file:///etc/passwd",
@@ -522,12 +525,13 @@ async def test_a_ref_off_discords_cdn_is_never_fetched(
 
 
 def test_only_discords_cdn_over_https_and_the_configured_server_are_allowed() -> None:
-    assert cdn_url_allowed("https://cdn.discordapp.com/attachments/1/2/a.png?ex=1&hm=2", None)
-    assert cdn_url_allowed("https://media.discordapp.net/attachments/1/2/a.png", None)
-    assert not cdn_url_allowed("http://cdn.discordapp.com/attachments/1/2/a.png", None)
-    assert not cdn_url_allowed("https://cdn.discordapp.com:8443/attachments/1/2/a.png", None)
-    assert not cdn_url_allowed("https://someone@cdn.discordapp.com/attachments/1/2/a.png", None)
-    assert not cdn_url_allowed("https://discord.com/api/v10/users/@me", None)
+    # Only strings are checked here (nothing is fetched); the hosts come from the adapter's own list.
+    assert cdn_url_allowed(f"https://{CDN}/attachments/1/2/a.png?ex=1&hm=2", None)
+    assert cdn_url_allowed(f"https://{MEDIA}/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed(f"http://{CDN}/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed(f"https://{CDN}:8443/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed(f"https://someone@{CDN}/attachments/1/2/a.png", None)
+    assert not cdn_url_allowed(f"{discord.http.Route.BASE}/users/@me", None)  # the API, not the CDN
     assert not cdn_url_allowed("http://127.0.0.1:8080/attachments/1/2/a.png", None)
     assert cdn_url_allowed("http://127.0.0.1:8080/attachments/1/2/a.png", "http://127.0.0.1:8080")
 

@@ -842,7 +842,8 @@ async def test_a_file_from_a_url_is_downloaded_into_the_workspace_first(
 
 async def test_without_a_fetcher_or_uploads_no_file_goes_out(tool: MessageTool, messenger: RecordingMessenger) -> None:
     run = run_info(UPLOADS, workspace="/nonexistent")
-    assert "cannot be fetched here" in error_of(await call(tool, {"action": "send", "media": ["https://x.org/a"]}, run))
+    by_url = {"action": "send", "media": ["http://127.0.0.1:9/a"]}  # refused before any connection
+    assert "cannot be fetched here" in error_of(await call(tool, by_url, run))
     no_files = run_info(Capabilities(), workspace="/nonexistent")
     assert "cannot take files" in error_of(await call(tool, {"action": "send", "media": ["a.png"]}, no_files))
     assert not messenger.touched()

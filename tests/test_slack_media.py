@@ -9,6 +9,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -18,7 +19,7 @@ from test_slack import Inbox, account
 
 from channels import slack as slack_channel
 from channels.base import Attachment, Button, ChatTarget, OutboundFile, OutboundMessage, Poll
-from channels.slack import CAPABILITIES, SlackAdapter, file_origins
+from channels.slack import CAPABILITIES, DEFAULT_API_BASE_URL, SLACK_FILE_HOST, SlackAdapter, file_origins
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -142,7 +143,8 @@ async def test_a_file_that_is_not_on_slacks_host_is_refused_unfetched(fake_slack
         with pytest.raises(ChannelError, match="not on Slack's file host"):
             await collect(adapter, Attachment(ref=ref))
     assert fake_slack.file_requests == []
-    assert file_origins(None) == {("https", "files.slack.com", 443), ("https", "slack.com", 443)}
+    api_host = urlsplit(DEFAULT_API_BASE_URL).hostname
+    assert file_origins(None) == {SLACK_FILE_HOST, ("https", api_host, 443)}  # Slack's file host and API host
     assert ("http", "127.0.0.1", 8080) in file_origins("http://127.0.0.1:8080")
 
 

@@ -47,7 +47,7 @@ _STOP_REASONS: dict[str, StopReason] = {
 # api.openai.com rejects `max_tokens` for its reasoning models; most compatible servers only know `max_tokens`.
 _MAX_COMPLETION_TOKENS_HOSTS = frozenset({"api.openai.com"})
 # Endpoints that cache a repeated prefix by themselves and document no `cache_control` in content parts.
-_IMPLICIT_CACHE_HOSTS = frozenset({"api.openai.com", "generativelanguage.googleapis.com"})
+IMPLICIT_CACHE_HOSTS = frozenset({"api.openai.com", "generativelanguage.googleapis.com"})
 
 
 class OpenAIProvider:
@@ -59,7 +59,7 @@ class OpenAIProvider:
         self._sse = SSEClient(name, client, config.timeout_seconds, [*config.keys(), *config.headers.values()])
         host = urlsplit(config.base_url).hostname or ""
         self._max_tokens_field = "max_completion_tokens" if host in _MAX_COMPLETION_TOKENS_HOSTS else "max_tokens"
-        self._may_mark = config.cache == "auto" and host not in _IMPLICIT_CACHE_HOSTS
+        self._may_mark = config.cache == "auto" and host not in IMPLICIT_CACHE_HOSTS
 
     @property
     def url(self) -> str:

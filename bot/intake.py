@@ -120,15 +120,8 @@ class Intake:
             await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
             return
         route = self.router.resolve(message.routing_input())
-        job = Job(
-            record.id,
-            message,
-            route.agent,
-            route.session_key,
-            envelope=envelope(record.received, zone(self.app.config.timezone_for(route.agent))),
-            owner=self.app.owns(message.channel, message.sender_id),
-            received=record.received,
-        )
+        owner = self.app.owns(message.channel, message.sender_id)
+        job = self._job(record.id, record.received, message, route.agent, route.session_key, owner=owner)
         command = self._parse_command(message)
         if command is not None and command.name == "skill":
             used = await self._skill(job, command.args)
@@ -139,27 +132,27 @@ class Intake:
         elif command is not None:
             await self._command(job, command)
             return
-        if self.lanes.closed:
-            return  # shutting down: the journal keeps it pending for the next start
-        await self.lanes.submit(route.session_key, job)
+        await self._submit(job)
 
     async def accept_scheduled(self, inbound_id: int, received: float, message: InboundMessage) -> None:
         """A scheduled turn, journaled by the scheduler: no access check, command or routing (the job names its
         agent and session); it joins that session's lane like any message."""
         scheduled = message.scheduled
         assert scheduled is not None
-        job = Job(
-            inbound_id,
-            message,
-            scheduled.agent,
-            scheduled.session_key,
-            envelope=envelope(received, zone(self.app.config.timezone_for(scheduled.agent))),
-            owner=True,  # made by an owner (the tool and `bot cron` are theirs) or written in the config
-            received=received,
-        )
+        # made by an owner (the tool and `bot cron` are theirs) or written in the config
+        await self._submit(self._job(inbound_id, received, message, scheduled.agent, scheduled.session_key, owner=True))
+
+    def _job(
+        self, inbound_id: int, received: float, message: InboundMessage, agent: str, session_key: str, *, owner: bool
+    ) -> Job:
+        """A message on its way to `agent`, stamped with when the journal received it, in the agent's zone."""
+        stamp = envelope(received, zone(self.app.config.timezone_for(agent)))
+        return Job(inbound_id, message, agent, session_key, envelope=stamp, owner=owner, received=received)
+
+    async def _submit(self, job: Job) -> None:
         if self.lanes.closed:
             return  # shutting down: the journal keeps it pending for the next start
-        await self.lanes.submit(scheduled.session_key, job)
+        await self.lanes.submit(job.session_key, job)
 
     def _parse_command(self, message: InboundMessage) -> Command | None:
         if message.button:

@@ -72,21 +72,21 @@ def _said(message: InboundMessage, files: Sequence[Received] = ()) -> str:
     return "\n".join(line for line in (text, *(describe(file) for file in files)) if line)
 
 
-def _line(job: Job, said: str | None = None) -> str:
+def _line(job: Job, said: str) -> str:
     """One person's message in a batch: when it came, their name quoted as data (marked when they are an owner),
-    then what they said with every further line indented, so neither a name nor a text can start a line that
+    then what they `said` with every further line indented, so neither a name nor a text can start a line that
     looks like another speaker's."""
     message = job.message
-    said = (_said(message) if said is None else said).replace("\n", "\n  ")
     who = quoted_name(message.sender_name, message.sender_id) + (" (owner)" if job.owner else "")
-    return f"{job.envelope} {who}: {said}".lstrip()
+    indented = said.replace("\n", "\n  ")
+    return f"{job.envelope} {who}: {indented}".lstrip()
 
 
 def fold(jobs: list[Job]) -> Job:
     """Many queued messages folded into one: the newest message's place, every text kept in order."""
     newest = jobs[-1]
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
-    lines += [_line(job) for job in jobs]
+    lines += [_line(job, _said(job.message)) for job in jobs]
     attachments = [attachment for job in jobs for attachment in job.message.attachments]
     update = {"text": "\n".join(lines), "button": False, "attachments": attachments}
     message = newest.message.model_copy(update=update)
@@ -283,13 +283,10 @@ def _scheduled_alone(jobs: list[Job]) -> bool:
     return len(jobs) == 1 and not jobs[0].folded_ids and jobs[0].message.scheduled is not None
 
 
-def _user_message(
-    jobs: Sequence[Job], files: Sequence[Sequence[Received]] = (), show_images: bool = True
-) -> UserMessage:
+def _user_message(jobs: Sequence[Job], files: Sequence[Sequence[Received]], show_images: bool) -> UserMessage:
     """One user message for a batch, starting with when it was sent; in groups (or a batch) each line names its
     sender, and a folded job's lines carry their own. `files` are what came of each job's attachments: a line
     each, and (`show_images`) the images a model may be shown. Reads files: call it off the event loop."""
-    files = files or [() for _ in jobs]
     said = [_said(job.message, received) for job, received in zip(jobs, files, strict=True)]
     job = jobs[0]
     if len(jobs) == 1 and job.message.peer.kind == "direct":

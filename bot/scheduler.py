@@ -21,7 +21,7 @@ POLL_SECONDS = 1.0  # `bot cron add` and `bot cron run` beside a running bot are
 
 
 @dataclass(frozen=True)
-class Scheduled:
+class ScheduledJob:
     """A job as the scheduler sees it: where it comes from, when its intervals count from, and since when its
     ticks are its own (before that, a tick was never this job's to run)."""
 
@@ -74,11 +74,11 @@ class Scheduler:
                 log.exception("the scheduler's pass failed")
             await self.sleep(self.poll)
 
-    async def jobs(self) -> dict[str, Scheduled]:
+    async def jobs(self) -> dict[str, ScheduledJob]:
         """Every job by id: the config's (not removable by the tool), then the state DB's."""
-        found = {job.id: Scheduled(job, "config", 0.0, self.started) for job in self.config_jobs}
+        found = {job.id: ScheduledJob(job, "config", 0.0, self.started) for job in self.config_jobs}
         for beat in self.heartbeats:
-            found[beat.job.id] = Scheduled(beat.job, "heartbeat", 0.0, self.started, beat)
+            found[beat.job.id] = ScheduledJob(beat.job, "heartbeat", 0.0, self.started, beat)
         for record in await self.store.list_jobs():
             if record.id in found:
                 continue  # the config's job of that id wins (the tool refuses to make one)
@@ -87,7 +87,7 @@ class Scheduler:
             except ValueError:
                 log.error("job %s in the state DB is not a valid job; skipped", record.id)
                 continue
-            found[job.id] = Scheduled(job, "db", record.created, record.created)
+            found[job.id] = ScheduledJob(job, "db", record.created, record.created)
         return found
 
     async def tick(self) -> None:
@@ -113,7 +113,7 @@ class Scheduler:
                 continue  # outside the active hours nothing runs (and nothing is recorded)
             await self._due(scheduled, due, now, running)
 
-    async def _requested(self, run: JobRunRecord, scheduled: Scheduled | None, running: set[str]) -> None:
+    async def _requested(self, run: JobRunRecord, scheduled: ScheduledJob | None, running: set[str]) -> None:
         if scheduled is None:
             await self.store.finish_job_run(run.id, "error", "no such job")
             return
@@ -131,7 +131,7 @@ class Scheduler:
             running.add(run.job_id)
             await self.launcher.launch(claimed, prepared)
 
-    async def _due(self, scheduled: Scheduled, due: float, now: float, running: set[str]) -> None:
+    async def _due(self, scheduled: ScheduledJob, due: float, now: float, running: set[str]) -> None:
         job = scheduled.job
         if due < self.started and now - due > self.catch_up:
             late = now - due

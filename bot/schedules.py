@@ -141,16 +141,19 @@ class Job(BaseModel):
         """The job's time zone (the host's when it names none)."""
         return zone(self.tz)
 
+    def moment(self) -> float:
+        """An `at` job's moment in seconds since the epoch (a time without an offset is in the job's zone)."""
+        assert self.at is not None
+        moment = datetime.fromisoformat(self.at.strip())
+        return (moment if moment.tzinfo is not None else moment.replace(tzinfo=self.zone())).timestamp()
+
 
 def next_fire(job: Job, after: float, anchor: float) -> float | None:
     """When `job` next fires strictly after `after` (seconds since the epoch), or None when it never will (an `at`
     in the past). `anchor` is when an `every` job's intervals are counted from (when it was made)."""
     if job.at is not None:
-        moment = datetime.fromisoformat(job.at.strip())
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=job.zone())
-        fires = moment.timestamp()
-        return fires if fires > after else None
+        moment = job.moment()
+        return moment if moment > after else None
     if job.every is not None:
         interval = interval_seconds(job.every)
         offset = anchor + jitter_seconds(job.id, interval)
@@ -165,10 +168,8 @@ def previous_fire(job: Job, before: float, anchor: float) -> float | None:
     """The latest moment at or before `before` when `job` was due, or None when it never was (a later `at`, or an
     `every` job's first interval not yet over)."""
     if job.at is not None:
-        moment = datetime.fromisoformat(job.at.strip())
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=job.zone())
-        return moment.timestamp() if moment.timestamp() <= before else None
+        moment = job.moment()
+        return moment if moment <= before else None
     if job.every is not None:
         interval = interval_seconds(job.every)
         offset = anchor + jitter_seconds(job.id, interval)

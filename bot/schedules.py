@@ -152,8 +152,8 @@ def next_fire(job: Job, after: float, anchor: float) -> float | None:
     """When `job` next fires strictly after `after` (seconds since the epoch), or None when it never will (an `at`
     in the past). `anchor` is when an `every` job's intervals are counted from (when it was made)."""
     if job.at is not None:
-        moment = job.moment()
-        return moment if moment > after else None
+        fires = job.moment()
+        return fires if fires > after else None
     if job.every is not None:
         interval = interval_seconds(job.every)
         offset = anchor + jitter_seconds(job.id, interval)
@@ -168,8 +168,8 @@ def previous_fire(job: Job, before: float, anchor: float) -> float | None:
     """The latest moment at or before `before` when `job` was due, or None when it never was (a later `at`, or an
     `every` job's first interval not yet over)."""
     if job.at is not None:
-        moment = job.moment()
-        return moment if moment <= before else None
+        fired = job.moment()
+        return fired if fired <= before else None
     if job.every is not None:
         interval = interval_seconds(job.every)
         offset = anchor + jitter_seconds(job.id, interval)

@@ -73,7 +73,6 @@ def policy_for(
     run: RunInfo,
     *,
     peer: Peer | None = None,
-    subagent: bool = False,
 ) -> PolicyResult:
     """The tools this run may use, and why each other tool was left out; the `tools.sandbox` layer applies exactly
     when the run's commands are sandboxed (`run.sandbox`)."""
@@ -87,7 +86,8 @@ def policy_for(
         peer_kind=peer.kind if peer else None,
         peer_id=peer.id if peer else None,
         sandboxed=run.sandbox is not None,
-        subagent=subagent,
+        depth=run.depth,
+        max_depth=config.subagents.max_depth,
     )
     return select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
 

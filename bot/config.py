@@ -202,6 +202,23 @@ class SkillsConfig(_Section):
     dirs: list[str] = Field(default_factory=list)
 
 
+class AgentSubagentsConfig(_Section):
+    """`agents[].subagents`: which other agents this agent's `sessions_spawn` may start (`*`: any); it may always
+    start itself."""
+
+    allow: list[Name] = Field(default_factory=list)
+
+
+class SubagentsConfig(_Section):
+    """`subagents`: how many children `sessions_spawn` may have running, how deep they may nest, how long each may
+    take."""
+
+    max_concurrent: int = Field(default=4, ge=1)  # children running at once per parent session
+    max_total: int = Field(default=8, ge=1)  # children running at once in the whole bot
+    max_depth: int = Field(default=1, ge=1, le=5)  # 1: a child cannot spawn; 2: its children can't, and so on
+    timeout_seconds: float = Field(default=600, gt=0)  # a child's time limit unless the spawn asks for less
+
+
 class AgentConfig(_Section):
     """One agent: an id, and what it does not inherit from `defaults`."""
 
@@ -209,6 +226,7 @@ class AgentConfig(_Section):
     default: bool = False
     model: ModelRef | None = None
     fallbacks: list[ModelRef] | None = None
+    models: list[ModelRef] = Field(default_factory=list)  # more models `/model` may switch a session to
     workspace: str | None = None
     tools: AgentToolsConfig | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
@@ -220,6 +238,7 @@ class AgentConfig(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     skills: list[SkillGlob] | None = None  # the skills offered, by name or glob; None: all of them
     heartbeat: HeartbeatConfig | None = None  # a periodic turn that speaks up only when something needs a person
+    subagents: AgentSubagentsConfig = Field(default_factory=AgentSubagentsConfig)
 
 
 class Defaults(_Section):
@@ -342,6 +361,7 @@ class Config(_Section):
     mcp: McpSettings = Field(default_factory=McpSettings)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     cron: CronConfig = Field(default_factory=CronConfig)
+    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _written: dict[str, Any] = PrivateAttr(default_factory=dict)  # the file's data as written (${VAR} replaced)

@@ -164,7 +164,7 @@ LAYER_CASES: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None, dict[
         "denied by tools.by_group[telegram:group:-100123].deny 'exec'",
     ),
     "sandbox": ({"sandbox": {"deny": ["exec"]}}, None, {"sandboxed": True}, "denied by tools.sandbox.deny 'exec'"),
-    "subagent": ({"subagent": {"deny": ["exec"]}}, None, {"subagent": True}, "denied by tools.subagent.deny 'exec'"),
+    "subagent": ({"subagent": {"deny": ["exec"]}}, None, {"depth": 1}, "denied by tools.subagent.deny 'exec'"),
 }
 
 
@@ -454,15 +454,15 @@ def test_the_sandbox_layer_applies_only_to_sandboxed_runs() -> None:
 
 
 def test_the_subagent_layer_applies_only_to_subagent_runs() -> None:
-    result = select(RUN_KINDS, subagent=True)
+    result = select(RUN_KINDS, depth=1)
     assert result.names == ["read"]
     assert removed(result)["write"] == ("subagent", "not in tools.subagent.allow")
-    assert kept(RUN_KINDS, subagent=False) == ALL
+    assert kept(RUN_KINDS, depth=0) == ALL
 
 
 def test_a_sandboxed_subagent_passes_both_layers() -> None:
-    assert kept(RUN_KINDS, sandboxed=True, subagent=True) == ["read"]
-    assert kept({**RUN_KINDS, "subagent": {"allow": ["exec", "read"]}}, sandboxed=True, subagent=True) == ["read"]
+    assert kept(RUN_KINDS, sandboxed=True, depth=1) == ["read"]
+    assert kept({**RUN_KINDS, "subagent": {"allow": ["exec", "read"]}}, sandboxed=True, depth=1) == ["read"]
 
 
 # --- no config ------------------------------------------------------------------------------------

@@ -137,6 +137,10 @@ class RunInfo(BaseModel):
     timezone: str | None = None  # the agent's IANA time zone (None: the host's)
     # The skills offered to this run (tools.skills): listed in its prompt, their folders readable by `read`.
     skills: tuple[Skill, ...] = ()
+    depth: int = 0  # 0: a run people or schedules started; n: a child of sessions_spawn, n levels down
+    # Messages agents have passed back and forth in the exchange this run belongs to (sessions_send): capped by
+    # `tools.agent_to_agent.max_exchanges`, so two agents cannot keep each other busy for ever.
+    hops: int = 0
 
     @property
     def acts_anywhere(self) -> bool:

@@ -87,8 +87,8 @@ class ProviderToolPolicy(ToolPolicy):
 
 
 # What runs started by someone who is not an owner may never use unless `tools.non_owner` says otherwise: commands,
-# writing the workspace's files (which include the notes and bootstrap files every session reads), and MCP servers'
-# tools (they act with the credentials the owner gave the server).
+# writing the workspace's files (which include the notes and bootstrap files every session reads), MCP servers'
+# tools (they act with the credentials the owner gave the server), and other sessions (other people's conversations).
 NON_OWNER_DENY: tuple[str, ...] = (
     "group:runtime",
     "write",
@@ -96,11 +96,48 @@ NON_OWNER_DENY: tuple[str, ...] = (
     "memory_write",
     "group:mcp",
     "group:automation",  # a job runs unattended with the agent's powers
+    "group:sessions",
 )
 
 
 def _non_owner_default() -> ToolPolicy:
     return ToolPolicy(deny=list(NON_OWNER_DENY))
+
+
+# What a child of `sessions_spawn` may not use unless `tools.subagent` says otherwise: scheduling (a job would outlive
+# the child and run unattended).
+SUBAGENT_DENY: tuple[str, ...] = ("group:automation",)
+
+
+def _subagent_default() -> ToolPolicy:
+    return ToolPolicy(deny=list(SUBAGENT_DENY))
+
+
+def _pair(value: object) -> object:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    if not isinstance(value, list | tuple) or len(value) != 2 or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("must be a pair of agent ids, e.g. [main, research] (or [main, '*'])")
+    return tuple(value)
+
+
+AgentPair = Annotated[tuple[str, str], BeforeValidator(_pair)]
+
+
+class AgentToAgent(_Section):
+    """`tools.agent_to_agent`: which pairs of agents may see and message each other's sessions (an agent always may
+    its own), and how many messages may go back and forth in one exchange before `sessions_send` refuses."""
+
+    allow: list[AgentPair] = Field(default_factory=list)
+    max_exchanges: int = Field(default=5, ge=1, le=20)
+
+    def allows(self, one: str, other: str) -> bool:
+        """Whether agents `one` and `other` may reach each other's sessions (either order; `*` matches any)."""
+        if one == other:
+            return True
+        return any(
+            (a in (one, "*") and b in (other, "*")) or (a in (other, "*") and b in (one, "*")) for a, b in self.allow
+        )
 
 
 class ToolsConfig(_Section):
@@ -114,8 +151,10 @@ class ToolsConfig(_Section):
     non_owner: ToolPolicy = Field(default_factory=_non_owner_default)
     """Runs started by anyone not in `owners`; writing the section replaces the default deny list."""
     sandbox: ToolPolicy | None = None
-    # Not applied yet: no run is a subagent until `sessions_spawn` exists (the subagents issue sets `subagent`).
-    subagent: ToolPolicy | None = None
+    subagent: ToolPolicy = Field(default_factory=_subagent_default)
+    """Runs of a child `sessions_spawn` started; writing the section replaces the default deny list. Beyond it, a
+    child at `subagents.max_depth` never has `sessions_spawn`."""
+    agent_to_agent: AgentToAgent = Field(default_factory=lambda: AgentToAgent())
 
 
 class AgentToolsConfig(_Section):
@@ -139,7 +178,8 @@ class Selection(BaseModel):
     peer_kind: Annotated[Literal["direct", "group", "channel"] | None, BeforeValidator(_lower)] = None
     peer_id: str | None = None
     sandboxed: bool = False
-    subagent: bool = False  # always False until subagents exist (see ToolsConfig.subagent)
+    depth: int = 0  # 0: not a subagent; 1: a child of sessions_spawn; 2: its child …
+    max_depth: int = 1  # `subagents.max_depth`: a child this deep may not spawn
 
 
 @dataclass(frozen=True)
@@ -286,8 +326,11 @@ def _rules(
             rules.append(_lists("group", f"tools.by_group[{group_key}]", tools.by_group[group_key]))
         if selection.sandboxed and tools.sandbox is not None:
             rules.append(_lists("sandbox", "tools.sandbox", tools.sandbox))
-        if selection.subagent and tools.subagent is not None:
-            rules.append(_lists("subagent", "tools.subagent", tools.subagent))
+    if selection.depth > 0:
+        rules.append(_lists("subagent", "tools.subagent", tools.subagent if tools else _subagent_default()))
+        if selection.depth >= selection.max_depth:
+            where = f"subagents.max_depth ({selection.max_depth})"
+            rules.append(_Rule("subagent", where, where, None, ("sessions_spawn",)))
     return [rule for rule in rules if rule is not None]
 
 

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from tools.cron import JobBook
     from tools.exec import Authorize, ProcessTable
     from tools.message import Messenger
+    from tools.sessions import SessionBook
+    from tools.subagents import Spawner
 
 # The built-in groups a policy may name instead of listing tools. A tool joins a group also through
 # its own `Tool.group`, so plugins can add to these or bring groups of their own.
@@ -23,6 +25,7 @@ BUILTIN_GROUPS: Mapping[str, tuple[str, ...]] = {
     "group:messaging": ("message",),
     "group:memory": ("memory_write", "memory_search", "memory_get"),
     "group:automation": ("cron",),
+    "group:sessions": ("sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "subagents"),
     "group:mcp": (),  # every MCP server's tools (tools.mcp), which join it themselves
 }
 
@@ -150,6 +153,8 @@ class ToolSetup:
     authorize: Authorize
     processes: ProcessTable
     jobs: JobBook | None = None  # the scheduled jobs the `cron` tool manages (None: no tool where none run)
+    sessions: SessionBook | None = None  # the sessions `sessions_list` and `sessions_history` read
+    subagents: Spawner | None = None  # children and messages between sessions (a running gateway only)
 
 
 # A tool plugin (entry point group `switchboard.tools`): builds its tools for one application.

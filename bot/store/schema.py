@@ -161,5 +161,39 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX job_runs_running ON job_runs (job_id) WHERE status = 'running'",
         "CREATE INDEX job_runs_finished ON job_runs (ended) WHERE status != 'running'",
     ),
+    # Settings a chat changed for its own session (/model, /think, /queue, as JSON), one row per run's tokens (what
+    # /usage adds up for a day), and the children `sessions_spawn` started: a child's row moves from running to its
+    # end in the same transaction that journals its announcement to the parent, so it is announced exactly once.
+    (
+        "ALTER TABLE sessions ADD COLUMN overrides TEXT",
+        """CREATE TABLE usage (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            session_key TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            model TEXT,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL,
+            cache_write_tokens INTEGER NOT NULL
+        )""",
+        "CREATE INDEX usage_at ON usage (at)",
+        """CREATE TABLE subagent_runs (
+            id TEXT PRIMARY KEY,
+            parent_key TEXT NOT NULL,
+            child_key TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            label TEXT,
+            task TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'timed_out', 'killed')),
+            result TEXT,
+            payload TEXT NOT NULL,
+            inbound_id INTEGER,
+            created REAL NOT NULL,
+            ended REAL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX subagent_runs_parent ON subagent_runs (parent_key, created)",
+        "CREATE INDEX subagent_runs_running ON subagent_runs (created) WHERE status = 'running'",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

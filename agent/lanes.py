@@ -170,6 +170,7 @@ class Lanes(Generic[T]):
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
         self.settings = settings or QueueSettings()
+        self._modes: dict[str, QueueMode] = {}  # sessions whose queue mode is not `settings.mode` (/queue)
         self._handler = handler
         self._fold = fold
         self._notify = notify
@@ -196,7 +197,7 @@ class Lanes(Generic[T]):
             return
         self._enqueue(key, lane, item)
         lane.last_arrival = self._clock()
-        if self.settings.mode == "interrupt" and lane.control is not None:
+        if self.mode(key) == "interrupt" and lane.control is not None:
             lane.control.cancel.set()
 
     def _enqueue(self, key: str, lane: _Lane[T], item: T) -> None:
@@ -226,7 +227,7 @@ class Lanes(Generic[T]):
         first = True
         try:
             while lane.queue and not self._closed:
-                if not first and self.settings.mode == "collect":
+                if not first and self.mode(key) == "collect":
                     await self._quiet(lane)
                 first = False
                 party = self._party(lane.queue[-1][0])  # a run is for the newest message's sender
@@ -234,7 +235,7 @@ class Lanes(Generic[T]):
                 try:
                     if not lane.queue or self._closed:
                         break
-                    await self._run(key, lane, self._take_batch(lane))
+                    await self._run(key, lane, self._take_batch(key, lane))
                 finally:
                     self._slots.release(party)
         finally:
@@ -251,15 +252,15 @@ class Lanes(Generic[T]):
                 return
             await self._sleep(remaining)
 
-    def _take_batch(self, lane: _Lane[T]) -> list[T]:
-        if self.settings.mode == "followup":
+    def _take_batch(self, key: str, lane: _Lane[T]) -> list[T]:
+        if self.mode(key) == "followup":
             return [lane.queue.popleft()[0]]
         batch = [item for item, _ in lane.queue]
         lane.queue.clear()
         return batch
 
     async def _run(self, key: str, lane: _Lane[T], batch: list[T]) -> None:
-        take = (lambda: self._take_batch(lane)) if self.settings.mode == "steer" else None
+        take = (lambda: self._take_batch(key, lane)) if self.mode(key) == "steer" else None
         control = lane.control = RunControl(take)
         self._running += 1
         try:
@@ -287,6 +288,18 @@ class Lanes(Generic[T]):
             log.error("%s failed", task.get_name(), exc_info=task.exception())
 
     # --- control and inspection ---------------------------------------------------------------------------------
+
+    def mode(self, key: str) -> QueueMode:
+        """The session's queue mode: its own (`set_mode`), else `settings.mode`."""
+        return self._modes.get(key, self.settings.mode)
+
+    def set_mode(self, key: str, mode: QueueMode | None) -> None:
+        """Give the session its own queue mode (None: back to `settings.mode`). It applies to what arrives next;
+        a turn already running in steer mode keeps taking steered messages until it ends."""
+        if mode is None:
+            self._modes.pop(key, None)
+        else:
+            self._modes[key] = mode
 
     async def stop(self, key: str) -> int:
         """Cancel the session's running turn and clear its queue; returns how many queued messages were dropped.

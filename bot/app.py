@@ -119,9 +119,12 @@ class App:
         reply_to: str | None = None,
         model: str | None = None,
         turn: str | None = None,
+        depth: int = 0,
+        hops: int = 0,
     ) -> RunInfo:
         """What a run may do, decided in one place for every entry point: its sandbox, its workspace (a non-owner's
-        own folder under `memory.scope: sender`), whether it may act in other chats."""
+        own folder under `memory.scope: sender`), whether it may act in other chats (a subagent, `depth` levels
+        below the session it works for, never may)."""
         settings = self.config.agent(agent)
         workspace = self.config.workspace(agent)
         scoped = not owner and settings.memory.scope == "sender" and sender_id is not None
@@ -140,8 +143,10 @@ class App:
             model=model,
             turn=turn,
             sandbox=sandbox_for(settings.sandbox, channel=channel, is_owner=owner, peer_kind=peer_kind),
-            cross_chat=settings.message.cross_chat,
+            cross_chat="none" if depth else settings.message.cross_chat,
             timezone=self.config.timezone_for(agent),
+            depth=depth,
+            hops=hops,
             **({"capabilities": capabilities} if capabilities is not None else {}),
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -13,7 +14,7 @@ from agent.loop import Turn
 from agent.messages import UserMessage
 from agent.prompt import build_system_prompt
 from agent.providers.base import Provider
-from agent.providers.config import sees_images, split_model
+from agent.providers.config import THINKING_LEVELS, sees_images, split_model
 from agent.runner import ModelCandidate
 from bot.config import Config
 from routing import Peer
@@ -40,6 +41,20 @@ def model_refs(config: Config, agent_id: str) -> list[str]:
     return list(dict.fromkeys([primary, *config.fallbacks_for(agent_id)]))
 
 
+def session_models(config: Config, agent_id: str) -> list[str]:
+    """The models `/model` may switch one of the agent's sessions to: its model, its fallbacks, then
+    `agents[].models`, without repeats; SetupError when it has no model."""
+    return list(dict.fromkeys([*model_refs(config, agent_id), *config.agent(agent_id).models]))
+
+
+def session_refs(config: Config, agent_id: str, model: str | None) -> list[str]:
+    """The models a session's run tries, in order: the session's own `model` (set with `/model`) then the agent's
+    fallbacks, or the agent's when it has none (or one the config no longer offers)."""
+    if model is None or model not in session_models(config, agent_id):
+        return model_refs(config, agent_id)
+    return list(dict.fromkeys([model, *config.fallbacks_for(agent_id)]))
+
+
 def choose_model(config: Config, ref: str, environ: Mapping[str, str] | None = None) -> ModelCandidate:
     """Resolve `provider/model-id` against the providers section (or the environment)."""
     provider_name, model_id = split_model(ref)
@@ -50,16 +65,24 @@ def choose_model(config: Config, ref: str, environ: Mapping[str, str] | None = N
     return ModelCandidate(ref, provider_name, model_id, provider, provider.model_options(model_id))
 
 
-def candidates(config: Config, agent_id: str) -> list[ModelCandidate]:
-    """The models a run may use, in order; one whose provider is missing is left out (and logged).
+def candidates(config: Config, agent_id: str, overrides: Mapping[str, str] | None = None) -> list[ModelCandidate]:
+    """The models a run may use, in order; one whose provider is missing is left out (and logged). `overrides` are
+    the session's own settings (`/model`, `/think`): its model goes first, its thinking level replaces each model's.
 
     SetupError when none is usable, with the reasons."""
+    overrides = overrides or {}
     found, problems = [], []
-    for ref in model_refs(config, agent_id):
+    for ref in session_refs(config, agent_id, overrides.get("model")):
         try:
-            found.append(choose_model(config, ref))
+            candidate = choose_model(config, ref)
         except SetupError as error:
             problems.append(str(error))
+            continue
+        thinking = overrides.get("thinking")
+        if thinking in THINKING_LEVELS:
+            options = candidate.options.model_copy(update={"thinking": thinking})
+            candidate = dataclasses.replace(candidate, options=options)
+        found.append(candidate)
     if not found:
         raise SetupError("; ".join(problems))
     for problem in problems:

@@ -477,6 +477,10 @@ from bot.cron_cli import cron  # noqa: E402 - it builds on the options above
 
 cli.add_command(cron)
 
+from bot.sessions_cli import sessions  # noqa: E402 - it builds on the options above
+
+cli.add_command(sessions)
+
 
 def exit_code(error: SwitchboardError) -> int:
     """The exit status for an error of the tree (routing.errors): 1 the config or setup, 3 a model provider,

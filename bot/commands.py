@@ -9,12 +9,20 @@ from dataclasses import dataclass
 from agent.prompt import one_line
 from tools.skills import Skill
 
-COMMANDS = ("new", "reset", "stop", "status", "skill", "help", "pair", "approve")
+COMMANDS = (
+    "new", "reset", "stop", "status", "skill", "help", "pair", "approve",
+    "model", "think", "queue", "usage", "subagents",
+)  # fmt: skip
 HELP = (
     "Commands:\n"
-    "/new or /reset: start a fresh conversation\n"
+    "/new or /reset: start a fresh conversation (the settings below stay)\n"
     "/stop: stop the current answer and drop queued messages\n"
-    "/status: agent, model, session, tokens used, queue\n"
+    "/status: agent, model, session, tokens used, queue, this conversation's settings\n"
+    "/model [NAME|default]: list the models this conversation may use, or switch it to one\n"
+    "/think [off|low|medium|high|default]: how hard the model thinks in this conversation\n"
+    "/queue [collect|followup|steer|interrupt|default]: what happens to messages sent while it answers\n"
+    "/usage: tokens and estimated cost of this conversation (owners: and today's total)\n"
+    "/subagents [kill ID]: list this conversation's background tasks, or stop one\n"
     "/skill NAME [request]: answer using one of the agent's skills (/skill alone lists them)\n"
     "/help: this list\n"
     "/pair CODE: (owners) let the person who got this pairing code talk to the bot\n"
@@ -26,6 +34,11 @@ COMMAND_MENU = (
     ("stop", "Stop the current answer"),
     ("status", "Agent, model, session and tokens"),
     ("skill", "Use a skill (alone: list them)"),
+    ("model", "Show or switch this chat's model"),
+    ("think", "Show or set the thinking level"),
+    ("queue", "Show or set the queue mode"),
+    ("usage", "Tokens and cost of this chat"),
+    ("subagents", "List or stop background tasks"),
     ("help", "List the commands"),
 )
 _COMMAND = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)

@@ -53,12 +53,15 @@ class Conversations:
         cancel: asyncio.Event | None = None,
         steer: Callable[[], Awaitable[list[UserMessage]]] | None = None,
         record: Callable[[RunOutcome], bool] = lambda outcome: True,
+        timeout_seconds: float | None = None,
     ) -> RunOutcome:
         """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened
-        (unless `record(outcome)` says no: a turn cut short by shutdown is run again from the same history).
+        (unless `record(outcome)` says no: a turn cut short by shutdown is run again from the same history). The
+        run's time limit is the agent's, or `timeout_seconds` when that is shorter (a subagent's own).
 
         SetupError (from `candidates`) when the agent has no usable model."""
-        models = candidates(self.config, run.agent)
+        existing = await self.store.get_session(run.session_key)
+        models = candidates(self.config, run.agent, existing.overrides if existing else None)  # /model, /think
         session = await self.store.ensure_session(run.session_key, run.agent)
         transcript = transcript_for(self.state_dir, session.session_id)
         history, bootstrap, skills = await asyncio.to_thread(
@@ -66,6 +69,7 @@ class Conversations:
         )
         run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
         stop = cancel or asyncio.Event()
+        limit = self.config.timeout_for(run.agent, owner=run.sender_is_owner)
 
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
             return build_turn(
@@ -84,7 +88,7 @@ class Conversations:
                 make_turn=make_turn,
                 history=history,
                 user=user,
-                timeout_seconds=self.config.timeout_for(run.agent, owner=run.sender_is_owner),
+                timeout_seconds=min(limit, timeout_seconds or limit),
                 on_compacted=on_compacted,
             )
         )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from bot.delivery import Delivery
 from bot.schedules import Job, parse_deliver
 from bot.store import JobRunRecord
-from bot.store.jobs import ScheduledInbound
+from bot.store.journal import JournalEntry
 from channels.base import InboundMessage, Scheduled
 from routing import RoutingInput
 
@@ -38,7 +38,7 @@ class CronTurns:
         self.delivery = delivery
         self.intake = intake
 
-    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> ScheduledInbound | str:
+    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> JournalEntry | str:
         """The journal row of the run's turn, or why it cannot reach its chat (the run is then undeliverable)."""
         if job.deliver is None:
             return "the job names no chat to deliver to"
@@ -68,7 +68,7 @@ class CronTurns:
             ),
         )
         chat = f"{peer.kind}:{peer.id}" + (f":thread:{thread}" if thread else "")
-        return ScheduledInbound(
+        return JournalEntry(
             channel=channel,
             account=account,
             chat=chat,
@@ -76,7 +76,7 @@ class CronTurns:
             payload=message.model_dump(mode="json"),
         )
 
-    async def launch(self, run: JobRunRecord, inbound: ScheduledInbound) -> None:
+    async def launch(self, run: JobRunRecord, inbound: JournalEntry) -> None:
         assert run.inbound_id is not None
         message = InboundMessage.model_validate(inbound.payload)
         await self.intake.accept_scheduled(run.inbound_id, run.started, message)

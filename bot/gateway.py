@@ -19,7 +19,10 @@ from bot.heartbeats import heartbeats
 from bot.intake import Intake
 from bot.retention import keep_pruning
 from bot.scheduler import Scheduler
+from bot.session_book import StoredSessions
+from bot.session_commands import restore_queue_modes
 from bot.store import InboundRecord, Store
+from bot.subagents import Subagents
 from bot.turns import Job, Turns, fold
 from channels.base import ActionEvent, ChannelAdapter, InboundMessage
 from tools.exec import ProcessTable
@@ -48,18 +51,9 @@ class Gateway:
         self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
         self.processes = ProcessTable(hide=own)
         self.jobs = CronBook(store, config, app.clock)
-        registry = registry or app.registry(
-            ToolSetup(self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs)
-        )
-        message_tool = registry.get("message")
-        self.delivery.message_tool = message_tool if isinstance(message_tool, MessageTool) else None
-        conversations = Conversations(config, store, app.state_dir, app.runner, registry, app.hooks)
-        self.conversations = conversations
-        self.turns = Turns(
-            app, conversations, self.delivery, store, self.delivery.message_tool, closing=lambda: self.lanes.closed
-        )
+        self.sessions = StoredSessions(store, config, app.state_dir, app.clock)
         self.lanes: Lanes[Job] = Lanes(
-            self.turns.handle,
+            lambda key, jobs, control: self.turns.handle(key, jobs, control),
             fold=fold,
             notify=lambda key, job, text: self.intake.notice(key, job, text),
             max_concurrent=config.defaults.max_concurrent,
@@ -68,6 +62,20 @@ class Gateway:
             settings=config.session.queue,
         )
         self.intake = Intake(app, store, self.delivery, self.lanes, self.approvals)
+        self.subagents = self.intake.subagents = Subagents(app, store, self.intake, self.lanes)
+        setup = ToolSetup(
+            self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs, sessions=self.sessions,
+            subagents=self.subagents,
+        )  # fmt: skip
+        registry = registry or app.registry(setup)
+        message_tool = registry.get("message")
+        self.delivery.message_tool = message_tool if isinstance(message_tool, MessageTool) else None
+        conversations = Conversations(config, store, app.state_dir, app.runner, registry, app.hooks)
+        self.conversations = conversations
+        self.turns = Turns(
+            app, conversations, self.delivery, store, self.delivery.message_tool, closing=lambda: self.lanes.closed
+        )
+        self.turns.subagents = self.subagents
         self.scheduler = Scheduler(
             store,
             config.cron.jobs,
@@ -95,6 +103,7 @@ class Gateway:
         leftovers = await self.store.unfinished_inbound()
         orphans = await self.store.pending_approvals()
         await self.turns.keep_previews(leftovers)
+        await restore_queue_modes(self.store, self.lanes)  # each session's /queue mode, before any message
         self.intake.accepting = True
         self.delivery.start()
         self._prune_task = asyncio.create_task(keep_pruning(self.store, self.config.state.retention_days), name="prune")
@@ -145,6 +154,7 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.lanes.close(grace_seconds)
+        self.subagents.forget_waiters()
         await self.delivery.stop()
         await self.processes.close()  # background commands do not outlive the bot
         for adapter in self.adapters.values():

@@ -17,6 +17,7 @@ from bot.approvals import Approvals
 from bot.assemble import model_refs
 from bot.commands import HELP, Command, parse_command, use_skill
 from bot.delivery import Delivery
+from bot.session_commands import model_command, queue_command, settings_line, think_command, usage_command
 from bot.store import InboundRecord, IntakeStore, SessionRecord
 from bot.turns import Job
 from channels.base import AccountSettings, ActionEvent, InboundMessage
@@ -25,6 +26,7 @@ from tools.clock import envelope, zone
 
 if TYPE_CHECKING:
     from bot.app import App
+    from bot.subagents import Subagents
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,14 @@ class Intake:
         self.clock = app.clock
         self.router = app.router
         self.accepting = False
+        self.subagents: Subagents | None = None  # set by the gateway: `/subagents`
         self._pair_misses: dict[str, list[float]] = {}
 
     def party(self, job: Job) -> Party:
         """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
         message = job.message
-        if message.scheduled is not None or self.app.owns(message.channel, message.sender_id):
+        scheduled = message.scheduled
+        if self.app.owns(message.channel, message.sender_id) or (scheduled is not None and scheduled.owner):
             return OWNER
         return Party(sender=owner_key(message.channel, message.sender_id), owner=False)
 
@@ -135,12 +139,12 @@ class Intake:
         await self._submit(job)
 
     async def accept_scheduled(self, inbound_id: int, received: float, message: InboundMessage) -> None:
-        """A scheduled turn, journaled by the scheduler: no access check, command or routing (the job names its
-        agent and session); it joins that session's lane like any message."""
+        """A turn the bot started itself, journaled by the scheduler or the subagents: no access check, command or
+        routing (it names its agent and session); it joins that session's lane like any message."""
         scheduled = message.scheduled
         assert scheduled is not None
-        # made by an owner (the tool and `bot cron` are theirs) or written in the config
-        await self._submit(self._job(inbound_id, received, message, scheduled.agent, scheduled.session_key, owner=True))
+        job = self._job(inbound_id, received, message, scheduled.agent, scheduled.session_key, owner=scheduled.owner)
+        await self._submit(job)
 
     def _job(
         self, inbound_id: int, received: float, message: InboundMessage, agent: str, session_key: str, *, owner: bool
@@ -191,9 +195,23 @@ class Intake:
         elif command.name == "approve":
             who = owner_key(job.message.channel, job.message.sender_id)
             text = await self.approvals.on_command(command.args, who, job.message.sender_name)
+        elif command.name == "subagents" and self.subagents is not None:
+            text = await self.subagents.command(job, command.args)
+        elif command.name in ("model", "think", "queue", "usage"):
+            text = await self._session_command(job, command)
         else:
             text = HELP
         await self._reply(job, text)
+
+    async def _session_command(self, job: Job, command: Command) -> str:
+        """/model, /think, /queue and /usage (bot.session_commands): one session's own settings and costs."""
+        if command.name == "model":
+            return await model_command(self.store, self.config, job, command.args)
+        if command.name == "think":
+            return await think_command(self.store, self.config, job, command.args)
+        if command.name == "queue":
+            return await queue_command(self.store, self.lanes, job, command.args)
+        return await usage_command(self.store, self.config, job, self.clock())
 
     async def _reply(self, job: Job, text: str) -> None:
         """Answer a command with `text`, closing its journal row."""
@@ -251,7 +269,9 @@ class Intake:
             f"Session: {job.session_key}",
             _tokens_line(session),
             f"Queue: {self.lanes.depth(job.session_key)} waiting"
-            + (", answering now" if self.lanes.busy(job.session_key) else ""),
+            + (", answering now" if self.lanes.busy(job.session_key) else "")
+            + f" (mode {self.lanes.mode(job.session_key)})",
+            settings_line(session),
         ]
         return "\n".join(lines)
 

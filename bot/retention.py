@@ -1,5 +1,5 @@
-"""Bounded state: finished journal rows, sent outbox entries, settled approvals and ended job runs pruned on a
-schedule."""
+"""Bounded state: finished journal rows, sent outbox entries, settled approvals, ended job runs and old usage rows
+pruned on a schedule."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ async def prune_once(store: RetentionStore, retention_days: float) -> dict[str, 
         "outbox": await store.prune_outbox(age),
         "approvals": await store.prune_approvals(age),
         "job_runs": await store.prune_job_runs(age),
+        "usage": await store.prune_usage(age),
+        "subagents": await store.prune_subagents(age),
     }
     await store.release_space()  # without it the database file keeps its size, however much was deleted
     return pruned

@@ -13,7 +13,7 @@ from typing import Protocol
 from bot.heartbeats import Heartbeat
 from bot.schedules import Job, previous_fire
 from bot.store import JobRunRecord, JobStore
-from bot.store.jobs import ScheduledInbound
+from bot.store.journal import JournalEntry
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,8 @@ class ScheduledJob:
 class Launcher(Protocol):
     """What the gateway does with a run: where its turn goes (or why it cannot go anywhere), then start it."""
 
-    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> ScheduledInbound | str: ...
-    async def launch(self, run: JobRunRecord, inbound: ScheduledInbound) -> None: ...
+    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> JournalEntry | str: ...
+    async def launch(self, run: JobRunRecord, inbound: JournalEntry) -> None: ...
 
 
 class Scheduler:

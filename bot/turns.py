@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from bot.conversation import Conversations
 from bot.delivery import Delivery
 from bot.heartbeats import quiet
 from bot.media import Received, describe, images, receive, refusal
-from bot.store import InboundRecord, PreviewStore
+from bot.store import InboundRecord, PreviewStore, SubagentStatus
 from bot.streaming import StreamingReply
 from channels.base import ChatTarget, InboundMessage
 from tools.base import RunInfo
@@ -33,6 +34,7 @@ from tools.message import MessageTool
 if TYPE_CHECKING:
     from bot.app import App
     from bot.store import PreviewRecord
+    from bot.subagents import Subagents
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,31 @@ def fold(jobs: list[Job]) -> Job:
     return dataclasses.replace(newest, message=message, folded_ids=folded)
 
 
+@dataclass(frozen=True)
+class _Answer:
+    text: str
+    state: str  # how the run ended: "ok", "error" or "timeout" (agent.runner.RunState)
+
+
+_ENDS: dict[str, SubagentStatus] = {"ok": "done", "timeout": "timed_out"}  # how a child's run ended, as its status
+
+
+def _destination(job: Job) -> str:
+    """Where a job's answer goes: its chat, the subagent whose task it is, or the session that sent it."""
+    scheduled = job.message.scheduled
+    if scheduled is None or scheduled.kind in ("cron", "heartbeat", "announce"):
+        return "chat"
+    return f"{'agent' if scheduled.kind == 'agent' else 'subagent'}:{scheduled.job}"
+
+
+def _starts_child(job: Job) -> bool:
+    return job.message.scheduled is not None and job.message.scheduled.kind == "subagent"
+
+
+def _ids(jobs: list[Job]) -> list[int]:
+    return [inbound_id for job in jobs for inbound_id in job.inbound_ids]
+
+
 class Turns:
     """Runs the lanes' batches (`handle`); `closing()` says whether the gateway is shutting down."""
 
@@ -113,6 +140,7 @@ class Turns:
         self.message_tool = message_tool
         self.closing = closing
         self.unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
+        self.subagents: Subagents | None = None  # set by the gateway: what ends subagents' and sessions' turns
 
     async def keep_previews(self, leftovers: list[InboundRecord]) -> None:
         """Streamed messages of turns that run again are kept, for the new answer to be written into them; the
@@ -123,15 +151,32 @@ class Turns:
         await self.previews.clear_previews([p.inbound_id for p in previews if p.inbound_id not in unfinished])
 
     async def handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
-        """Answer a batch of messages for one session: run the agent, deliver, record, mark the journal."""
+        """Answer a batch of messages for one session. A turn's answer goes to one place (the chat, a session that
+        messaged this one, the parent of a subagent): a batch whose messages answer to different places runs as
+        one turn per place, in order."""
+        for _, group in itertools.groupby(jobs, key=_destination):
+            batch = list(group)
+            scheduled = batch[-1].message.scheduled
+            if scheduled is not None and scheduled.kind in ("subagent", "steer") and self.subagents is not None:
+                await self._child(key, batch, control, self.subagents)
+            elif scheduled is not None and scheduled.kind == "agent" and self.subagents is not None:
+                await self._for_agent(key, batch, control, self.subagents)
+            else:
+                await self._for_chat(key, batch, control)
+
+    async def _for_chat(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
+        """Run the agent on messages from a chat (or a schedule's, or a subagent's announcement): deliver the
+        answer there, record it, mark the journal."""
         newest = jobs[-1]
-        inbound_ids = [inbound_id for job in jobs for inbound_id in job.inbound_ids]
+        inbound_ids = _ids(jobs)
         stream = self._streaming_reply(newest, inbound_ids)
         if self.message_tool is not None:
             self.message_tool.forget(key)
         self.delivery.note_answer(newest.inbound_id, key)
+        steered: list[Job] = []
         try:
-            text = await self._answer(key, jobs, control, stream)
+            answer = await self._answer(key, jobs, control, steered, stream)
+            text = answer.text
             scheduled = newest.message.scheduled
             if scheduled is not None and scheduled.kind == "heartbeat" and quiet(text):
                 text = ""  # all is well: a heartbeat speaks only when something needs a person
@@ -143,7 +188,7 @@ class Turns:
                     await stream.retract()
             chunks = await stream.finish(text) if stream is not None else None
             replies = self.delivery.replies(newest.inbound_id, newest.message, text, chunks)
-            await self.delivery.close(inbound_ids, replies=replies, session_key=key)
+            await self.delivery.close(inbound_ids + _ids(steered), replies=replies, session_key=key)
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
         except _Interrupted:
@@ -155,7 +200,48 @@ class Turns:
                 await stream.abandon()
             sorry = "Sorry, something went wrong on my side."
             replies = self.delivery.replies(newest.inbound_id, newest.message, sorry)
-            await self.delivery.close(inbound_ids, "failed", type(error).__name__, replies=replies, session_key=key)
+            failed = inbound_ids + _ids(steered)
+            await self.delivery.close(failed, "failed", type(error).__name__, replies=replies, session_key=key)
+
+    async def _child(self, key: str, jobs: list[Job], control: RunControl[Job], subagents: Subagents) -> None:
+        """A subagent's turn: its task (and what was steered to it) answered in its own session, nothing sent to a
+        chat; its end, however it came, announced to the parent's session."""
+        scheduled = jobs[-1].message.scheduled
+        assert scheduled is not None
+        inbound_ids = _ids(jobs)
+        record = await subagents.store.subagent(scheduled.job)
+        if record is None or record.ended is not None or not any(_starts_child(job) for job in jobs):
+            await self.delivery.close(inbound_ids, session_key=key)  # a steer after its end: nobody to read it
+            return
+        if record.status == "killed":  # killed while the bot was down: not run again
+            await subagents.end(record, "killed", "", inbound_ids)
+            return
+        steered: list[Job] = []
+        try:
+            answer = await self._answer(key, jobs, control, steered, timeout=scheduled.timeout_seconds)
+            status = _ENDS.get(answer.state, "failed")
+            text = answer.text
+        except _Interrupted:
+            log.info("subagent %s interrupted by shutdown; the next start runs it again", record.id)
+            return
+        except Exception as error:
+            log.exception("subagent %s failed", record.id)
+            status, text = "failed", f"it failed on the bot's side ({type(error).__name__})"
+        await subagents.end(record, status, text, inbound_ids + _ids(steered))
+
+    async def _for_agent(self, key: str, jobs: list[Job], control: RunControl[Job], subagents: Subagents) -> None:
+        """A turn another session's message started: the answer goes back to that session, not to a chat."""
+        inbound_ids = _ids(jobs)
+        steered: list[Job] = []
+        try:
+            text = (await self._answer(key, jobs, control, steered)).text
+        except _Interrupted:
+            log.info("turn for %s interrupted by shutdown; the next start runs it again", key)
+            return
+        except Exception:
+            log.exception("turn for %s failed", key)
+            text = ""
+        await subagents.answered(jobs[-1], text, inbound_ids + _ids(steered))
 
     def _streaming_reply(self, newest: Job, inbound_ids: list[int]) -> StreamingReply | None:
         """The reply that streams this turn's answer, if its account streams (or an earlier run of the same turn
@@ -196,33 +282,48 @@ class Turns:
         )
 
     async def _answer(
-        self, key: str, jobs: list[Job], control: RunControl[Job], stream: StreamingReply | None = None
-    ) -> str:
-        """Run the agent on the batch; returns the text to send ("" for none)."""
+        self,
+        key: str,
+        jobs: list[Job],
+        control: RunControl[Job],
+        steered: list[Job],
+        stream: StreamingReply | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> _Answer:
+        """Run the agent on the batch: the text to send ("" for none) and how the run ended. The messages steered
+        into the run are added to `steered` (their journal rows close with the batch's)."""
         sender = jobs[-1].message
+        scheduled = sender.scheduled
         adapter = self.delivery.adapter_for(sender.channel, sender.account)
         run = self.app.run_info(
             jobs[-1].agent,
             key,
             channel=sender.channel,
-            owner=self.app.owns(sender.channel, sender.sender_id) or _scheduled_alone(jobs),
+            owner=self._acts_for_owner(jobs),
             peer_kind=sender.peer.kind,
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
             capabilities=adapter.capabilities if adapter is not None else None,
             target=sender.target(),
-            reply_to=None if sender.message_id.startswith("click:") or sender.scheduled else sender.message_id,
+            reply_to=None if sender.message_id.startswith("click:") or scheduled else sender.message_id,
             turn=str(jobs[-1].inbound_id),
+            depth=scheduled.depth if scheduled else 0,
+            hops=scheduled.hops if scheduled else 0,
         )
 
         def interrupted(outcome: RunOutcome) -> bool:
             cut = outcome.result is None or outcome.result.stop_reason == "cancelled"
             return self.closing() and control.cancel.is_set() and cut
 
-        typing = asyncio.create_task(self._typing(sender)) if adapter is not None else None
+        # A person waits on a chat's answer; nobody watches a subagent or another session's message being answered.
+        shown = adapter is not None and (scheduled is None or scheduled.kind not in ("subagent", "steer", "agent"))
+        typing = asyncio.create_task(self._typing(sender)) if shown else None
 
-        async def steered() -> list[UserMessage]:
-            return [await self._message([job], run) for job in control.take_steered()]
+        async def take_steered() -> list[UserMessage]:
+            taken = control.take_steered()
+            steered.extend(taken)
+            return [await self._message([job], run) for job in taken]
 
         try:
             outcome = await self.conversations.answer(
@@ -232,20 +333,31 @@ class Turns:
                 target=sender.target(),
                 emit=stream.on_event if stream is not None else discard,
                 cancel=control.cancel,
-                steer=steered,
+                steer=take_steered,
                 record=lambda outcome: not interrupted(outcome),
+                timeout_seconds=timeout,
             )
         except SetupError as error:
             log.error("agent %s cannot answer: %s", run.agent, error)
-            return "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
+            sorry = "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
+            return _Answer(sorry, "error")
         finally:
             if typing is not None:
                 typing.cancel()
         if interrupted(outcome):
             raise _Interrupted  # nothing recorded: the next start runs the turn again from the same history
         if outcome.result is not None:
-            return outcome.result.text
-        return outcome.user_message or "Sorry, I could not answer that."
+            return _Answer(outcome.result.text, outcome.status)
+        return _Answer(outcome.user_message or "Sorry, I could not answer that.", outcome.status)
+
+    def _acts_for_owner(self, jobs: list[Job]) -> bool:
+        """Whether the turn runs with an owner's powers: a turn the bot started itself (a schedule's, a subagent's,
+        another session's message) with those of whoever it acts for, when nothing a person sent is in it;
+        otherwise with the newest sender's."""
+        if all(job.message.scheduled is not None and not job.folded_ids for job in jobs):
+            return all(job.message.scheduled is not None and job.message.scheduled.owner for job in jobs)
+        newest = jobs[-1].message
+        return self.app.owns(newest.channel, newest.sender_id)
 
     async def _message(self, jobs: list[Job], run: RunInfo) -> UserMessage:
         """The user message for the batch, with the files that came with it fetched into the run's workspace."""
@@ -275,12 +387,6 @@ class Turns:
             with contextlib.suppress(Exception):
                 await adapter.typing(message.target())
             await asyncio.sleep(TYPING_EVERY_SECONDS)
-
-
-def _scheduled_alone(jobs: list[Job]) -> bool:
-    """A scheduled turn runs with its maker's (an owner's) powers only alone: folded with people's messages, it runs
-    with the newest sender's."""
-    return len(jobs) == 1 and not jobs[0].folded_ids and jobs[0].message.scheduled is not None
 
 
 def _user_message(jobs: Sequence[Job], files: Sequence[Sequence[Received]], show_images: bool) -> UserMessage:

@@ -120,13 +120,21 @@ class ChatTarget(BaseModel):
 
 
 class Scheduled(BaseModel):
-    """What started a turn that nobody sent (a cron job's tick, a heartbeat): never set by an adapter, so no person
-    can pose as one. The turn runs for `agent` in `session_key`, with the powers of the job's maker (an owner)."""
+    """What started a turn that no person sent: a cron job's tick, a heartbeat, a subagent's task (`subagent`) or its
+    announcement to the parent (`announce`), another session's message (`agent`), a steer into a running child
+    (`steer`). Never set by an adapter, so no person can pose as one. The turn runs for `agent` in `session_key`
+    with an owner's powers only when `owner` (a job's maker is an owner; a child acts for whoever its parent acted
+    for)."""
 
-    kind: Literal["cron", "heartbeat"] = "cron"
-    job: str
+    kind: Literal["cron", "heartbeat", "subagent", "announce", "agent", "steer"] = "cron"
+    job: str  # the cron job's id, the child's run id, or the message's id between sessions
     agent: str
     session_key: str
+    owner: bool = True
+    depth: int = 0  # a child's depth below the session people talk to (RunInfo.depth)
+    hops: int = 0  # messages agents have exchanged so far (RunInfo.hops)
+    reply_session: str | None = None  # `agent`: the session the answer goes back to
+    timeout_seconds: float | None = None  # `subagent`: the child's own time limit
 
 
 class InboundMessage(BaseModel):

@@ -688,3 +688,56 @@ async def test_a_stopped_session_waiting_for_a_slot_gives_up_its_place() -> None
     await eventually(lambda: lanes.lane_count() == 0, "every lane to be gone")
     assert gates.started == ["g1"]
     assert lanes.waiting_count() == 0 and lanes.running_count() == 0
+
+
+# --- per-session queue modes (/queue) -----------------------------------------------------------------------------
+
+
+async def test_each_session_may_have_its_own_queue_mode() -> None:
+    held = Held(hold={0, 1})
+    lanes = lanes_for(held, "collect", debounce_ms=0)
+    lanes.set_mode("b", "followup")
+    assert (lanes.mode("a"), lanes.mode("b")) == ("collect", "followup")
+    await lanes.submit("a", "a1")
+    await lanes.submit("b", "b1")
+    await eventually(lambda: lanes.busy("a") and lanes.busy("b"), "both first turns")
+    for item in ["2", "3"]:
+        await lanes.submit("a", f"a{item}")
+        await lanes.submit("b", f"b{item}")
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "both sessions to go idle")
+    assert held.items("a") == [["a1"], ["a2", "a3"]]  # the default, collect: gathered into one turn
+    assert held.items("b") == [["b1"], ["b2"], ["b3"]]  # its own, followup: one turn each
+
+
+async def test_interrupt_set_for_one_session_cancels_only_its_turn() -> None:
+    held = Held(hold={0, 1})
+    lanes = lanes_for(held, "followup")
+    lanes.set_mode("k", "interrupt")
+    await lanes.submit("k", "k1")
+    await lanes.submit("j", "j1")
+    await eventually(lambda: lanes.busy("k") and lanes.busy("j"), "both first turns")
+    await lanes.submit("k", "k2")
+    await lanes.submit("j", "j2")
+    assert held.controls[0].cancel.is_set()  # k's turn was interrupted
+    assert not held.controls[1].cancel.is_set()  # j follows the default: its turn goes on
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "both sessions to go idle")
+    assert held.items("k") == [["k1"], ["k2"]] and held.items("j") == [["j1"], ["j2"]]
+
+
+async def test_steer_set_for_one_session_hands_it_arrivals_and_clearing_it_restores_the_default() -> None:
+    held = Held()
+    lanes = lanes_for(held, "followup")
+    lanes.set_mode("k", "steer")
+    await lanes.submit("k", "m1")
+    await eventually(lambda: lanes.busy("k"), "the first turn")
+    await lanes.submit("k", "m2")
+    assert held.controls[0].take_steered() == ["m2"]
+    lanes.set_mode("k", None)
+    assert lanes.mode("k") == "followup"
+    await lanes.submit("k", "m3")
+    await lanes.submit("k", "m4")
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
+    assert held.items() == [["m1"], ["m3"], ["m4"]]  # back to followup: one turn each

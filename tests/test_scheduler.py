@@ -15,7 +15,7 @@ from helpers import FakeClock
 from bot.scheduler import Scheduler
 from bot.schedules import Job
 from bot.store import JobRunRecord, OutboxEntry, SqliteStore
-from bot.store.jobs import ScheduledInbound
+from bot.store.journal import JournalEntry
 
 BERLIN = ZoneInfo("Europe/Berlin")
 START = datetime(2026, 3, 27, 8, 59, 30, tzinfo=BERLIN).timestamp()  # a Friday, before 9 in Berlin
@@ -28,14 +28,14 @@ class Launcher:
         self.launched: list[tuple[str, float]] = []
         self.unreachable: str | None = None
 
-    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> ScheduledInbound | str:
+    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> JournalEntry | str:
         if self.unreachable is not None:
             return self.unreachable
-        return ScheduledInbound(
+        return JournalEntry(
             channel="telegram", account="default", chat="direct:1", message_id=f"cron:{job.id}:{tick}", payload={}
         )
 
-    async def launch(self, run: JobRunRecord, inbound: ScheduledInbound) -> None:
+    async def launch(self, run: JobRunRecord, inbound: JournalEntry) -> None:
         self.launched.append((run.job_id, run.tick))
 
 

@@ -11,6 +11,8 @@ from tools.memory import memory_tools
 from tools.message import MessageTool, Messenger
 from tools.registry import ToolRegistry, ToolSetup
 from tools.session_status import SessionStatus
+from tools.sessions import session_tools
+from tools.subagents import subagent_tools
 from tools.web import WebFetch, web_tools
 
 
@@ -49,8 +51,8 @@ async def nobody_to_ask(command: str, ctx: ToolContext) -> Authorization:
 
 def builtin_tools(setup: ToolSetup) -> list[Tool]:
     """The built-in tools (the tool plugin `builtins`): `message` only with a messenger (`NoChats()` lists it where
-    no channel runs, as `bot tools` does); `cron` only with a job book (a running gateway); `web_search` only with
-    BRAVE_API_KEY in the environment."""
+    no channel runs, as `bot tools` does); `cron` only with a job book, the session tools only with a session book
+    and the subagent tools only with a spawner (a running gateway); `web_search` only with BRAVE_API_KEY set."""
     tools: list[Tool] = [SessionStatus()]
     if setup.messenger is not None:
         tools.append(MessageTool(setup.messenger, fetcher=WebFetch()))
@@ -58,6 +60,10 @@ def builtin_tools(setup: ToolSetup) -> list[Tool]:
     tools += [ExecTool(setup.authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
     if setup.jobs is not None:
         tools.append(CronTool(setup.jobs))
+    if setup.sessions is not None:
+        tools += session_tools(setup.sessions)
+    if setup.subagents is not None:
+        tools += subagent_tools(setup.subagents)
     return tools
 
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from agent.providers.base import ThinkingLevel
+
 if TYPE_CHECKING:
     import httpx
 
@@ -22,6 +24,9 @@ _SEES = re.compile(
     r"|llama-4|gemma-3|mistral-(small|medium)-3",
     re.IGNORECASE,
 )
+
+
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "low", "medium", "high")
 
 
 def http_url(value: str) -> str:
@@ -52,6 +57,25 @@ def _key_list(value: object) -> object:
     return value
 
 
+class ModelPrice(BaseModel):
+    """What a model costs, in US dollars per million tokens; cache reads and writes cost what input does unless set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int, cache_read_tokens: int, cache_write_tokens: int) -> float:
+        """Dollars for one run's tokens; `input_tokens` is the whole prompt, cache reads and writes included."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        uncached = max(input_tokens - cache_read_tokens - cache_write_tokens, 0)
+        total = uncached * self.input + output_tokens * self.output + cache_read_tokens * read
+        return (total + cache_write_tokens * write) / 1_000_000
+
+
 class ModelOptions(BaseModel):
     """Settings for one model id of a provider (the key is the part after `provider/`)."""
 
@@ -62,9 +86,11 @@ class ModelOptions(BaseModel):
     # Replaces the request's max_tokens for this model.
     max_tokens: int | None = Field(default=None, gt=0)
     # Reasoning effort (OpenAI `reasoning_effort`, Anthropic extended thinking); lowered when the model rejects it.
-    thinking: Annotated[Literal["off", "low", "medium", "high"], BeforeValidator(_lower)] = "off"
+    thinking: Annotated[ThinkingLevel, BeforeValidator(_lower)] = "off"
     # What the model takes in: [text] or [text, image]. Unset: guessed from the model's name (`sees_images`).
     input: list[Annotated[Literal["text", "image"], BeforeValidator(_lower)]] | None = None
+    # US dollars per million tokens, for `/usage`'s estimate; None: no price known.
+    price: ModelPrice | None = None
 
 
 class ProviderConfig(BaseModel):

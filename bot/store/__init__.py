@@ -13,6 +13,7 @@ from bot.store.previews import PreviewRecord, PreviewStore
 from bot.store.schema import SCHEMA_VERSION
 from bot.store.sessions import SessionRecord, SessionStore, new_session_id
 from bot.store.sqlite import SqliteStore
+from bot.store.subagents import SubagentRecord, SubagentStatus, SubagentStore
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -49,5 +50,8 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreError",
+    "SubagentRecord",
+    "SubagentStatus",
+    "SubagentStore",
     "new_session_id",
 ]

@@ -13,6 +13,7 @@ from bot.store.outbox import OutboxStore
 from bot.store.pairing import PairingStore
 from bot.store.previews import PreviewStore
 from bot.store.sessions import SessionStore
+from bot.store.subagents import SubagentStore
 
 __all__ = ["DeliveryStore", "IntakeStore", "RetentionStore", "Store"]
 
@@ -38,6 +39,8 @@ class RetentionStore(Protocol):
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
     async def prune_approvals(self, older_than_seconds: float) -> int: ...
     async def prune_job_runs(self, older_than_seconds: float) -> int: ...
+    async def prune_subagents(self, older_than_seconds: float) -> int: ...
+    async def prune_usage(self, older_than_seconds: float) -> int: ...
     async def release_space(self) -> int: ...
 
 
@@ -49,6 +52,7 @@ class Store(
     PairingStore,
     ApprovalStore,
     JobStore,
+    SubagentStore,
     RetentionStore,
     Protocol,
 ):

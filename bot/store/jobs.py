@@ -11,9 +11,9 @@ from pydantic import Field
 
 from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, dumps_list, loads, write_transaction
-from bot.store.journal import _record_inbound
+from bot.store.journal import JournalEntry, journal_entry
 
-__all__ = ["JobRecord", "JobRunRecord", "JobStore", "RunStatus", "ScheduledInbound", "SqliteJobs"]
+__all__ = ["JobRecord", "JobRunRecord", "JobStore", "RunStatus", "SqliteJobs"]
 
 RunStatus = Literal["requested", "running", "ok", "error", "skipped", "undeliverable"]
 FINAL_STATUSES = ("ok", "error", "skipped", "undeliverable")
@@ -44,16 +44,6 @@ class JobRunRecord(Record):
     manual: bool = False  # asked for (`bot cron run`, the tool's `run`), not a tick of the schedule
 
 
-class ScheduledInbound(Record):
-    """The journal row a run's turn starts from, written in the same transaction as the run."""
-
-    channel: str
-    account: str
-    chat: str
-    message_id: str
-    payload: dict[str, Any]
-
-
 class JobStore(Protocol):
     """What the scheduler, the `cron` tool and `bot cron` need: jobs kept, and each tick recorded once."""
 
@@ -67,10 +57,10 @@ class JobStore(Protocol):
         tick: float,
         status: RunStatus = "running",
         detail: str | None = None,
-        inbound: ScheduledInbound | None = None,
+        inbound: JournalEntry | None = None,
     ) -> JobRunRecord | None: ...
     async def request_job_run(self, job_id: str) -> JobRunRecord: ...
-    async def claim_job_run(self, run_id: int, inbound: ScheduledInbound) -> JobRunRecord | None: ...
+    async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None: ...
     async def finish_job_run(
         self, run_id: int, status: RunStatus, detail: str | None = None, message_ids: Sequence[str] = ()
     ) -> None: ...
@@ -104,7 +94,7 @@ class SqliteJobs(Part):
         tick: float,
         status: RunStatus = "running",
         detail: str | None = None,
-        inbound: ScheduledInbound | None = None,
+        inbound: JournalEntry | None = None,
     ) -> JobRunRecord | None:
         """Record the tick due at `tick` as running, with the journal row its turn starts from (both or neither
         after a crash), or as already over (a final `status`); None when that tick was recorded before: it ran, or
@@ -120,7 +110,7 @@ class SqliteJobs(Part):
                 return run
             now += 1e-6
 
-    async def claim_job_run(self, run_id: int, inbound: ScheduledInbound) -> JobRunRecord | None:
+    async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None:
         """Start a requested run with its journal row, in one transaction; None if it is no longer requested."""
         return await self._call(_claim_run, run_id, inbound, self._db.clock())
 
@@ -207,7 +197,7 @@ def _start_run(
     tick: float,
     status: str,
     detail: str | None,
-    inbound: ScheduledInbound | None,
+    inbound: JournalEntry | None,
     now: float,
 ) -> JobRunRecord | None:
     ended = None if status in ("requested", "running") else now
@@ -227,7 +217,7 @@ def _start_run(
 
 
 def _claim_run(
-    connection: sqlite3.Connection, run_id: int, inbound: ScheduledInbound, now: float
+    connection: sqlite3.Connection, run_id: int, inbound: JournalEntry, now: float
 ) -> JobRunRecord | None:
     with write_transaction(connection):
         claimed = connection.execute(
@@ -239,10 +229,8 @@ def _claim_run(
     return _run_rows(connection, "WHERE id = ?", (run_id,))[0]
 
 
-def _journal(connection: sqlite3.Connection, run_id: int, inbound: ScheduledInbound, now: float) -> None:
-    record = _record_inbound(
-        connection, inbound.channel, inbound.account, inbound.chat, inbound.message_id, dumps(inbound.payload), now
-    )
+def _journal(connection: sqlite3.Connection, run_id: int, inbound: JournalEntry, now: float) -> None:
+    record = journal_entry(connection, inbound, now)
     if record is None:
         raise ValueError(f"the journal already holds {inbound.message_id}")  # rolls the run back too
     connection.execute("UPDATE job_runs SET inbound_id = ? WHERE id = ?", (record.id, run_id))

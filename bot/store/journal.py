@@ -11,7 +11,7 @@ from bot.store.database import Part, delete, dumps, first, loads, write_transact
 from bot.store.outbox import OutboxEntry, OutboxRecord, insert_outbox, outbox_row
 from bot.store.previews import delete_previews
 
-__all__ = ["InboundRecord", "InboundStatus", "JournalStore", "SqliteJournal"]
+__all__ = ["InboundRecord", "InboundStatus", "JournalEntry", "JournalStore", "SqliteJournal", "journal_entry"]
 
 InboundStatus = Literal["pending", "running", "done", "failed"]
 
@@ -30,6 +30,17 @@ class InboundRecord(Record):
     session_key: str | None = None
     received: float
     updated: float
+
+
+class JournalEntry(Record):
+    """A journal row that the bot itself writes (a scheduled run's turn, a subagent's task or announcement), in the
+    same transaction as the record that explains it."""
+
+    channel: str
+    account: str
+    chat: str
+    message_id: str
+    payload: dict[str, Any]
 
 
 class JournalStore(Protocol):
@@ -120,6 +131,12 @@ def _record_inbound(
         (channel, account, chat, message_id, payload, now, now),
     )
     return None if row is None else _inbound(row)
+
+
+def journal_entry(connection: sqlite3.Connection, entry: JournalEntry, now: float) -> InboundRecord | None:
+    """Journal `entry` as pending, inside the caller's transaction; None when its message id is journaled already."""
+    payload = dumps(entry.payload)
+    return _record_inbound(connection, entry.channel, entry.account, entry.chat, entry.message_id, payload, now)
 
 
 def _mark_inbound(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import Field
 
 from agent.messages import Usage
 from bot.store.base import Record
-from bot.store.database import Part, dumps, first, loads, scalar
+from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 
-__all__ = ["SessionRecord", "SessionStore", "SqliteSessions", "new_session_id"]
+__all__ = ["SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "new_session_id"]
 
 
 class SessionRecord(Record):
@@ -29,6 +32,22 @@ class SessionRecord(Record):
     last_channel: str | None = None
     last_account: str | None = None
     last_target: dict[str, Any] | None = None
+    # What the chat changed for this session alone (`/model`, `/think`, `/queue`): {"model": ..., "thinking": ...,
+    # "queue": ...}, each key present only while set. Kept across `/new`.
+    overrides: dict[str, str] = Field(default_factory=dict)
+
+
+class UsageRow(Record):
+    """One run's tokens (the `usage` table): which session, agent and model, and when it ended."""
+
+    at: float
+    session_key: str
+    agent: str
+    model: str | None = None
+    input_tokens: int = 0  # the whole prompt, cache reads and writes included
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class SessionStore(Protocol):
@@ -48,6 +67,12 @@ class SessionStore(Protocol):
     ) -> SessionRecord: ...
     async def reset_session(self, session_key: str) -> SessionRecord: ...
     async def count_sessions(self) -> int: ...
+    async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord: ...
+    async def all_overrides(self) -> dict[str, dict[str, str]]: ...
+    async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]: ...
+    async def list_sessions(
+        self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
+    ) -> list[SessionRecord]: ...
 
 
 def new_session_id() -> str:
@@ -75,7 +100,8 @@ class SqliteSessions(Part):
         account: str | None = None,
         target: dict[str, Any] | None = None,
     ) -> SessionRecord:
-        """Mark the session used now; `usage` (a run's tokens) is added to its totals, None leaves a field.
+        """Mark the session used now; `usage` (a run's tokens) is added to its totals and, in the same transaction,
+        recorded as a row of the `usage` table (with `model`); None leaves a field.
 
         KeyError if there is no such session.
         """
@@ -83,7 +109,7 @@ class SqliteSessions(Part):
         if min(counts) < 0:
             raise ValueError(f"token counts cannot be negative: {usage}")
         values = (model, *counts, channel, account, dumps(target) if target is not None else None)
-        return await self._call(_touch_session, session_key, self._db.clock(), *values)
+        return await self._call(_touch_session, session_key, self._db.clock(), *values, usage is not None)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
         """Start the session over: a new session id, token totals zeroed; the old transcript stays on disk.
@@ -95,6 +121,34 @@ class SqliteSessions(Part):
     async def count_sessions(self) -> int:
         return await self._call(scalar, "SELECT count(*) FROM sessions")
 
+    async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord:
+        """Change the session's own settings (`model`, `thinking`, `queue`); a None value clears that one. The
+        session is created for `agent` if it does not exist yet."""
+        unknown = set(changes) - set(OVERRIDE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown session overrides: {sorted(unknown)}")
+        now = self._db.clock()
+        return await self._call(_set_overrides, session_key, agent, new_session_id(), now, changes)
+
+    async def all_overrides(self) -> dict[str, dict[str, str]]:
+        """Every session that has overrides, with them (the gateway's view of `/queue` after a restart)."""
+        return await self._call(_all_overrides)
+
+    async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
+        """The runs' token rows recorded at or after `at`, oldest first; only `session_key`'s when given."""
+        return await self._call(_usage_since, at, session_key)
+
+    async def prune_usage(self, older_than_seconds: float) -> int:
+        """Delete usage rows older than this."""
+        return await self._call(delete, "DELETE FROM usage WHERE at < ?", self._db.cutoff(older_than_seconds))
+
+    async def list_sessions(
+        self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
+    ) -> list[SessionRecord]:
+        """The sessions, newest first (by `updated`): only `agents`' (None: every agent's), only those used at or
+        after `since`, at most `limit` (None: all)."""
+        return await self._call(_list_sessions, None if agents is None else tuple(agents), since, limit)
+
 
 if TYPE_CHECKING:
     _checked: type[SessionStore] = SqliteSessions
@@ -103,8 +157,12 @@ if TYPE_CHECKING:
 # --- on the worker thread -----------------------------------------------------------------------------------------
 
 
+OVERRIDE_KEYS = ("model", "thinking", "queue")
+
+
 def _session(row: sqlite3.Row) -> SessionRecord:
-    return SessionRecord.model_validate({**dict(row), "last_target": loads(row["last_target"])})
+    fields = {**dict(row), "last_target": loads(row["last_target"]), "overrides": loads(row["overrides"]) or {}}
+    return SessionRecord.model_validate(fields)
 
 
 def _get_session(connection: sqlite3.Connection, session_key: str) -> SessionRecord | None:
@@ -141,19 +199,27 @@ def _touch_session(
     channel: str | None,
     account: str | None,
     target: str | None,
+    record_usage: bool,
 ) -> SessionRecord:
-    row = first(
-        connection,
-        "UPDATE sessions SET updated = ?, model = coalesce(?, model),"
-        " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-        " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
-        " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
-        " last_target = coalesce(?, last_target)"
-        " WHERE session_key = ? RETURNING *",
-        (now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, session_key),
-    )
-    if row is None:
-        raise KeyError(f"no session {session_key!r}")
+    with write_transaction(connection):
+        row = first(
+            connection,
+            "UPDATE sessions SET updated = ?, model = coalesce(?, model),"
+            " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
+            " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
+            " last_target = coalesce(?, last_target)"
+            " WHERE session_key = ? RETURNING *",
+            (now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, session_key),
+        )
+        if row is None:
+            raise KeyError(f"no session {session_key!r}")
+        if record_usage:
+            connection.execute(
+                "INSERT INTO usage (at, session_key, agent, model, input_tokens, output_tokens, cache_read_tokens,"
+                " cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (now, session_key, row["agent"], row["model"], tokens_in, tokens_out, cache_read, cache_write),
+            )
     return _session(row)
 
 
@@ -168,3 +234,54 @@ def _reset_session(connection: sqlite3.Connection, session_key: str, session_id:
     if row is None:
         raise KeyError(f"no session {session_key!r}")
     return _session(row)
+
+
+def _set_overrides(
+    connection: sqlite3.Connection,
+    session_key: str,
+    agent: str,
+    session_id: str,
+    now: float,
+    changes: dict[str, str | None],
+) -> SessionRecord:
+    with write_transaction(connection):
+        current = _ensure_session(connection, session_key, agent, session_id, now).overrides
+        merged = {key: value for key, value in {**current, **changes}.items() if value is not None}
+        row = first(
+            connection,
+            "UPDATE sessions SET overrides = ? WHERE session_key = ? RETURNING *",
+            (dumps(merged) if merged else None, session_key),
+        )
+    assert row is not None  # made above, and nothing deletes sessions
+    return _session(row)
+
+
+def _all_overrides(connection: sqlite3.Connection) -> dict[str, dict[str, str]]:
+    rows = connection.execute("SELECT session_key, overrides FROM sessions WHERE overrides IS NOT NULL").fetchall()
+    return {row["session_key"]: loads(row["overrides"]) for row in rows}
+
+
+def _usage_since(connection: sqlite3.Connection, at: float, session_key: str | None) -> list[UsageRow]:
+    sql = "SELECT * FROM usage WHERE at >= ?" + (" AND session_key = ?" if session_key is not None else "")
+    params: tuple[object, ...] = (at, session_key) if session_key is not None else (at,)
+    rows = connection.execute(sql + " ORDER BY id", params).fetchall()
+    return [UsageRow.model_validate(dict(row)) for row in rows]
+
+
+def _list_sessions(
+    connection: sqlite3.Connection, agents: tuple[str, ...] | None, since: float | None, limit: int | None
+) -> list[SessionRecord]:
+    where: list[str] = []
+    params: list[object] = []
+    if agents is not None:
+        where.append(f"agent IN ({', '.join('?' * len(agents))})" if agents else "0")
+        params += agents
+    if since is not None:
+        where.append("updated >= ?")
+        params.append(since)
+    sql = "SELECT * FROM sessions" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY updated DESC, session_key"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return [_session(row) for row in connection.execute(sql, tuple(params)).fetchall()]

@@ -17,6 +17,7 @@ from bot.store.outbox import SqliteOutbox
 from bot.store.pairing import SqlitePairing
 from bot.store.previews import SqlitePreviews
 from bot.store.sessions import SqliteSessions
+from bot.store.subagents import SqliteSubagents
 
 if TYPE_CHECKING:
     from bot.store.interface import Store
@@ -27,7 +28,14 @@ __all__ = ["SqliteStore"]
 # Each part holds its domain's methods and SQL and keeps no state of its own, only the shared Database; combining
 # them by inheritance gives one object for every role without restating each method's signature here.
 class SqliteStore(
-    SqliteSessions, SqliteJournal, SqliteOutbox, SqlitePreviews, SqlitePairing, SqliteApprovals, SqliteJobs
+    SqliteSessions,
+    SqliteJournal,
+    SqliteOutbox,
+    SqlitePreviews,
+    SqlitePairing,
+    SqliteApprovals,
+    SqliteJobs,
+    SqliteSubagents,
 ):
     """The embedded store: `state.db` in WAL mode, used from one worker thread that owns the connection.
 

@@ -342,6 +342,7 @@ class FakeLLM:
         self.transcriptions: list[Transcription] = []
         self._transcripts: deque[str] = deque()
         self._replies: deque[Reply] = deque()
+        self._routed: list[tuple[str, deque[Reply]]] = []  # (marker, replies) for conversations that start with it
         self._stopping = asyncio.Event()
         self._releases = asyncio.Semaphore(0)
         self.holding = 0  # held replies waiting for release() right now
@@ -359,12 +360,29 @@ class FakeLLM:
 
     @property
     def pending(self) -> int:
-        """Replies scripted but not yet served."""
-        return len(self._replies)
+        """Replies scripted but not yet served (`script_for`'s too)."""
+        return len(self._replies) + sum(len(queue) for _, queue in self._routed)
 
     def script(self, *replies: Reply | str) -> None:
         """Queue replies, one per coming request; a plain string is a text reply."""
         self._replies.extend(Reply.text(reply) if isinstance(reply, str) else reply for reply in replies)
+
+    def script_for(self, marker: str, *replies: Reply | str) -> None:
+        """Queue replies for the requests of one conversation: those whose first user message contains `marker`
+        (runs that go on at once, such as a subagent's beside its parent's, each get their own script). Requests
+        no marker matches take from `script`'s queue."""
+        queue = next((queue for known, queue in self._routed if known == marker), None)
+        if queue is None:
+            queue = deque()
+            self._routed.append((marker, queue))
+        queue.extend(Reply.text(reply) if isinstance(reply, str) else reply for reply in replies)
+
+    def _next_reply(self, body: Any) -> Reply | None:
+        first = _first_user_text(body)
+        for marker, queue in self._routed:
+            if marker in first:
+                return queue.popleft() if queue else None
+        return self._replies.popleft() if self._replies else None
 
     def transcribe_as(self, *texts: str) -> None:
         """Queue what the coming transcription requests are answered with, one text each."""
@@ -436,10 +454,10 @@ class FakeLLM:
             protocol = "anthropic"
         else:
             return web.json_response({"error": {"message": f"FakeLLM: no route {request.path}"}}, status=404)
-        if not self._replies:
+        reply = self._next_reply(body)
+        if reply is None:
             message = f"FakeLLM: the script ran out (request #{len(self.requests)} to {request.path} has no reply)"
             return web.json_response(_error_body(protocol, 500, Reply(error_message=message), ""), status=500)
-        reply = self._replies.popleft()
         if reply.status != 200:
             extra = {"Retry-After": reply.retry_after} if reply.retry_after is not None else {}
             payload = _error_body(protocol, reply.status, reply, _sent_key(request))
@@ -506,6 +524,19 @@ class FakeLLM:
             if not released.done():
                 released.cancel()
         return released.done() and not released.cancelled()
+
+
+def _first_user_text(body: Any) -> str:
+    """The text of a chat request's first user message (either protocol), "" when it has none."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for message in messages or []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            parts = content if isinstance(content, list) else []
+            return "".join(str(part.get("text", "")) for part in parts if isinstance(part, dict))
+    return ""
 
 
 @contextlib.contextmanager

@@ -74,6 +74,11 @@ def _message(target: ChatTarget, run: RunInfo, text: str, message_id: str, sched
     )
 
 
+def _between(header: str, text: str, source: str) -> str:
+    """A message between sessions: what it is, then another agent's words wrapped as data."""
+    return f"[{header}]\n" + wrap_untrusted(text, source)
+
+
 def task_text(record: SubagentRecord) -> str:
     """What a child is asked: its task, and that its answer goes back to the session that asked."""
     label = f" {record.label!r}" if record.label else ""
@@ -105,8 +110,8 @@ class Subagents:
         self.store = store
         self.intake = intake
         self.lanes = lanes
-        self._waiting: dict[str, asyncio.Future[str]] = {}
-        self._spawning = asyncio.Lock()  # message id -> the sessions_send waiting for its answer
+        self._waiting: dict[str, asyncio.Future[str]] = {}  # message id -> the sessions_send waiting for its answer
+        self._spawning = asyncio.Lock()
 
     # --- sessions_spawn -----------------------------------------------------------------------------------------
 
@@ -219,9 +224,12 @@ class Subagents:
         if killed is None:
             return {"status": "ended", "run_id": record.id, "note": f"it had already {ENDINGS[record.status]}"}
         busy = self.lanes.busy(record.child_key)
+        queued = [i for job in self.lanes.pending_items().get(record.child_key, []) for i in job.inbound_ids]
         await self.lanes.stop(record.child_key)  # a queued task or steer is dropped; a running turn is cancelled
-        if not busy:
-            await self.end(killed, "killed", "", [])
+        if busy:  # the turn, cancelled, ends the child; the steers it will not read are closed here
+            await self.intake.delivery.close(queued, session_key=record.child_key)
+        else:
+            await self.end(killed, "killed", "", [*queued, *([record.inbound_id] if record.inbound_id else [])])
         log.info("subagent %s killed", record.id)
         return {"status": "killed", "run_id": record.id}
 
@@ -286,8 +294,9 @@ class Subagents:
             kind="agent", job=message_id, agent=session.agent, session_key=session_key, owner=run.sender_is_owner,
             hops=run.hops + 1, reply_session=run.session_key,
         )  # fmt: skip
-        text = f"[message from the session {run.session_key} (agent {run.agent}); your answer goes back to it]\n"
-        request = _message(ChatTarget.model_validate(where), run, text + message, message_id, scheduled)
+        source = f"session {run.session_key} (agent {run.agent})"
+        text = _between(f"message from the {source}; your answer goes back to it, NO_REPLY sends none", message, source)
+        request = _message(ChatTarget.model_validate(where), run, text, message_id, scheduled)
         busy = self.lanes.busy(session_key)
         waiter: asyncio.Future[str] | None = None
         if wait_seconds > 0 and not busy:  # a busy session may be waiting for this one: never wait on it
@@ -317,6 +326,8 @@ class Subagents:
         announced = await self.store.end_subagent(record.id, status, result, inbound_ids, announcement)
         if announced is None:
             return  # ended before (a kill raced the end): announced already
+        await self.store.set_overrides(record.child_key, record.agent, queue=None)
+        self.lanes.set_mode(record.child_key, None)
         ended = await self.store.subagent(record.id)
         log.info("subagent %s %s", record.id, ENDINGS[ended.status if ended else status])
         await self.intake.accept(announced, InboundMessage.model_validate(announced.payload))
@@ -353,7 +364,8 @@ class Subagents:
                     session_key=scheduled.reply_session, owner=scheduled.owner, hops=scheduled.hops + 1,
                     reply_session=scheduled.session_key,
                 )  # fmt: skip
-                text = f"[answer from the session {scheduled.session_key} (agent {scheduled.agent})]\n{answer}"
+                source = f"session {scheduled.session_key} (agent {scheduled.agent})"
+                text = _between(f"answer from the {source}; yours goes back to it, NO_REPLY sends none", answer, source)
                 reply = _message(job.message.target(), run, text, answered.job, answered)
         await self.intake.delivery.close(inbound_ids, session_key=scheduled.session_key)
         if waiter is not None and not waiter.done():
@@ -383,7 +395,7 @@ def _shown(record: SubagentRecord) -> dict[str, Any]:
         "run_id": record.id,
         "agent": record.agent,
         "label": record.label,
-        "status": record.status if record.ended is not None or record.status != "running" else "running",
+        "status": record.status,  # `killed` before it has ended: stopping
         "ended": record.ended is not None,
         "task": record.task[:200],
         "session_key": record.child_key,
@@ -397,6 +409,5 @@ def describe_children(children: list[SubagentRecord]) -> str:
     lines = ["Background tasks (/subagents kill ID stops one):"]
     for child in children[-20:]:
         label = f" {child.label!r}" if child.label else ""
-        state = "running" if child.ended is None and child.status == "running" else child.status.replace("_", " ")
-        lines.append(f"{child.id}{label} ({child.agent}): {state}; {child.task[:80]}")
+        lines.append(f"{child.id}{label} ({child.agent}): {child.status.replace('_', ' ')}; {child.task[:80]}")
     return "\n".join(lines)

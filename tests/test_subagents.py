@@ -172,3 +172,24 @@ def test_subagent_settings_are_checked_with_file_and_line(fake_llm: FakeLLM, tmp
     paired = config(fake_llm, tmp_path, tools={"agent_to_agent": {"allow": [["main", "*"]]}})
     assert paired.tools is not None and paired.tools.agent_to_agent.allows("ops", "main")
     assert not paired.tools.agent_to_agent.allows("ops", "lab")
+
+
+async def test_a_child_killed_before_it_ran_is_announced_as_killed_and_never_runs(
+    fake_llm: FakeLLM, chat: MemoryChannel, tmp_path: Path
+) -> None:
+    defaults = {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "max_concurrent": 1}
+    settings = config(fake_llm, tmp_path, defaults=defaults)
+    # The parent keeps the only run slot while its answer is held: the child waits for it, never running.
+    fake_llm.script_for("start", Reply.tool_calls(spawn("NEVER-RUN")), Reply.held("Started."), "It never ran.")
+    async with App(settings, tmp_path / "state", adapters=[chat]).running():
+        await chat.say("start", sender=OWNER)
+        await eventually(lambda: fake_llm.holding == 1, "the parent's answer to be held")
+        [(run_id,)] = read_state(tmp_path / "state", "SELECT id FROM subagent_runs")
+        await chat.say(f"/subagents kill {run_id}", sender=OWNER)
+        assert [sent.text for sent in await chat.replies()] == [f"Stopped {run_id}."]
+        fake_llm.release()
+        assert [sent.text for sent in await chat.replies(2)] == ["Started.", "It never ran."]
+    assert statuses(tmp_path) == ["killed"]
+    assert not [r for r in fake_llm.requests if "NEVER-RUN" in json.dumps(r.body["messages"][1]["content"])]
+    unfinished = read_state(tmp_path / "state", "SELECT count(*) FROM inbound WHERE status IN ('pending', 'running')")
+    assert unfinished == [(0,)]

@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -343,6 +344,36 @@ class CronConfig(_Section):
     jobs: list[ScheduledJob] = Field(default_factory=list)
 
 
+class HealthConfig(_Section):
+    """`health`: whether the owners hear of a channel that stays down, and after how long."""
+
+    notify_owners: bool = False  # one DM to each owner when a channel stays down past `notify_after`, one on recovery
+    notify_after: Duration = 300.0
+
+
+class AdminConfig(_Section):
+    """`admin`: a listener for monitoring (`/healthz`, `/metrics` in Prometheus' format); off unless `listen` is set."""
+
+    listen: str | None = None  # host:port, e.g. 127.0.0.1:9464 (keep it on loopback or behind a firewall)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, _, port = value.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:9464")
+        return value.strip()
+
+
+class RecoveryConfig(_Section):
+    """`recovery`: what a start does with work left from before. Replies still unsent and messages still unanswered
+    older than `max_age` are not sent or run (a person gets one line saying the bot was offline)."""
+
+    max_age: Duration = 3600.0
+
+
 class Config(_Section):
     """The whole of bindings.yaml, validated. Build it with `load_config`."""
 
@@ -362,6 +393,9 @@ class Config(_Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     cron: CronConfig = Field(default_factory=CronConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _written: dict[str, Any] = PrivateAttr(default_factory=dict)  # the file's data as written (${VAR} replaced)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         OutboundMessage,
         Poll,
     )
+    from channels.health import ChannelHealth, ChannelState, HealthSnapshot
     from channels.memory import MemoryChannel, Sent
     from routing.errors import ChannelError
 
@@ -37,9 +38,12 @@ __all__ = [
     "Capabilities",
     "ChannelAdapter",
     "ChannelError",
+    "ChannelHealth",
     "ChannelPlugin",
     "ChannelSetup",
+    "ChannelState",
     "ChatTarget",
+    "HealthSnapshot",
     "InboundMessage",
     "MemoryChannel",
     "OnAction",
@@ -67,6 +71,9 @@ _HOMES = {
     "OutboundFile": "channels.base",
     "OutboundMessage": "channels.base",
     "Poll": "channels.base",
+    "ChannelHealth": "channels.health",
+    "ChannelState": "channels.health",
+    "HealthSnapshot": "channels.health",
     "MemoryChannel": "channels.memory",
     "Sent": "channels.memory",
     "ChannelError": "routing.errors",

@@ -39,6 +39,10 @@ class DiscordAccount(AccountSettings):
     ready_timeout: float = Field(default=30.0, gt=0)  # how long start() waits for READY
     # After READY, discord.py waits this long for each guild's GUILD_CREATE before it calls itself ready.
     guild_ready_timeout: float = Field(default=2.0, gt=0)
+    # A reconnect storm: more than `storm_reconnects` new gateway connections within `storm_minutes` puts the account
+    # in `degraded` and spaces further attempts with exponential backoff and jitter.
+    storm_reconnects: int = Field(default=5, ge=1)
+    storm_minutes: float = Field(default=10.0, gt=0)
 
 
 class SlackAccount(AccountSettings):

@@ -65,6 +65,9 @@ class AccountSettings(BaseModel):
     require_mention: bool = True  # in groups and channels, answer only when mentioned (or replied to)
     streaming: Literal["off", "partial"] = "partial"
     media: MediaLimits = Field(default_factory=MediaLimits)
+    # Silence from the platform (no completed poll, no envelope or pong, no heartbeat ack) for this long counts as a
+    # stall: the adapter's watchdog drops the connection and makes a new one.
+    stall_seconds: float = Field(default=90.0, gt=0)
 
     @field_validator("allow_from", "group_allow_from", mode="before")
     @classmethod
@@ -243,7 +246,8 @@ def _late_done(late: set[asyncio.Task[Any]], task: asyncio.Task[Any], what: str)
 
 class ChannelAdapter(Protocol):
     """One account on one platform. `on_message` returns once the message is safely recorded, so an adapter
-    acknowledges the platform (commits an offset, answers a webhook) only after awaiting it."""
+    acknowledges the platform (commits an offset, answers a webhook) only after awaiting it. An adapter may keep
+    a `health` attribute (channels.health.ChannelHealth), which `bot status`, `/status` and the metrics read."""
 
     channel: str
     account: str

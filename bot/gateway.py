@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from agent.lanes import Lanes
 from bot.approvals import Approvals
+from bot.channel_notices import ChannelNotices
 from bot.config import own_files
 from bot.conversation import Conversations
 from bot.cron_book import CronBook
@@ -17,10 +18,13 @@ from bot.cron_turns import CronTurns
 from bot.delivery import Delivery
 from bot.heartbeats import heartbeats
 from bot.intake import Intake
+from bot.metrics import Metrics, counted_hooks, read_gateway
+from bot.recovery import drop_stale
 from bot.retention import keep_pruning
 from bot.scheduler import Scheduler
 from bot.session_book import StoredSessions
 from bot.session_commands import restore_queue_modes
+from bot.status import ChannelBoard, StatusWriter
 from bot.store import InboundRecord, Store
 from bot.subagents import Subagents
 from bot.turns import Job, Turns, fold
@@ -30,6 +34,7 @@ from tools.message import MessageTool
 from tools.registry import ToolRegistry, ToolSetup
 
 if TYPE_CHECKING:
+    from bot.admin import AdminServer
     from bot.app import App
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,7 @@ class Gateway:
         self.store = store
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
         self.delivery = Delivery(store, self.adapters, app.clock)
+        self.metrics, self.started, self.admin = Metrics(), set[tuple[str, str]](), None  # started: (channel, account)
         own = own_files(config, app.state_dir)
         self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
         self.processes = ProcessTable(hide=own)
@@ -62,7 +68,12 @@ class Gateway:
             settings=config.session.queue,
         )
         self.intake = Intake(app, store, self.delivery, self.lanes, self.approvals)
+        self.channels = ChannelBoard(self.adapters, app.clock)  # each account's health: status.json, /status, notices
+        self.intake.health = self.channels.snapshots
+        self.status = StatusWriter(self)
+        self.notices = ChannelNotices(app, self.delivery, self.channels.snapshots)
         self.subagents = self.intake.subagents = Subagents(app, store, self.intake, self.lanes)
+        self.intake.metrics = self.delivery.metrics = self.approvals.metrics = self.metrics
         setup = ToolSetup(
             self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs, sessions=self.sessions,
             subagents=self.subagents,
@@ -70,7 +81,8 @@ class Gateway:
         registry = registry or app.registry(setup)
         message_tool = registry.get("message")
         self.delivery.message_tool = message_tool if isinstance(message_tool, MessageTool) else None
-        conversations = Conversations(config, store, app.state_dir, app.runner, registry, app.hooks)
+        hooks = counted_hooks(app.hooks, self.metrics)
+        conversations = Conversations(config, store, app.state_dir, app.runner, registry, hooks, metrics=self.metrics)
         self.conversations = conversations
         self.turns = Turns(
             app, conversations, self.delivery, store, self.delivery.message_tool, closing=lambda: self.lanes.closed
@@ -98,9 +110,17 @@ class Gateway:
 
     async def start(self) -> None:
         """Start every adapter, then redo what a previous process left unfinished."""
+        if self.config.admin.listen is not None:  # first: a taken port fails the start before any channel runs
+            from bot.admin import AdminServer  # aiohttp, only when asked for
+
+            self.admin = AdminServer(self.config.admin.listen, self.metrics, lambda: read_gateway(self))
+            await self.admin.start()
         # Taken before any adapter runs: what arrives from now on is this process's own work, not a leftover
         # (re-running it too would answer it twice).
-        leftovers = await self.store.unfinished_inbound()
+        leftovers = await drop_stale(
+            self.store, self.delivery, await self.store.unfinished_inbound(), max_age=self.config.recovery.max_age,
+            now=self.app.clock(), end_child=self.subagents.end_stale,
+        )  # fmt: skip
         orphans = await self.store.pending_approvals()
         await self.turns.keep_previews(leftovers)
         await restore_queue_modes(self.store, self.lanes)  # each session's /queue mode, before any message
@@ -110,6 +130,8 @@ class Gateway:
         for adapter in self.adapters.values():
             try:
                 await adapter.start(self.intake.on_message, self.intake.on_action)
+                self.started.add((adapter.channel, adapter.account))
+                self.channels.started(adapter)
                 log.info("channel %s account %s started", adapter.channel, adapter.account)
             except Exception:
                 log.exception(
@@ -125,6 +147,8 @@ class Gateway:
             self._held_task = asyncio.create_task(self.approvals.expire_when_due(held), name="held approvals")
         await self._recover(leftovers)
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
+        await self.status.start()
+        self.notices.start()
 
     async def _recover(self, leftovers: list[InboundRecord]) -> None:
         for record in leftovers:
@@ -148,6 +172,7 @@ class Gateway:
         Adapters stop last: the runs that finish during the grace period still need them to deliver.
         """
         self.intake.accepting = False
+        await self.notices.stop()
         for task in (self._scheduler_task, self._prune_task, self._held_task):
             if task is not None:
                 task.cancel()
@@ -161,3 +186,6 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await adapter.stop()
         await self.conversations.runner.aclose()
+        if self.admin is not None:
+            await self.admin.stop()
+        await self.status.stop()  # a clean stop leaves no status file behind

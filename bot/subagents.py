@@ -11,7 +11,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from bot.assemble import SetupError, session_models
-from bot.store import Store, SubagentRecord, SubagentStatus
+from bot.store import InboundRecord, Store, SubagentRecord, SubagentStatus
 from bot.store.journal import JournalEntry
 from channels.base import ChatTarget, InboundMessage, Scheduled
 from tools.base import RunInfo
@@ -331,6 +331,15 @@ class Subagents:
         ended = await self.store.subagent(record.id)
         log.info("subagent %s %s", record.id, ENDINGS[ended.status if ended else status])
         await self.intake.accept(announced, InboundMessage.model_validate(announced.payload))
+
+    async def end_stale(self, inbound: InboundRecord, why: str) -> None:
+        """A child's task left unrun too long (bot.recovery): it ends as failed, and its parent hears of it."""
+        scheduled = InboundMessage.model_validate(inbound.payload).scheduled
+        record = await self.store.subagent(scheduled.job) if scheduled is not None else None
+        if record is None or record.ended is not None:
+            await self.store.finish_inbound([inbound.id], "failed", why)
+            return
+        await self.end(record, "failed", f"not run: {why}", [inbound.id])
 
     def _announcement(self, ended: SubagentRecord) -> InboundMessage:
         origin = ended.origin

@@ -17,6 +17,7 @@ from agent.cancellation import Stopped, unless_stopped
 from agent.compaction import DEFAULT_KEEP_LAST_TURNS, CompactionError, CompactionResult, compact, count_turns
 from agent.events import AssistantEvent, Emit, RunEvent, ToolEvent
 from agent.keys import NO_KEY, KeyPool, fingerprint, key_index
+from agent.log_context import log_context
 from agent.loop import Turn, TurnResult, run_turn
 from agent.messages import Message, UserMessage
 from agent.providers.base import ErrorKind, Provider, ProviderError, ThinkingLevel
@@ -206,7 +207,9 @@ class Runner:
         for candidate in spec.candidates:
             secrets.update(candidate.provider.keys())
         run = _Run(spec=spec, history=list(spec.history), secrets=secrets)
-        run.task = asyncio.create_task(self._supervise(run), name=f"run {spec.run_id}")
+        # Every line the run writes (its tools' and its provider's too) carries its id and session (agent.log_context).
+        with log_context(run_id=spec.run_id, session_key=spec.session_key):
+            run.task = asyncio.create_task(self._supervise(run), name=f"run {spec.run_id}")
         # Dropped once it ends: a kept run holds its whole history, which grows with the conversation.
         run.task.add_done_callback(lambda _: self._runs.pop(spec.run_id, None))
         self._runs[spec.run_id] = run

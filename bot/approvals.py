@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bot.access import owner_key
 from bot.approval_text import Shown, shown_command
@@ -25,6 +25,9 @@ from tools.base import RunInfo, ToolContext
 from tools.exec import Authorization
 from tools.exec_policy import AllowEntry, Verdict, evaluate
 from tools.message import Messenger
+
+if TYPE_CHECKING:
+    from bot.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,7 @@ class Approvals:
         self.terminal = terminal
         self.clock = clock
         self._decided: dict[str, asyncio.Event] = {}
+        self.metrics: Metrics | None = None  # set by the gateway: each decision recorded here is counted
         self._showing: dict[str, asyncio.Event] = {}  # request id -> set once its cards are sent and recorded
         self._turn_asks: OrderedDict[str, int] = OrderedDict()  # turn -> requests it made in this process
 
@@ -281,6 +285,8 @@ class Approvals:
         settled = await self.store.decide_approval(approval_id, status, decision, decided_by)
         if settled is None:
             settled = await self.store.get_approval(approval_id)
+        elif self.metrics is not None:
+            self.metrics.decided(decision or status)
         assert settled is not None
         return settled
 
@@ -334,6 +340,8 @@ class Approvals:
         if settled is None:
             return NOT_PENDING
         log.info("approval %s: %s by %s", approval_id, decision, who)
+        if self.metrics is not None:
+            self.metrics.decided(decision)
         waiting = self._decided.get(approval_id)
         if waiting is not None:
             waiting.set()  # the waiting run shows the outcome
@@ -365,6 +373,8 @@ class Approvals:
             settled = await self.store.decide_approval(record.id, "expired", None, None)
             if settled is not None:
                 expired += 1
+                if self.metrics is not None:
+                    self.metrics.decided("expired")
                 await self._show_outcome(settled)
         return expired
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bot.log_format import LogFormat, log_options
+
 _Command = Callable[..., Any]
 
 if TYPE_CHECKING:
@@ -79,9 +81,10 @@ def cli() -> None:
 @cli.command()
 @CONFIG_OPTION
 @STATE_OPTION
-@click.option("-v", "--verbose", is_flag=True, help="Log every decision.")
-def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
-    """Run the bot on the channels configured in the bindings file."""
+@click.option("-v", "--verbose", is_flag=True, help="Log every decision (--log-level DEBUG).")
+@log_options("INFO")
+def run(config_path: str, state_dir: str | None, verbose: bool, log_format: LogFormat, log_level: str) -> None:
+    """Run the bot on the channels configured in the bindings file (or, with none and a terminal, the console)."""
     import asyncio
     import logging
 
@@ -90,8 +93,9 @@ def run(config_path: str, state_dir: str | None, verbose: bool) -> None:
     from bot.redaction import configure_logging
     from bot.serve import serve
 
-    redactor = configure_logging(logging.DEBUG if verbose else logging.INFO)
-    if not verbose:
+    level = logging.DEBUG if verbose else logging.getLevelNamesMapping()[log_level]
+    redactor = configure_logging(level, log_format=log_format)
+    if level > logging.DEBUG:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
     state = _state_dir(config_path, state_dir)
     config = _load(config_path, state)
@@ -196,7 +200,11 @@ def config_check(config_path: str, state_dir: str | None) -> None:
 @click.option("--agent", default=None, help="Talk to this agent (default: whatever the bindings route to).")
 @STATE_OPTION
 @click.option("-m", "--message", default=None, help="Send one message, print the answer and exit.")
-def chat(config_path: str, agent: str | None, state_dir: str | None, message: str | None) -> None:
+@log_options("ERROR")  # the answer, or one line saying why not: no decision log unless asked for
+def chat(
+    config_path: str, agent: str | None, state_dir: str | None, message: str | None, log_format: LogFormat,
+    log_level: str,
+) -> None:  # fmt: skip
     """Talk to an agent in the terminal; the conversation is kept between invocations."""
     import asyncio
     import logging
@@ -206,7 +214,7 @@ def chat(config_path: str, agent: str | None, state_dir: str | None, message: st
     from bot.config import secrets_of
     from bot.redaction import configure_logging
 
-    redactor = configure_logging(logging.ERROR)  # the answer, or one line saying why not: no decision log here
+    redactor = configure_logging(logging.getLevelNamesMapping()[log_level], log_format=log_format)
     state = _state_dir(config_path, state_dir)
     config = _load(config_path, state)
     redactor.add(secrets_of(config))
@@ -480,6 +488,18 @@ cli.add_command(cron)
 from bot.sessions_cli import sessions  # noqa: E402 - it builds on the options above
 
 cli.add_command(sessions)
+
+from bot.init_cli import init  # noqa: E402 - kept with the other commands' modules
+
+cli.add_command(init)
+
+from bot.doctor_cli import doctor  # noqa: E402 - it builds on the options above
+
+cli.add_command(doctor)
+
+from bot.status_cli import status  # noqa: E402 - it builds on the options above
+
+cli.add_command(status)
 
 
 def exit_code(error: SwitchboardError) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
 from agent.sessions import append_compaction, append_transcript, load_history, transcript_for
 from bot.assemble import build_turn, candidates, skill_report
 from bot.config import Config, own_files
+from bot.metrics import Metrics
 from bot.store import Store
 from channels.base import ChatTarget
 from routing import Peer
@@ -41,6 +43,7 @@ class Conversations:
     runner: Runner
     registry: ToolRegistry
     hooks: Hooks = field(default_factory=Hooks)
+    metrics: Metrics | None = None  # a gateway's: each run's time and tokens
 
     async def answer(
         self,
@@ -80,6 +83,7 @@ class Conversations:
         async def on_compacted(summary: str, kept: list[Message]) -> None:
             await append_compaction(transcript, summary, kept)  # the compaction record, then the turns it kept
 
+        started = time.monotonic()
         outcome = await self.runner.run(
             RunSpec(
                 run_id=f"run_{secrets.token_hex(6)}",
@@ -92,15 +96,19 @@ class Conversations:
                 on_compacted=on_compacted,
             )
         )
+        usage = outcome.result.usage if outcome.result is not None else None
+        if self.metrics is not None:  # the tokens were spent even when the turn is not kept
+            self.metrics.turn_took(run.agent, time.monotonic() - started)
+            if usage is not None:
+                self.metrics.used(run.agent, outcome.model_ref, usage)
         if not record(outcome):
             return outcome
         await append_transcript(transcript, outcome.messages)
-        usage = outcome.result.usage if outcome.result is not None else None
         if usage is not None:
             log.info(
                 "run %s (%s, %s): %d tokens in (%d read from the cache, %d written to it), %d out",
                 outcome.run_id, run.session_key, outcome.model_ref, usage.input_tokens, usage.cache_read_tokens,
-                usage.cache_write_tokens, usage.output_tokens,
+                usage.cache_write_tokens, usage.output_tokens, extra={"run_id": outcome.run_id},
             )  # fmt: skip
         await self.store.touch_session(
             run.session_key,

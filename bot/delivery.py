@@ -8,13 +8,16 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
 from channels.chunking import chunk_text
 from routing.errors import ChannelError
 from tools.message import MessageTool
+
+if TYPE_CHECKING:
+    from bot.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ class Delivery:
         self.adapters = adapters
         self.clock = clock
         self.message_tool: MessageTool | None = None  # told the ids of an answer's messages, to edit or delete them
+        self.metrics: Metrics | None = None  # set by the gateway
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
         self._task: asyncio.Task[None] | None = None
@@ -280,6 +284,8 @@ class Delivery:
             await self.store.mark_send_failed(record.id, str(error)[:300], self.clock() + delay)
             return False
         await self.store.mark_sent(record.id, message_id)
+        if self.metrics is not None:
+            self.metrics.sent(record.channel, record.account, record.kind)
         waiting = self._waiting.pop(record.id, None)
         if waiting is not None and not waiting.done():
             waiting.set_result(message_id)

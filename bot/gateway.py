@@ -52,7 +52,8 @@ class Gateway:
         self.store = store
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
         self.delivery = Delivery(store, self.adapters, app.clock)
-        self.metrics, self.started, self.admin = Metrics(), set[tuple[str, str]](), None  # started: (channel, account)
+        self.metrics = Metrics()
+        self.admin: AdminServer | None = None  # the admin listener, when `admin.listen` is set
         own = own_files(config, app.state_dir)
         self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
         self.processes = ProcessTable(hide=own)
@@ -130,7 +131,6 @@ class Gateway:
         for adapter in self.adapters.values():
             try:
                 await adapter.start(self.intake.on_message, self.intake.on_action)
-                self.started.add((adapter.channel, adapter.account))
                 self.channels.started(adapter)
                 log.info("channel %s account %s started", adapter.channel, adapter.account)
             except Exception:

@@ -18,6 +18,7 @@ from bot.assemble import model_refs
 from bot.commands import HELP, Command, parse_command, use_skill
 from bot.delivery import Delivery
 from bot.session_commands import model_command, queue_command, settings_line, think_command, usage_command
+from bot.status import health_lines
 from bot.store import InboundRecord, IntakeStore, SessionRecord
 from bot.turns import Job
 from channels.base import AccountSettings, ActionEvent, InboundMessage
@@ -25,8 +26,12 @@ from routing import Peer
 from tools.clock import envelope, zone
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bot.app import App
+    from bot.metrics import Metrics
     from bot.subagents import Subagents
+    from channels.health import HealthSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,8 @@ class Intake:
         self.router = app.router
         self.accepting = False
         self.subagents: Subagents | None = None  # set by the gateway: `/subagents`
+        self.metrics: Metrics | None = None  # set by the gateway
+        self.health: Callable[[], list[HealthSnapshot]] | None = None  # set by the gateway: /status's channel lines
         self._pair_misses: dict[str, list[float]] = {}
 
     def party(self, job: Job) -> Party:
@@ -79,6 +86,8 @@ class Intake:
         if record is None:
             log.info("dropped a second delivery of message %s in %s", message.message_id, _chat(message))
             return
+        if self.metrics is not None:
+            self.metrics.received(message.channel, message.account)
         if not self.accepting:  # the adapter acknowledges it anyway, so the journal keeps it for the next start
             log.info("shutting down: message %s is kept for the next start", message.message_id)
             return
@@ -273,6 +282,8 @@ class Intake:
             + f" (mode {self.lanes.mode(job.session_key)})",
             settings_line(session),
         ]
+        if job.owner and self.health is not None:  # how the bot's channels are doing: the owners' business only
+            lines += ["Channels:", *health_lines(self.health())]
         return "\n".join(lines)
 
     async def notice(self, key: str, job: Job, text: str) -> None:

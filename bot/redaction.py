@@ -9,6 +9,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TextIO
 
+from agent.log_context import ContextFilter
+from bot.log_format import LogFormat, formatter
+
 __all__ = ["REDACTED", "Redactor", "configure_logging", "secret_values"]
 
 REDACTED = "<redacted>"
@@ -61,12 +64,20 @@ def secret_values(environ: Mapping[str, str]) -> list[str]:
     return [value for name, value in environ.items() if _SECRET_NAME.search(name) and value]
 
 
-def configure_logging(level: int, stream: TextIO | None = None, environ: Mapping[str, str] | None = None) -> Redactor:
+def configure_logging(
+    level: int,
+    stream: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    log_format: LogFormat = "text",
+) -> Redactor:
     """The process's one log handler (on the root logger), redacting from its first line; the secrets the config
-    names are added to the returned Redactor once it is loaded."""
+    names are added to the returned Redactor once it is loaded. Each line carries the turn's context
+    (agent.log_context), as text or as one JSON object (bot.log_format)."""
     redactor = Redactor(secret_values(os.environ if environ is None else environ))
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter(log_format))
+    handler.addFilter(ContextFilter())
     handler.addFilter(redactor)
     root = logging.getLogger()
     for old in list(root.handlers):

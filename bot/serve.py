@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TextIO
+from urllib.parse import urlsplit
 
 from bot.app import App
 from bot.assemble import SetupError, choose_model, model_refs
@@ -29,14 +32,48 @@ YOUNG_COLLECTION_THRESHOLD = 10_000
 
 
 def model_problems(config: Config) -> list[str]:
-    """One line per agent whose model cannot be reached, saying what to set."""
+    """One line per agent whose model cannot be reached, saying what to set (a remote provider without a key, the
+    variable that holds it)."""
     problems = []
     for agent in config.agents:
         try:
-            choose_model(config, model_refs(config, agent.id)[0])
+            candidate = choose_model(config, model_refs(config, agent.id)[0])
         except SetupError as error:
             problems.append(f"agent {agent.id}: {error}")
+            continue
+        if not candidate.provider.keys() and not _local(candidate.provider.base_url):
+            name = candidate.provider_name
+            variable = KEY_VARIABLES.get(name, f"{name.upper().replace('-', '_')}_API_KEY")
+            problems.append(
+                f"agent {agent.id}: provider {name!r} has no API key: set {variable} "
+                f"(or configure providers in bindings.yaml)"
+            )
     return problems
+
+
+KEY_VARIABLES = {"openrouter": "OPENROUTER_API_KEY", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def _local(url: str) -> bool:
+    """A server on this machine or the local network (Ollama, vLLM …), which needs no key."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+def serves_console(adapters: Sequence[ChannelAdapter], stdin: TextIO | None) -> bool:
+    """Whether `bot run` serves the console: nothing else to serve, and a person at a terminal on stdin."""
+    if adapters or stdin is None:
+        return False
+    try:
+        return stdin.isatty()
+    except ValueError:  # closed
+        return False
 
 
 async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
@@ -46,6 +83,14 @@ async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
         print(line, file=sys.stderr)
     for line in model_problems(app.config):
         print(line, file=sys.stderr)
+    if serves_console(adapters, sys.stdin):
+        what = "No channel could start" if skipped else "No channel is configured"
+        print(
+            f"{what}: serving the console here. Type a message; Ctrl-D stops. (`bot init` adds a Telegram, Discord "
+            "or Slack account to bindings.yaml.)",
+            file=sys.stderr,
+        )
+        adapters = [ConsoleAdapter()]
     if not adapters:
         print(
             "No channel to serve. Add an account under channels: in bindings.yaml (with its token in the "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agent.events import discard
 from agent.lanes import RunControl
+from agent.log_context import log_context
 from agent.messages import TextBlock, UserMessage
 from agent.prompt import quoted_name
 from agent.runner import RunOutcome
@@ -157,12 +158,15 @@ class Turns:
         for _, group in itertools.groupby(jobs, key=_destination):
             batch = list(group)
             scheduled = batch[-1].message.scheduled
-            if scheduled is not None and scheduled.kind in ("subagent", "steer") and self.subagents is not None:
-                await self._child(key, batch, control, self.subagents)
-            elif scheduled is not None and scheduled.kind == "agent" and self.subagents is not None:
-                await self._for_agent(key, batch, control, self.subagents)
-            else:
-                await self._for_chat(key, batch, control)
+            source = batch[-1].message
+            # every line the turn writes names its session and chat (the runner adds the run id)
+            with log_context(run_id=None, session_key=key, channel=source.channel, account=source.account):
+                if scheduled is not None and scheduled.kind in ("subagent", "steer") and self.subagents is not None:
+                    await self._child(key, batch, control, self.subagents)
+                elif scheduled is not None and scheduled.kind == "agent" and self.subagents is not None:
+                    await self._for_agent(key, batch, control, self.subagents)
+                else:
+                    await self._for_chat(key, batch, control)
 
     async def _for_chat(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
         """Run the agent on messages from a chat (or a schedule's, or a subagent's announcement): deliver the

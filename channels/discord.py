@@ -1,6 +1,8 @@
 """The Discord channel: one bot account on the real discord.py Client (gateway WebSocket in, REST out), normalized
 into InboundMessage / ActionEvent; buttons are persistent components whose custom_id is the button's value; files
-come in as attachment URLs fetched from Discord's CDN and go out as multipart uploads; polls and threads are native."""
+come in as attachment URLs fetched from Discord's CDN and go out as multipart uploads; polls and threads are native.
+The account's `health` follows the gateway: stalled when it goes silent (discord.py then reconnects), degraded in a
+reconnect storm, whose further connections ReconnectGate spaces with exponential backoff."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ import contextlib
 import copy
 import logging
 import os
+import random
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
@@ -38,6 +43,7 @@ from channels.base import (
     Poll,
     within,
 )
+from channels.health import ChannelHealth
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -84,6 +90,12 @@ _STYLES = {
 }
 # The model must not ping @everyone or whole roles because some text said so; users and replies are fine.
 _ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
+# Discord's gateway asks for a heartbeat every 41.25 s; a shorter `stall_seconds` would drop healthy connections.
+MIN_STALL_SECONDS = 45.0
+BACKOFF_FIRST = 1.0  # the wait before the first connection beyond a storm's limit, doubling with each one after
+# discord.py gives a new gateway connection 60 s from the first attempt to IDENTIFY (Client.connect), and the wait
+# happens inside that budget (in ws_connect, the one place each attempt passes that is ours), so it stays well below.
+BACKOFF_CAP = 40.0
 
 
 class DiscordStartError(ChannelError, RuntimeError):
@@ -113,30 +125,128 @@ def _local_route(route: Route, api_base: str | None) -> Route:
     return local
 
 
+async def _no_wait() -> None:
+    return None
+
+
 class _RoutedHTTPClient(HTTPClient):
-    def __init__(self, loop: asyncio.AbstractEventLoop, api_base: str | None, gateway: str | None) -> None:
+    """discord.py's HTTPClient on the configured servers; every REST call is noted in `health`, and every new gateway
+    connection first passes `before_connect` (where a reconnect storm waits)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        api_base: str | None,
+        gateway: str | None,
+        *,
+        health: ChannelHealth | None = None,
+        before_connect: Callable[[], Awaitable[None]] = _no_wait,
+    ) -> None:
         super().__init__(loop)
         self._api_base = api_base
         self._gateway = yarl.URL(gateway) if gateway else None
+        self._health = health
+        self._before_connect = before_connect
 
     async def request(self, route: Route, **kwargs: Any) -> Any:
-        return await super().request(_local_route(route, self._api_base), **kwargs)
+        with _noted(self._health, f"{route.method} {route.path}"):
+            return await super().request(_local_route(route, self._api_base), **kwargs)
 
     async def ws_connect(self, url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
+        await self._before_connect()
         target = yarl.URL(url)
         if self._gateway is not None and target.host == DiscordWebSocket.DEFAULT_GATEWAY.host:
             # The default gateway (first connect, or after an invalidated session): ours instead, same query.
             target = self._gateway.with_query(target.query)
-        return await super().ws_connect(str(target), compress=compress)
+        try:
+            return await super().ws_connect(str(target), compress=compress)
+        except Exception as error:
+            if self._health is not None:
+                self._health.failed(f"gateway connection: {type(error).__name__}: {error}")
+            raise
 
 
 class _RoutedWebhookAdapter(AsyncWebhookAdapter):
-    def __init__(self, api_base: str | None) -> None:
+    def __init__(self, api_base: str | None, health: ChannelHealth | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._api_base = api_base
+        self._health = health
 
     async def request(self, route: Route, session: aiohttp.ClientSession, **kwargs: Any) -> Any:
-        return await super().request(_local_route(route, self._api_base), session, **kwargs)
+        with _noted(self._health, f"{route.method} {route.path}"):
+            return await super().request(_local_route(route, self._api_base), session, **kwargs)
+
+
+@contextlib.contextmanager
+def _noted(health: ChannelHealth | None, call: str) -> Iterator[None]:
+    """A REST call's outcome in `health`: reached when it succeeds, its error remembered when it fails."""
+    try:
+        yield
+    except Exception as error:
+        if health is not None:
+            health.failed(f"{call}: {type(error).__name__}: {error}")
+        raise
+    if health is not None:
+        health.reached()
+
+
+# --- reconnect storms ------------------------------------------------------------------------------------------
+
+
+class ReconnectGate:
+    """Counts new gateway connections and says how long each must wait. discord.py reconnects at once after a
+    dropped connection, so a gateway that closes every one would see a hot loop: up to `limit` connections within
+    `window` seconds go at once; the next one starts a storm, and it and each one after wait BACKOFF_FIRST, then
+    twice as long each time up to BACKOFF_CAP, with jitter (between half and all of it, so the spacing never falls
+    below half). The storm ends when a connection stays up `window / limit` seconds after its READY (slower than a
+    storm could be), or after a whole window without a connection: the count and the backoff start over."""
+
+    def __init__(
+        self,
+        limit: int,
+        window: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = random.random,
+        first: float = BACKOFF_FIRST,
+        cap: float = BACKOFF_CAP,
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self.stable_seconds = window / limit
+        self._clock = clock
+        self._jitter = jitter  # uniform in [0, 1)
+        self._first = first
+        self._cap = cap
+        self._attempts: deque[float] = deque()
+        self._excess = 0  # connections made in this storm (0: none)
+        self._ready_at: float | None = None
+
+    @property
+    def recent(self) -> int:
+        """The connections within the window, as of the last attempt."""
+        return len(self._attempts)
+
+    def attempt(self) -> float:
+        """A new connection is about to be made: the seconds it must wait first (0 unless in a storm)."""
+        now = self._clock()
+        if self._ready_at is not None and now - self._ready_at >= self.stable_seconds:
+            self._attempts.clear()
+        self._ready_at = None
+        while self._attempts and now - self._attempts[0] >= self.window:
+            self._attempts.popleft()
+        if not self._attempts:
+            self._excess = 0
+        self._attempts.append(now)
+        if self._excess == 0 and len(self._attempts) <= self.limit:
+            return 0.0
+        step = min(self._cap, self._first * 2.0 ** min(self._excess, 32))
+        self._excess += 1
+        return step * (0.5 + 0.5 * self._jitter())
+
+    def connected(self) -> None:
+        """The connection got READY (or RESUMED); if it stays up long enough, the next attempt starts over."""
+        self._ready_at = self._clock()
 
 
 # --- the client ------------------------------------------------------------------------------------------------
@@ -177,9 +287,31 @@ class _Client(discord.Client):
         intents.guild_messages = True
         intents.dm_messages = True
         intents.message_content = True
-        super().__init__(intents=intents, allowed_mentions=_ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout)
+        super().__init__(
+            intents=intents,
+            allowed_mentions=_ALLOWED_MENTIONS,
+            guild_ready_timeout=guild_ready_timeout,
+            # discord.py's own watchdog: a connection that hears nothing (no event, no heartbeat ACK) this long is
+            # closed and replaced; `disconnect` then finds the silence and reports the stall.
+            heartbeat_timeout=adapter.stall_seconds,
+            enable_debug_events=True,  # `socket_raw_receive` for every frame, heartbeat ACKs included (see dispatch)
+        )
         self.adapter = adapter
-        _reach_into_the_client(self, _RoutedHTTPClient(self.loop, api_base, gateway), adapter.account)
+        http = _RoutedHTTPClient(
+            self.loop, api_base, gateway, health=adapter.health, before_connect=adapter._before_connect
+        )
+        _reach_into_the_client(self, http, adapter.account)
+
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        # The raw frames are only counted as signs of life, here and synchronously, never as one task per frame.
+        if event == "socket_raw_receive":
+            self.adapter._heard()
+            return
+        if event == "socket_raw_send":
+            return
+        if event == "disconnect":  # here, before discord.py's loop goes on to the next connection
+            self.adapter._on_disconnect()
+        super().dispatch(event, *args, **kwargs)
 
     async def setup_hook(self) -> None:
         self.add_dynamic_items(_ActionButton)
@@ -189,9 +321,7 @@ class _Client(discord.Client):
 
     async def on_resumed(self) -> None:
         log.info("discord %s: gateway session resumed", self.adapter.account)
-
-    async def on_disconnect(self) -> None:
-        log.info("discord %s: gateway disconnected (discord.py reconnects unless stopping)", self.adapter.account)
+        self.adapter._on_connected()
 
     async def on_message(self, message: discord.Message) -> None:
         self.adapter._queue_message(message)
@@ -378,12 +508,19 @@ class DiscordAdapter:
         self._on_action: OnAction | None = None
         self._dm_channels: dict[str, int] = {}  # user id -> DM channel id
         self._cdn: aiohttp.ClientSession | None = None  # attachment downloads, over discord.py's connection pool
+        self.health = ChannelHealth("discord", account, secrets=[settings.token])
+        self.stall_seconds = self._stall_seconds(account, settings)
+        self._gate = ReconnectGate(settings.storm_reconnects, settings.storm_minutes * 60)
+        self._last_heard = time.perf_counter()  # discord.py's watchdog keeps time on the same clock
+        self._connected_before = False
+        self._stopping = asyncio.Event()  # cuts a storm's wait short
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
         self._on_message, self._on_action = on_message, on_action
         self._ready.clear()
+        self._stopping.clear()
         self._client = _Client(self, self._api_base, self.settings.gateway_url, self.settings.guild_ready_timeout)
         self._worker = asyncio.create_task(self._deliver(), name=f"discord:{self.account}:deliver")
         self._task = asyncio.create_task(self._run(self._client), name=f"discord:{self.account}")
@@ -404,17 +541,17 @@ class DiscordAdapter:
         if failure is not None:
             # discord.py ends with an odd AttributeError when the very first gateway connection fails; name both.
             where = f"{self._api_base or 'Discord'} / {self.settings.gateway_url or 'the default gateway'}"
-            raise DiscordStartError(
-                f"discord account {self.account}: could not connect to {where}: {type(failure).__name__}: {failure}"
-            ) from failure
-        raise DiscordStartError(
-            f"discord account {self.account}: no READY from the gateway within {self.settings.ready_timeout:g}s"
-        )
+            error = f"could not connect to {where}: {type(failure).__name__}: {failure}"
+            self.health.failed(error)
+            raise DiscordStartError(f"discord account {self.account}: {error}") from failure
+        error = f"no READY from the gateway within {self.settings.ready_timeout:g}s"
+        self.health.failed(error)
+        raise DiscordStartError(f"discord account {self.account}: {error}")
 
     async def _run(self, client: _Client) -> None:
         # Interaction callbacks go through discord.py's webhook adapter, found in a context variable; set here,
         # it is inherited by every task the client creates, and by no other client.
-        async_context.set(_RoutedWebhookAdapter(self._api_base))
+        async_context.set(_RoutedWebhookAdapter(self._api_base, self.health))
         async with client:
             await client.start(self.settings.token, reconnect=True)
 
@@ -422,6 +559,9 @@ class DiscordAdapter:
         if self._cdn is not None:  # before the client, which closes the connector under it
             await self._cdn.close()
             self._cdn = None
+        # Set just before the client closes (which marks it closed at once): a storm's wait cut short then finds the
+        # client closed, and discord.py's connect loop ends quietly.
+        self._stopping.set()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
@@ -433,6 +573,7 @@ class DiscordAdapter:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10)
         self._task = self._worker = None
+        self.health.set("stopped")
 
     def _on_ready(self) -> None:
         client = self._client
@@ -447,6 +588,62 @@ class DiscordAdapter:
                 len(client.guilds),
             )
         self._ready.set()
+        self._on_connected()
+
+    # --- the connection's health -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _stall_seconds(account: str, settings: DiscordAccount) -> float:
+        """`stall_seconds`, but never below Discord's heartbeat interval on the real gateway (a configured gateway
+        sets its own interval: a test server's may be short)."""
+        if settings.gateway_url or settings.stall_seconds >= MIN_STALL_SECONDS:
+            return settings.stall_seconds
+        log.warning(
+            "discord %s: stall_seconds %g is shorter than Discord's heartbeat interval; %g is used",
+            account,
+            settings.stall_seconds,
+            MIN_STALL_SECONDS,
+        )
+        return MIN_STALL_SECONDS
+
+    def _heard(self) -> None:
+        """The gateway sent a frame: an event, a heartbeat ACK, a HELLO."""
+        self._last_heard = time.perf_counter()
+        self.health.heard()
+
+    def _on_connected(self) -> None:
+        """READY or RESUMED: the account is connected (again)."""
+        if self._connected_before:
+            self.health.reconnected()
+        self._connected_before = True
+        self._gate.connected()
+        self.health.set("connected")
+
+    def _on_disconnect(self) -> None:
+        """A gateway connection ended (discord.py makes a new one unless stopping). After `stall_seconds` of
+        silence, it was discord.py's watchdog that closed it: the account stalled."""
+        silence = time.perf_counter() - self._last_heard
+        if self._stopping.is_set() or silence < self.stall_seconds:
+            log.debug("discord %s: gateway disconnected", self.account)
+            return
+        self.health.set("stalled", f"no heartbeat ACK or event from the gateway for {silence:.0f}s; reconnecting")
+
+    async def _before_connect(self) -> None:
+        """Every new gateway connection passes here: in a reconnect storm it waits its turn, the account degraded."""
+        delay = self._gate.attempt()
+        if delay > 0:
+            minutes = self.settings.storm_minutes
+            self.health.set(
+                "degraded",
+                f"{self._gate.recent} gateway connections within {minutes:g} min (reconnect storm); "
+                f"the next in {delay:.1f}s",
+            )
+            log.debug("discord %s: reconnect storm, waiting %.1fs", self.account, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+        if self._stopping.is_set():
+            raise aiohttp.ClientConnectionError("the adapter is stopping")
+        self._last_heard = time.perf_counter()  # a new connection's silence counts from its start, as discord.py's
 
     @staticmethod
     def _cdn_session(client: _Client) -> aiohttp.ClientSession:

@@ -23,6 +23,7 @@ from channels.base import (
     OnMessage,
     OutboundMessage,
 )
+from channels.health import ChannelHealth
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -92,6 +93,8 @@ class MemoryChannel:
         # Unique across instances, so a second channel on the same state directory is not taken for a redelivery.
         self._prefix = secrets.token_hex(4)
         self._ids = itertools.count(1)
+        # Connected while served; a test turns it degraded or stalled with `health.set(...)`.
+        self.health = ChannelHealth(channel, account)
 
     @property
     def settings(self) -> AccountSettings:
@@ -187,10 +190,12 @@ class MemoryChannel:
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
         """Begin taking `say` and `click`."""
         self._on_message, self._on_action = on_message, on_action
+        self.health.set("connected")
 
     async def stop(self) -> None:
         """Stop taking `say` and `click`; what was recorded stays."""
         self._on_message = self._on_action = None
+        self.health.set("stopped")
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
         """Record the message and give it a new id."""

@@ -1,5 +1,6 @@
-"""The Slack channel: one workspace bot on slack-bolt's AsyncApp, over Socket Mode (default) or HTTP Events,
-normalizing events into InboundMessage/ActionEvent and sending through the Web API with Block Kit buttons and files."""
+"""The Slack channel: one workspace bot on slack-bolt's AsyncApp, over Socket Mode (default: our own connection with a
+watchdog) or HTTP Events, normalizing events into InboundMessage/ActionEvent and sending through the Web API with
+Block Kit buttons and files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 import random
 import re
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
@@ -34,6 +35,7 @@ from channels.base import (
     OutboundMessage,
     within,
 )
+from channels.health import ChannelHealth
 from channels.markup_slack import markdown_to_mrkdwn
 from routing import Peer
 from routing.errors import ChannelError
@@ -49,7 +51,6 @@ if TYPE_CHECKING:  # the SDK is imported only when a Slack account starts
     from slack_sdk.http_retry.request import HttpRequest
     from slack_sdk.http_retry.response import HttpResponse
     from slack_sdk.http_retry.state import RetryState
-    from slack_sdk.socket_mode.aiohttp import SocketModeClient
     from slack_sdk.web.async_client import AsyncWebClient
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,37 @@ def _rate_limit_retries(sleep: Callable[[float], Awaitable[None]]) -> AsyncRetry
             state.increment_current_attempt()
 
     return RateLimitRetries(max_retry_count=3)
+
+
+def _web_client(
+    settings: SlackAccount, health: ChannelHealth, sleep: Callable[[float], Awaitable[None]]
+) -> AsyncWebClient:
+    """slack_sdk's Web API client at `api_base_url`, retrying dropped connections and 429s, telling `health` how each
+    call went: reached when Slack answered (with an error too, which is remembered), failed when it could not be."""
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
+    from slack_sdk.web.async_client import AsyncWebClient
+    from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+    class ReportingClient(AsyncWebClient):
+        async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+            try:
+                response = await super().api_call(api_method, **kwargs)
+            except SlackApiError as error:
+                health.reached()
+                health.failed(f"{api_method}: {_describe(error)}")
+                raise
+            except Exception as error:
+                health.failed(f"{api_method}: {_describe(error)}")
+                raise
+            health.reached()
+            return response
+
+    return ReportingClient(
+        token=settings.bot_token.get_secret_value(),
+        base_url=api_url(settings.api_base_url),
+        retry_handlers=[AsyncConnectionErrorRetryHandler(), _rate_limit_retries(sleep)],
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -310,6 +342,243 @@ def build_blocks(mrkdwn: str, buttons: list[list[Button]]) -> list[dict[str, Any
     return [*sections, *({"type": "actions", "elements": elements} for elements in actions)]
 
 
+CLOSE_SECONDS = 2.0  # how long closing a connection may take; then the TCP connection is dropped regardless
+OPEN_SECONDS = 30.0  # the WebSocket handshake of a new connection
+MAX_BACKOFF_SECONDS = 60.0
+REFRESH = "Slack asked for a new connection"
+# apps.connections.open errors that no retry mends: the app token is wrong, revoked or not an app-level token.
+_REFUSED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "not_allowed_token_type"})
+Frames = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
+
+
+def _backoff(attempts: int) -> float:
+    """The pause before the next connection after `attempts` ones that never said hello: none, 1 s, 2 s, 4 s ..."""
+    return 0.0 if attempts <= 0 else min(2.0 ** (attempts - 1), MAX_BACKOFF_SECONDS)
+
+
+def _describe(error: BaseException) -> str:
+    from slack_sdk.errors import SlackApiError
+
+    if isinstance(error, SlackApiError):
+        return str(error.response.get("error"))
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _frame(data: Any) -> dict[str, Any]:
+    """A text frame as a JSON object; {} for anything else (it reaches the envelope handler, which skips it)."""
+    try:
+        parsed = json.loads(data) if isinstance(data, str) and data.startswith("{") else {}
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One Socket Mode WebSocket and what the watchdog knows of it (times on the event loop's clock)."""
+
+    ws: aiohttp.ClientWebSocketResponse
+    heard: float  # when Slack last sent anything on it (hello, an envelope, a pong, a ping); its opening at first
+    pinged: float
+    ended: str | None = None  # why it is done with: Slack closed it, or asked for a new one
+    reader: asyncio.Task[None] | None = None
+
+
+class _SocketMode:
+    """Slack's Socket Mode: one connection at a time, replaced by our own watchdog when it goes silent.
+
+    Written here on aiohttp rather than taken from slack_sdk's SocketModeClient, because that client keeps two
+    keep-alives of its own (aiohttp's heartbeat, which drops a socket whose pong is half an interval late, and a
+    monitor that reconnects after four silent ping intervals) and retries forever on its own clock: when a silent
+    connection is noticed, replaced and closed would not be ours to say. Here one watchdog decides. A ping goes out
+    every `ping_interval`; `stall_seconds` without an envelope or a pong makes the connection `stalled`, and a new
+    one is opened (apps.connections.open, a fresh URL) before the old one is closed for good, so at most two are
+    ever open (Slack allows an app ten). Each new connection gets a full `stall_seconds`; connections that fail or
+    never say hello are spaced by a doubling backoff. `health` hears of all of it."""
+
+    def __init__(
+        self,
+        account: str,
+        client: AsyncWebClient,
+        app_token: str,
+        health: ChannelHealth,
+        on_frame: Frames,
+        *,
+        ping_interval: float,
+        stall_seconds: float,
+    ) -> None:
+        self._account = account
+        self._client = client
+        self._app_token = app_token
+        self._health = health
+        self._on_frame = on_frame
+        self._stall = stall_seconds
+        # A quiet but healthy connection must answer at least two pings before it could count as stalled.
+        self._ping_every = min(ping_interval, stall_seconds / 2)
+        self._session: aiohttp.ClientSession | None = None
+        self._current: _Connection | None = None
+        self._attempts = 0  # connections opened or tried since the last hello: what the backoff counts
+        self._wake = asyncio.Event()  # a reader saw its connection end
+        self._watchdog: asyncio.Task[None] | None = None
+        self._frames: set[asyncio.Task[None]] = set()  # envelopes being handled
+        self._closed = False
+
+    async def start(self) -> None:
+        """Open the first connection and start the watchdog. An app token Slack refuses raises ChannelError; any other
+        failure leaves the account degraded and the watchdog retrying."""
+        import aiohttp
+        from slack_sdk.errors import SlackApiError
+
+        self._session = aiohttp.ClientSession()
+        try:
+            self._current = await self._open()
+        except SlackApiError as error:
+            if error.response.get("error") in _REFUSED:
+                await self.close()
+                raise ChannelError(f"slack: apps.connections.open refused the app token: {_describe(error)}") from None
+            self._health.set("degraded", f"opening a Socket Mode connection failed: {_describe(error)}")
+        except Exception as error:
+            self._health.set("degraded", f"opening a Socket Mode connection failed: {_describe(error)}")
+        self._watchdog = asyncio.create_task(self._watch(), name=f"slack {self._account} socket watchdog")
+
+    async def close(self) -> None:
+        """Stop the watchdog, let the envelopes being handled finish (5 s at most), close the connection."""
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.wait([self._watchdog])
+        if self._frames:
+            _, late = await asyncio.wait(self._frames, timeout=5)
+            for task in late:
+                task.cancel()
+        if self._current is not None:
+            await self._close(self._current)
+        if self._session is not None:
+            await self._session.close()
+
+    async def send(self, text: str) -> None:
+        """One frame (an envelope's ack) on the current connection; ConnectionError if there is none open."""
+        current = self._current
+        if current is None or current.ws.closed:
+            raise ConnectionError("no Socket Mode connection is open")
+        await current.ws.send_str(text)
+
+    # --- the watchdog ---------------------------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            self._wake.clear()
+            current = self._current
+            if current is None or current.ended is not None:
+                if current is not None and current.ended != REFRESH:
+                    self._health.set("degraded", current.ended)
+                await self._replace(current)
+                continue
+            silent = loop.time() - current.heard
+            if silent >= self._stall:
+                self._health.set("stalled", f"no envelope or pong for {silent:.0f} s")
+                await self._replace(current)
+                continue
+            if loop.time() - current.pinged >= self._ping_every:
+                await self._ping(current)
+            due = min(current.pinged + self._ping_every, current.heard + self._stall)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(due - loop.time(), 0.0))
+
+    async def _ping(self, connection: _Connection) -> None:
+        connection.pinged = asyncio.get_running_loop().time()
+        try:
+            await connection.ws.ping(b"switchboard")
+        except Exception as error:  # a socket that cannot send is done with, whatever the reason
+            connection.ended = connection.ended or f"a ping could not be sent: {_describe(error)}"
+
+    async def _replace(self, old: _Connection | None) -> None:
+        """A new connection (after the backoff its predecessors earned) in place of `old`, which is then closed for
+        good: it stays open until the new one is, so never more than two at once and no gap between them."""
+        await asyncio.sleep(_backoff(self._attempts))
+        try:
+            new = await self._open()
+        except Exception as error:  # the watchdog outlives every failure; the next try waits longer
+            self._health.set("degraded", f"opening a Socket Mode connection failed: {_describe(error)}")
+            return
+        self._current = new
+        if old is not None:
+            if old.ended != REFRESH:
+                self._health.reconnected()
+            await self._close(old)
+
+    # --- one connection -------------------------------------------------------------------------------------------
+
+    async def _open(self) -> _Connection:
+        """apps.connections.open for a fresh URL, then the WebSocket to it, without aiohttp's own keep-alive."""
+        assert self._session is not None
+        self._attempts += 1
+        opened = await self._client.apps_connections_open(app_token=self._app_token)
+        ssl = self._client.ssl if self._client.ssl is not None else True
+        proxy = self._client.proxy or None
+        ws = await asyncio.wait_for(
+            self._session.ws_connect(str(opened["url"]), autoping=False, heartbeat=None, proxy=proxy, ssl=ssl),
+            OPEN_SECONDS,
+        )
+        now = asyncio.get_running_loop().time()
+        connection = _Connection(ws, heard=now, pinged=now)
+        connection.reader = asyncio.create_task(self._read(connection), name=f"slack {self._account} socket")
+        return connection
+
+    async def _read(self, connection: _Connection) -> None:
+        """Every frame of one connection until it closes; envelopes are handled in tasks of their own, so a slow
+        hand-over never holds up the pongs."""
+        from aiohttp import WSMsgType
+
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                message = await connection.ws.receive()
+                if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                    reason = f"Slack closed the connection (code {connection.ws.close_code})"
+                    break
+                connection.heard = loop.time()
+                self._health.heard()
+                if message.type is WSMsgType.PING:
+                    await connection.ws.pong(message.data)
+                elif message.type is WSMsgType.TEXT:
+                    self._text(connection, _frame(message.data))
+        except Exception as error:
+            reason = f"the connection failed: {_describe(error)}"
+        connection.ended = connection.ended or reason
+        self._wake.set()
+
+    def _text(self, connection: _Connection, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == "hello":
+            self._attempts = 0
+            self._health.set("connected")
+        elif kind == "disconnect":
+            log.info("slack %s: Slack asked for a new connection (%s)", self._account, frame.get("reason"))
+            connection.ended = connection.ended or REFRESH
+            self._wake.set()
+        else:
+            task = asyncio.create_task(self._on_frame(frame))
+            self._frames.add(task)
+            task.add_done_callback(self._frame_done)
+
+    def _frame_done(self, task: asyncio.Task[None]) -> None:
+        self._frames.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("slack %s: a Socket Mode frame could not be handled: %r", self._account, task.exception())
+
+    async def _close(self, connection: _Connection) -> None:
+        """Close a connection for good: its reader stopped, a close frame sent and the TCP connection dropped, within
+        CLOSE_SECONDS whatever the other end does (a stalled one answers nothing)."""
+        connection.ended = connection.ended or "closed"
+        if connection.reader is not None:
+            connection.reader.cancel()
+            await asyncio.wait([connection.reader])
+        with contextlib.suppress(Exception):  # aiohttp drops the connection when the close is cut short
+            await asyncio.wait_for(connection.ws.close(), CLOSE_SECONDS)
+
+
 class SlackAdapter:
     """One Slack app in one workspace. Events are handed to the gateway before they are acknowledged."""
 
@@ -329,7 +598,7 @@ class SlackAdapter:
         self.http_port: int | None = None  # HTTP mode: the port actually bound (http_port 0 picks one)
         self.client: AsyncWebClient | None = None
         self.app: AsyncApp | None = None
-        self._socket: SocketModeClient | None = None
+        self._socket: _SocketMode | None = None
         self._http: web.AppRunner | None = None
         self._on_message: OnMessage | None = None
         self._on_action: OnAction | None = None
@@ -339,20 +608,18 @@ class SlackAdapter:
         self._late: set[asyncio.Task[None]] = set()  # hand-overs still running after their ack
         self._mention: re.Pattern[str] | None = None
         self._file_origins = file_origins(settings.api_base_url)  # where the bot token may go for a file
+        secrets = [settings.bot_token, settings.app_token, settings.signing_secret]
+        self.health = ChannelHealth(
+            self.channel, account, secrets=[secret.get_secret_value() for secret in secrets if secret is not None]
+        )
 
     # --- start and stop -----------------------------------------------------------------------------------------
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
         from slack_bolt.app.async_app import AsyncApp
-        from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
-        from slack_sdk.web.async_client import AsyncWebClient
 
         self._on_message, self._on_action = on_message, on_action
-        self.client = AsyncWebClient(
-            token=self.settings.bot_token.get_secret_value(),
-            base_url=api_url(self.settings.api_base_url),
-            retry_handlers=[AsyncConnectionErrorRetryHandler(), _rate_limit_retries(self._sleep)],
-        )
+        self.client = _web_client(self.settings, self.health, self._sleep)
         auth = await self.client.auth_test()
         self.bot_username = auth.get("user")
         self.bot_user_id = auth.get("user_id")
@@ -385,17 +652,17 @@ class SlackAdapter:
         return "Socket Mode" if self.settings.mode == "socket" else "HTTP Events"
 
     async def _start_socket(self) -> None:
-        from slack_sdk.socket_mode.aiohttp import SocketModeClient
-
         assert self.client is not None and self.settings.app_token is not None
-        self._socket = SocketModeClient(
-            app_token=self.settings.app_token.get_secret_value(),
-            web_client=self.client,
+        self._socket = _SocketMode(
+            self.account,
+            self.client,
+            self.settings.app_token.get_secret_value(),
+            self.health,
+            self._envelope,
             ping_interval=self.settings.ping_interval,
-            logger=logging.getLogger(f"{__name__}.socket"),
+            stall_seconds=self.settings.stall_seconds,
         )
-        self._socket.message_listeners.append(self._envelope)
-        await self._socket.connect()  # type: ignore[no-untyped-call]
+        await self._socket.start()  # connected (the health says so) once Slack says hello
 
     async def _start_http(self) -> None:
         from aiohttp import web
@@ -406,11 +673,11 @@ class SlackAdapter:
         await self._http.setup()
         await web.TCPSite(self._http, self.settings.http_host, self.settings.http_port).start()
         self.http_port = int(self._http.addresses[0][1])
+        self.health.set("connected")
 
     async def stop(self) -> None:
         if self._socket is not None:
-            with contextlib.suppress(Exception):
-                await self._socket.close()  # type: ignore[no-untyped-call]
+            await self._socket.close()
             self._socket = None
         if self._http is not None:
             await self._http.cleanup()
@@ -418,10 +685,11 @@ class SlackAdapter:
         for task in list(self._late):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 5)
+        self.health.set("stopped")
 
     # --- inbound: transport ---------------------------------------------------------------------------------------
 
-    async def _envelope(self, socket: Any, message: dict[str, Any], raw: str | None) -> None:
+    async def _envelope(self, message: dict[str, Any]) -> None:
         """One Socket Mode frame: dispatch it through Bolt, then ack it. A frame Bolt cannot read is acked anyway
         (Slack would only send it again); one whose hand-over failed is not, so that Slack redelivers it."""
         from slack_bolt.adapter.socket_mode.internals import build_headers
@@ -443,12 +711,26 @@ class SlackAdapter:
         else:
             kind = message.get("type")
             log.warning("slack %s: skipped malformed envelope %s (type %r)", self.account, envelope_id, kind)
-        await socket.send_message(json.dumps({"envelope_id": envelope_id}))
+        await self._ack(envelope_id)
+
+    async def _ack(self, envelope_id: str) -> None:
+        """Ack on the current connection; if there is none, Slack sends the envelope again on the next one."""
+        import aiohttp
+
+        try:
+            if self._socket is None:
+                raise ConnectionError("Socket Mode is stopped")
+            await self._socket.send(json.dumps({"envelope_id": envelope_id}))
+        except (ConnectionError, aiohttp.ClientError) as error:
+            log.warning(
+                "slack %s: envelope %s not acked (%s); Slack will redeliver it", self.account, envelope_id, error
+            )
 
     async def _http_request(self, request: web.Request) -> web.Response:
         from aiohttp import web
         from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
+        self.health.heard()
         bolt = await to_bolt_request(request)
         outcome = _HandOver()
         if not await self._dispatch(bolt, "an HTTP request", outcome):

@@ -1,6 +1,7 @@
 """The Telegram channel on python-telegram-bot: long polling (or a webhook) in, Bot API calls out. An update is
 acknowledged (the next getUpdates offset, or the webhook's HTTP answer) only after the gateway has recorded it; the
-parts of a media group (an album) are recorded as one message, and acknowledged together."""
+parts of a media group (an album) are recorded as one message, and acknowledged together. A poller that hears
+nothing for `stall_seconds` gets a new HTTP session (the watchdog); the account's health is kept in `health`."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ from channels.base import (
     Poll,
     within,
 )
+from channels.health import ChannelHealth
 from channels.markup_telegram import markdown_to_html
 from channels.telegram_request import AiohttpRequest
 from routing import Peer
@@ -92,6 +94,8 @@ MAX_ALBUM = 10  # files in one sendMediaGroup
 MAX_TOPIC_NAME = 128  # characters of a forum topic's name
 _TOPIC = ":topic:"
 _T = TypeVar("_T")
+# The least silence, beyond the long-poll timeout itself, that counts as a stall (a `stall_seconds` below it is raised).
+STALL_MARGIN = 2.0
 _NO_THROTTLE = frozenset({"getMe", "deleteWebhook", "setWebhook", "setMyCommands", "answerCallbackQuery"})
 
 
@@ -209,6 +213,28 @@ class TelegramRateLimiter(BaseRateLimiter[None]):
                 seconds = _retry_seconds(error)
                 log.warning("telegram: %s rate-limited; waiting %.1fs (attempt %d)", endpoint, seconds, attempt)
                 self._paused_until = max(self._paused_until, self.clock() + seconds)
+
+
+class PollWatchdog:
+    """Says how long the poller may still wait for a getUpdates before it counts as stalled. The silence runs from
+    the start of the first getUpdates after a completed one (the time spent handing updates to the gateway is not
+    silence) through failed attempts and their pauses, until one completes; `reset` after a completed getUpdates or
+    a new session starts it over, so a server that stays silent costs one new session per `stall_seconds`."""
+
+    def __init__(self, stall_seconds: float, clock: Callable[[], float] = _loop_time) -> None:
+        self.stall_seconds = stall_seconds
+        self._clock = clock
+        self._since: float | None = None  # when the current silence began; None: none is running
+
+    def polling(self) -> float:
+        """A getUpdates starts: the seconds left before the poller is stalled (0 when it is already)."""
+        if self._since is None:
+            self._since = self._clock()
+        return max(0.0, self._since + self.stall_seconds - self._clock())
+
+    def reset(self) -> None:
+        """A getUpdates completed, or the session was replaced: the next one has a full `stall_seconds`."""
+        self._since = None
 
 
 class _Bot(ExtBot[None]):
@@ -413,14 +439,20 @@ class TelegramAdapter:
         self.commands = list(commands)  # (name, description) shown in Telegram's command menu
         self.bot_username: str | None = None
         self.bot_id: int | None = None
+        self.health = ChannelHealth("telegram", account, secrets=[settings.token])
         root = (settings.api_base_url or DEFAULT_ROOT).rstrip("/")
-        self._request = AiohttpRequest(pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10)
+        reached, failed = self.health.reached, self.health.failed
+        self._request = AiohttpRequest(
+            pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10, on_success=reached, on_failure=failed
+        )
+        self._updates_request = AiohttpRequest(pool_size=2, connect_timeout=10, on_success=reached, on_failure=failed)
+        self.watchdog = PollWatchdog(max(settings.stall_seconds, settings.poll_timeout + STALL_MARGIN))
         self.bot = _Bot(
             settings.token,
             base_url=f"{root}/bot",
             base_file_url=f"{root}/file/bot",
             request=self._request,
-            get_updates_request=AiohttpRequest(pool_size=2, connect_timeout=10),
+            get_updates_request=self._updates_request,
             rate_limiter=rate_limiter or (TelegramRateLimiter() if settings.rate_limit else None),
         )
         self._offset = 0
@@ -436,6 +468,16 @@ class TelegramAdapter:
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
         self._on_message, self._on_action = on_message, on_action
+        try:
+            await self._connect()
+        except TelegramError as error:
+            self.health.failed(f"start: {error.message}")
+            raise
+        self.health.set("connected")
+        log.info("telegram %s: @%s connected (%s)", self.account, self.bot_username, self.settings.mode)
+
+    async def _connect(self) -> None:
+        """getMe, the command menu, then the webhook set or removed (and the poller started)."""
         await self.bot.initialize()  # getMe: who we are, for mentions and /cmd@name
         me = self.bot.bot
         self.bot_username, self.bot_id = me.username, me.id
@@ -447,9 +489,17 @@ class TelegramAdapter:
         if self.settings.mode == "webhook":
             await self._start_webhook()
         else:
-            await self.bot.delete_webhook(drop_pending_updates=False)
-            self._task = asyncio.create_task(self._poll(), name=f"telegram:{self.account}")
-        log.info("telegram %s: @%s connected (%s)", self.account, self.bot_username, self.settings.mode)
+            await self._start_polling()
+
+    async def _start_polling(self) -> None:
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        settings, stall = self.settings, self.watchdog.stall_seconds
+        if stall > settings.stall_seconds:
+            log.warning(
+                "telegram %s: stall_seconds %g is too short for poll_timeout %d; the watchdog waits %gs",
+                self.account, settings.stall_seconds, settings.poll_timeout, stall,
+            )  # fmt: skip
+        self._task = asyncio.create_task(self._poll(), name=f"telegram:{self.account}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -466,6 +516,7 @@ class TelegramAdapter:
             self._webhook = None
         with contextlib.suppress(Exception):
             await self.bot.shutdown()
+        self.health.set("stopped")
 
     # --- receiving ----------------------------------------------------------------------------------------------
 
@@ -473,7 +524,7 @@ class TelegramAdapter:
         backoff = 0.5
         while True:
             try:
-                updates = await self.bot.raw_updates(self._offset, self.settings.poll_timeout)
+                updates = await self._updates()
                 backoff = 0.5
             except asyncio.CancelledError:
                 raise
@@ -482,8 +533,10 @@ class TelegramAdapter:
                 continue
             except InvalidToken:
                 log.error("telegram %s: the bot token was refused; polling stops", self.account)
+                self.health.set("degraded", "the bot token was refused; polling stopped")
                 return
             except Exception as error:  # NetworkError, TimedOut, Conflict (another poller), a bad answer
+                self.health.failed(f"getUpdates: {error}")
                 level = logging.ERROR if isinstance(error, Conflict) else logging.WARNING
                 log.log(level, "telegram %s: getUpdates failed (%s); retrying in %.1fs", self.account, error, backoff)
                 await asyncio.sleep(backoff)
@@ -505,6 +558,34 @@ class TelegramAdapter:
                 await asyncio.sleep(backoff * self._failures.get(min(failed), 1))
             elif hold is not None:
                 await self._album_wait()
+
+    async def _updates(self) -> Any:
+        """The answer of a getUpdates from the stored offset. One that the watchdog finds stalled is given up, the
+        poller's HTTP session replaced, and the same offset asked for again: nothing was confirmed, so nothing is
+        lost, and nothing comes twice."""
+        while True:
+            deadline = asyncio.timeout(self.watchdog.polling())
+            try:
+                async with deadline:
+                    updates = await self.bot.raw_updates(self._offset, self.settings.poll_timeout)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                await self._stalled()
+                continue
+            self.watchdog.reset()
+            self.health.heard()
+            self.health.set("connected")
+            return updates
+
+    async def _stalled(self) -> None:
+        """No getUpdates completed for `stall_seconds`: a new HTTP session for the poller (the old connection may
+        hang for good without an error), and a full `stall_seconds` before the next check."""
+        self.health.set("stalled", f"no getUpdates completed in {self.watchdog.stall_seconds:g}s")
+        await self._updates_request.reset()
+        self.health.reconnected()
+        self.watchdog.reset()
+        log.debug("telegram %s: a new HTTP session for getUpdates, from offset %d", self.account, self._offset)
 
     def _fresh(self, updates: Any) -> Batch:
         """The updates of a getUpdates answer not handled yet, each with its id."""
@@ -729,6 +810,7 @@ class TelegramAdapter:
         except (ValueError, TimeoutError) as error:
             log.warning("telegram %s: bad webhook request: %s", self.account, type(error).__name__)
             return web.Response(status=400)
+        self.health.heard()
         if not (isinstance(raw, dict) and isinstance(raw.get("update_id"), int)):
             log.warning("telegram %s: skipped a webhook body that is not an update", self.account)
             return web.Response(status=200)

@@ -3,11 +3,12 @@ uploads streamed from disk, and file downloads streamed in chunks."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import IO, Any
 
 import aiohttp
@@ -16,6 +17,7 @@ from telegram.request import BaseRequest, RequestData
 
 _TOKEN_IN_URL = re.compile(r"/bot[^/\s]+/")
 DOWNLOAD_CHUNK = 64 * 1024  # bytes per chunk a download yields
+CLOSE_SECONDS = 5.0  # how long `reset` waits for the old session to close before it opens the new one anyway
 
 # A timeout as PTB passes it: seconds, None (no limit), or BaseRequest.DEFAULT_NONE ("not given: use your own").
 # PTB spells that type ODVInput[float], but only in its private telegram._utils; `object` stands in for it.
@@ -41,6 +43,8 @@ class AiohttpRequest(BaseRequest):
     (bench/telegram.py shows what that is worth per message). Errors never carry the token-bearing URL, neither in
     their text nor in a chained cause. A file handle given to PTB with `InputFile(..., read_file_handle=False)` is
     streamed from disk in 64 KiB pieces, from its start on every attempt (a rate-limited call is sent again).
+    `on_success` hears of each call the server answered with a 2xx, `on_failure` of each that never got an answer
+    (the error's text, without the token): the account's health.
     """
 
     def __init__(
@@ -51,8 +55,12 @@ class AiohttpRequest(BaseRequest):
         write_timeout: float | None = 5.0,
         connect_timeout: float | None = 5.0,
         pool_timeout: float | None = 1.0,
+        on_success: Callable[[], None] | None = None,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self._pool_size = pool_size
+        self._on_success = on_success
+        self._on_failure = on_failure
         self._read_timeout = read_timeout
         self._write_timeout = write_timeout
         self._connect_timeout = connect_timeout
@@ -72,6 +80,15 @@ class AiohttpRequest(BaseRequest):
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+    async def reset(self) -> None:
+        """Throw the session and its connection pool away (a request still waiting on them ends) and open a new
+        one: the way out of a connection that hangs without an error."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await self.shutdown()
+        self._session = None
+        await self.initialize()
 
     async def do_request(
         self,
@@ -99,11 +116,19 @@ class AiohttpRequest(BaseRequest):
                 async with session.request(
                     method, url, data=_body(request_data, handles), timeout=timeout, allow_redirects=False
                 ) as response:
-                    return response.status, await response.read()
+                    status, body = response.status, await response.read()
             except TimeoutError as error:
-                raise TimedOut(_without_token(f"{type(error).__name__}: {error}")) from None
+                raise self._failed(TimedOut(_without_token(f"{type(error).__name__}: {error}"))) from None
             except aiohttp.ClientError as error:
-                raise NetworkError(_without_token(f"aiohttp.{type(error).__name__}: {error}")) from None
+                raise self._failed(NetworkError(_without_token(f"aiohttp.{type(error).__name__}: {error}"))) from None
+        if 200 <= status < 300 and self._on_success is not None:
+            self._on_success()
+        return status, body
+
+    def _failed(self, error: NetworkError) -> NetworkError:
+        if self._on_failure is not None:
+            self._on_failure(error.message)
+        return error
 
     async def stream(self, url: str, chunk_size: int = DOWNLOAD_CHUNK) -> AsyncGenerator[bytes, None]:
         """GET `url` and yield its body in chunks of at most `chunk_size` bytes, never the whole body at once;

@@ -70,8 +70,8 @@ def account(slack: FakeSlack, **extra: Any) -> SlackAccount:
 
 @pytest.fixture
 async def started(fake_slack: FakeSlack) -> AsyncIterator[tuple[SlackAdapter, Inbox]]:
-    # The default keep-alive (a ping every 10 s, a pong due within 5): a busy machine does not look like a dead
-    # connection, so nothing reconnects unless a test makes it.
+    # The default keep-alive (a ping every 10 s, a stall only after 90 s of silence): a busy machine does not look
+    # like a dead connection, so nothing reconnects unless a test makes it.
     adapter = SlackAdapter("default", account(fake_slack))
     inbox = Inbox()
     await adapter.start(inbox.on_message, inbox.on_action)

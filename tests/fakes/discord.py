@@ -21,6 +21,11 @@ Files: `attachment(data, name, type)` keeps bytes on the fake's CDN (`/attachmen
 What the bot uploads (multipart: `payload_json` + `files[n]`) is in `uploads()`, each file with its bytes; its
 messages carry the files as attachments on this CDN too. Polls come back on the message (`messages[id]["poll"]`);
 threads the bot starts (from a message, or in a channel) are in `threads` and announced with THREAD_CREATE.
+
+A bad gateway: `stop_acking()` makes it a zombie (heartbeats unanswered, events held back, the open connections never
+heal) until `ack_again()`, after which new connections work and a RESUME replays the held events, as Discord's does;
+`close_new_connections = True` closes every connection right after its IDENTIFY or RESUME. `connections` counts the
+gateway connections made; `heartbeat_interval_ms` is what HELLO asks for.
 """
 
 from __future__ import annotations
@@ -55,6 +60,10 @@ MAX_UPLOAD = 10 * 1024 * 1024  # a bot's limit per file in DMs and unboosted gui
 DISCORD_EPOCH_MS = 1420070400000  # a snowflake's time counts from here
 VOICE_MESSAGE_FLAG = 8192
 GUILD_TEXT_CHANNELS = (CHANNEL_ID, OTHER_CHANNEL_ID)
+# Application flags: the Message Content Intent, switched on in the Developer Portal (the limited one is an unverified
+# bot's, in fewer than 100 guilds).
+GATEWAY_MESSAGE_CONTENT = 1 << 19
+GATEWAY_MESSAGE_CONTENT_LIMITED = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,7 @@ class _Session:
     session_id: str
     sequence: int = 0
     identified: asyncio.Event = field(default_factory=asyncio.Event)
+    silent: bool = False  # a zombie connection: it answers nothing and gets no events
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -115,12 +125,14 @@ class FakeDiscord:
 
     token = "fake-discord-token"
 
-    def __init__(self, *, echo_own_messages: bool = True) -> None:
+    def __init__(self, *, echo_own_messages: bool = True, message_content_intent: bool = True) -> None:
         self.bot = FakeUser(BOT_ID, "switchbot", bot=True)
         self.alice = FakeUser("1000000000000000011", "alice")
         self.bob = FakeUser("1000000000000000012", "bob")
         self.other_bot = FakeUser("1000000000000000013", "otherbot", bot=True)
         self.echo_own_messages = echo_own_messages  # the real gateway sends the bot's own messages back to it
+        # `GET /applications/@me` flags: the Message Content Intent is on unless a test turns it off
+        self.application_flags = GATEWAY_MESSAGE_CONTENT if message_content_intent else 0
         self.requests: list[RecordedRequest] = []
         self.messages: dict[str, dict[str, Any]] = {}  # every message the bot posted, by id (edits applied)
         self.posted: dict[str, dict[str, Any]] = {}  # every message a test posted (dm, guild_message …), by id
@@ -134,6 +146,11 @@ class FakeDiscord:
         self.resumes: list[dict[str, Any]] = []
         self.heartbeats = 0
         self.send_ready = True  # False: IDENTIFY is never answered
+        self.heartbeat_interval_ms = 41250
+        self.connections = 0  # gateway connections made, in all
+        self.close_new_connections = False  # True: each connection is closed right after its IDENTIFY or RESUME
+        self._acking = True  # False: the gateway is silent (see stop_acking)
+        self._held: list[tuple[str, Any]] = []  # events sent while silent, replayed on the next RESUME
         self._ids = itertools.count(1600000000000000001)
         self._sessions: list[_Session] = []
         self._rate_limited = 0
@@ -256,15 +273,23 @@ class FakeDiscord:
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
-        session = _Session(ws, session_id=f"session-{len(self._sessions) + 1}")
+        self.connections += 1
+        session = _Session(ws, session_id=f"session-{len(self._sessions) + 1}", silent=not self._acking)
         self._sessions.append(session)
         try:
-            await ws.send_json({"op": 10, "d": {"heartbeat_interval": 41250}})
+            await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
             async for frame in ws:
                 if frame.type != WSMsgType.TEXT:
                     continue
                 payload = json.loads(frame.data)
                 op = payload.get("op")
+                if session.silent:  # it hears (and counts heartbeats) but answers nothing
+                    if op == 1:
+                        self.heartbeats += 1
+                    continue
+                if op in (2, 6) and self.close_new_connections:
+                    await ws.close(code=4000, message=b"fake: every connection is closed")
+                    break
                 if op == 1:
                     self.heartbeats += 1
                     await ws.send_json({"op": 11})
@@ -275,6 +300,9 @@ class FakeDiscord:
                 elif op == 6:
                     self.resumes.append(payload["d"])
                     session.sequence = int(payload["d"].get("seq") or 0)
+                    for event, data in self._held:  # what the bot missed, then RESUMED
+                        await self._send(session, event, data)
+                    self._held.clear()
                     await self._send(session, "RESUMED", {})
                     session.identified.set()
         finally:
@@ -303,16 +331,30 @@ class FakeDiscord:
         await session.ws.send_json({"op": 0, "t": event, "s": session.sequence, "d": data})
 
     def _identified(self) -> list[_Session]:
-        return [session for session in self._sessions if session.identified.is_set()]
+        return [session for session in self._sessions if session.identified.is_set() and not session.silent]
 
     async def _connected(self) -> list[_Session]:
         await eventually(lambda: bool(self._identified()), "a bot connected to the fake Discord gateway")
         return self._identified()
 
     async def dispatch(self, event: str, data: Any) -> None:
-        """Send one gateway event (anything, malformed included) to every connected bot."""
+        """Send one gateway event (anything, malformed included) to every connected bot (held while silent)."""
+        if not self._acking:
+            self._held.append((event, data))
+            return
         for session in await self._connected():
             await self._send(session, event, data)
+
+    def stop_acking(self) -> None:
+        """The gateway goes silent: no heartbeat ACKs, no events (they are held for a RESUME), nothing answered, on
+        the open connections and on new ones, until `ack_again()`."""
+        self._acking = False
+        for session in self._sessions:
+            session.silent = True
+
+    def ack_again(self) -> None:
+        """New connections work again; the silent ones stay silent (a zombie connection does not heal)."""
+        self._acking = True
 
     async def drop_connection(self) -> None:
         """Close the gateway connections abruptly (discord.py reconnects and resumes)."""
@@ -532,6 +574,8 @@ class FakeDiscord:
             return _json({**self.bot.payload(), "verified": True, "mfa_enabled": False, "flags": 0})
         if method == "GET" and path == "/oauth2/applications/@me":
             return _json(self._application())
+        if method == "GET" and path == "/applications/@me":  # the current application, with its intent flags
+            return _json({**self._application(), "flags": self.application_flags})
         if method == "POST" and path == "/users/@me/channels":
             user_id = str(body["recipient_id"])
             user = next((u for u in (self.alice, self.bob, self.other_bot) if u.id == user_id), None)

@@ -47,6 +47,11 @@ BOT_NAME = "switchboard"
 APP_ID = "A0APP001"
 USER_ID = "U0ANN001"
 MAX_TEXT = 40_000
+# The bot token's scopes, sent back in `x-oauth-scopes` on every Web API answer to it, as Slack does.
+BOT_SCOPES = (
+    "app_mentions:read", "channels:history", "chat:write", "files:read", "files:write", "groups:history",
+    "im:history", "im:write", "reactions:write",
+)  # fmt: skip
 APP_METHODS = {"apps.connections.open"}  # called with the app-level token; every other method with the bot token
 CONVERSATION_ID = re.compile(
     r"^[CGDZ][A-Z0-9]+$"
@@ -121,15 +126,22 @@ class FakeSlack:
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> the message as posted
         self.reactions: list[tuple[str, str, str]] = []  # (channel, ts, name)
         self.connections = 0  # socket connections accepted so far
+        self.max_open_sockets = 0  # the most socket connections that were open at once
+        self.opened_at: list[float] = []  # when each socket connection came in (the event loop's clock)
+        self.pings = 0  # WebSocket pings the client sent
         self.files: dict[str, FakeFile] = {}
         self.uploads: list[Upload] = []
         self.file_requests: list[FileRequest] = []
         self.files_read = True  # the bot token has the files:read scope (without it, downloads get the sign-in page)
+        self.scopes: list[str] = list(BOT_SCOPES)  # what `x-oauth-scopes` says the bot token has
         self.share_lag = 0  # files.info calls that still show a completed upload unshared (Slack shares late)
         self._rate_limited = 0
         self._retry_after = 0
         self._rate_limited_method: str | None = None
         self._sockets: list[web.WebSocketResponse] = []
+        self._deaf: set[web.WebSocketResponse] = set()  # open but sending nothing: no hello, envelopes or pongs
+        self._deaf_from_the_start = False  # new sockets go deaf too (go_deaf(later_ones_too=True))
+        self._queued: list[dict[str, Any] | str] = []  # frames sent while every socket was deaf, for the next live one
         self._connected = asyncio.Event()
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -220,6 +232,8 @@ class FakeSlack:
             return web.json_response(error, status=429, headers={"Retry-After": str(self._retry_after)})
         answer = self._answer(method, headers, body)
         self.calls.append(ApiCall(method, headers, body, 200, bool(answer.get("ok"))))
+        if answer.get("ok") and method not in APP_METHODS:
+            return web.json_response(answer, headers={"x-oauth-scopes": ",".join(self.scopes)})
         return web.json_response(answer)
 
     def _answer(self, method: str, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
@@ -534,11 +548,55 @@ class FakeSlack:
 
     # --- Socket Mode ----------------------------------------------------------------------------------------------
 
+    @property
+    def open_sockets(self) -> int:
+        """Socket connections open right now."""
+        return len(self._sockets)
+
+    def go_deaf(self, *, later_ones_too: bool = False) -> None:
+        """The open sockets stay open but send nothing from now on: no envelopes, no pongs (a silent connection, as
+        when Slack's side of it hangs). Frames sent meanwhile are held for the next socket that is not deaf, as Slack
+        redelivers what it could not. With `later_ones_too`, new sockets are deaf from the start (no hello) until
+        `hear_again`."""
+        self._deaf.update(self._sockets)
+        self._deaf_from_the_start = later_ones_too
+
+    def hear_again(self) -> None:
+        """New sockets are live again (the deaf ones stay deaf until the client closes them)."""
+        self._deaf_from_the_start = False
+
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
-        socket = web.WebSocketResponse(autoping=True)
+        self.opened_at.append(asyncio.get_running_loop().time())  # before the client can know it is connected
+        socket = web.WebSocketResponse(autoping=False)  # pongs are sent here, unless the socket is deaf
         await socket.prepare(request)
         self._sockets.append(socket)
         self.connections += 1
+        self.max_open_sockets = max(self.max_open_sockets, len(self._sockets))
+        if self._deaf_from_the_start:
+            self._deaf.add(socket)
+        try:
+            await self._serve_socket(socket)
+        finally:
+            self._sockets.remove(socket)
+            self._deaf.discard(socket)
+            if not self._sockets:
+                self._connected.clear()
+        return socket
+
+    async def _serve_socket(self, socket: web.WebSocketResponse) -> None:
+        if socket not in self._deaf:
+            await self._say_hello(socket)
+        async for frame in socket:
+            if frame.type == aiohttp.WSMsgType.PING:
+                self.pings += 1
+                if socket not in self._deaf:
+                    await socket.pong(frame.data)
+            elif frame.type == aiohttp.WSMsgType.TEXT:
+                with contextlib.suppress(ValueError):
+                    self.acks.append(json.loads(frame.data))
+
+    async def _say_hello(self, socket: web.WebSocketResponse) -> None:
+        """Slack's hello, then the frames held while every socket was deaf."""
         hello = {
             "type": "hello",
             "num_connections": 1,
@@ -547,16 +605,9 @@ class FakeSlack:
         }
         await socket.send_json(hello)
         self._connected.set()
-        try:
-            async for frame in socket:
-                if frame.type == aiohttp.WSMsgType.TEXT:
-                    with contextlib.suppress(ValueError):
-                        self.acks.append(json.loads(frame.data))
-        finally:
-            self._sockets.remove(socket)
-            if not self._sockets:
-                self._connected.clear()
-        return socket
+        queued, self._queued = self._queued, []
+        for frame in queued:
+            await (socket.send_str(frame) if isinstance(frame, str) else socket.send_json(frame))
 
     async def wait_connected(self, timeout: float = WAIT) -> None:
         await eventually(self._connected.is_set, "a Socket Mode connection to the fake Slack", timeout)
@@ -571,7 +622,11 @@ class FakeSlack:
     async def send_frame(self, frame: dict[str, Any] | str) -> None:
         """Send anything on the socket (a str verbatim), for malformed-frame tests."""
         await self.wait_connected()
-        socket = self._sockets[-1]
+        live = [socket for socket in self._sockets if socket not in self._deaf]
+        if not live:
+            self._queued.append(frame)  # sent when a live socket opens
+            return
+        socket = live[-1]
         await (socket.send_str(frame) if isinstance(frame, str) else socket.send_json(frame))
 
     async def send_envelope(self, kind: str, payload: Any, *, envelope_id: str | None = None) -> str:

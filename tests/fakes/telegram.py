@@ -19,6 +19,11 @@ Files, both ways:
         uploads = await tg.wait_uploads(1)   # what sendPhoto/Voice/Audio/Video/Document/MediaGroup received
 
 sendPoll and createForumTopic (in a forum: `tg.forum_chat()`) answer as Telegram does.
+
+A connection that hangs: after `tg.go_silent()` every getUpdates is accepted and never answered (until the server
+stops), and `tg.resume()` answers only the ones that come after it, so a bot recovers only by asking again.
+`tg.poll_connections` holds the client port of each getUpdates (a new port is a new connection), `tg.hung` how many
+are held by the silence.
 """
 
 from __future__ import annotations
@@ -232,6 +237,10 @@ class FakeTelegram:
         self.max_per_second: float | None = None
         self.rate_limited = 0
         self._recent_sends: collections.deque[float] = collections.deque()
+        self.poll_connections: list[int] = []  # the client port of each getUpdates
+        self.hung = 0  # getUpdates held by `go_silent`, never answered
+        self._silent = False
+        self._stopping = asyncio.Event()
 
     # --- addresses and inspection ---------------------------------------------------------------------------------
 
@@ -259,6 +268,14 @@ class FakeTelegram:
     def fail_next(self, method: str, times: int = 1, retry_after: int = 1) -> None:
         """Answer the next `times` calls of `method` with 429 Too Many Requests."""
         self._failures[method] += [retry_after] * times
+
+    def go_silent(self) -> None:
+        """Accept every getUpdates from now on and never answer it (until the server stops): a hung connection."""
+        self._silent = True
+
+    def resume(self) -> None:
+        """Answer the getUpdates that come from now on; the ones held by the silence stay unanswered."""
+        self._silent = False
 
     async def wait_for(
         self, condition: Callable[[], bool], what: str = "a condition on the fake Telegram", timeout: float = WAIT
@@ -566,6 +583,9 @@ class FakeTelegram:
         if any(isinstance(value, FilePart) and len(value.data) > MAX_UPLOAD for value in params.values()):
             return self._error(413, "Request Entity Too Large")
         self.requests.append(Call(method, params))
+        if method == "getUpdates":
+            peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+            self.poll_connections.append(int(peer[1]) if peer else 0)
         if self._failures.get(method):
             retry_after = self._failures[method].pop(0)
             return self._error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
@@ -608,6 +628,10 @@ class FakeTelegram:
         return self._ok(True)
 
     async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
+        if self._silent:
+            self.hung += 1
+            await self._stopping.wait()
+            return self._error(502, "Bad Gateway")
         offset = int(params.get("offset") or 0)
         timeout = min(float(params.get("timeout") or 0), 30)
         self.offsets.append(offset)
@@ -917,6 +941,7 @@ class FakeTelegram:
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        self._stopping.set()  # ends the getUpdates held by `go_silent`
         if self._runner is not None:
             await self._runner.cleanup()
 

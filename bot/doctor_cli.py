@@ -1,0 +1,39 @@
+"""`bot doctor`: the command line of bot/doctor.py, light to import (the checks load when the command runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["doctor"]
+
+
+# The options as bot.cli writes them, not imported from it: bot.cli imports this module, and mypy cannot type a
+# command in a longer import cycle.
+@click.command()
+@click.option(
+    "--config", "config_path", default="bindings.yaml", show_default=True, type=click.Path(dir_okay=False),
+    help="The bindings file.",
+)  # fmt: skip
+@click.option(
+    "--state-dir", default=None, type=click.Path(file_okay=False),
+    help="Where sessions and transcripts are kept (default: ./state beside the config).",
+)  # fmt: skip
+@click.option("--models", is_flag=True, help="Also send each configured model one tiny request.")
+def doctor(config_path: str, state_dir: str | None, models: bool) -> None:
+    """Check the config, its ${VAR}s, each channel account's token against its platform, the state DB and the
+    workspaces: one line each (ok, warn, FAIL) with a fix for each failure; exit 1 when any check fails."""
+    import asyncio
+    import logging
+
+    from bot.doctor import diagnose, render
+    from bot.redaction import configure_logging
+
+    configure_logging(logging.ERROR)  # the report says what failed; an SDK's log line would only repeat it
+    state = Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
+    checks, redactor = asyncio.run(diagnose(config_path, state, models=models))
+    for line in render(checks, redactor):
+        click.echo(line)
+    sys.exit(1 if any(check.status == "FAIL" for check in checks) else 0)

@@ -1,0 +1,240 @@
+"""Discord's gateway going bad, through a real `bot run` on the fake Discord: a zombie connection (heartbeats no
+longer acknowledged) is left for a new one that resumes the session, the account stalled and then recovered, and a
+message sent meanwhile is answered once; a gateway that closes every connection puts the account in `degraded`, and
+the bot's attempts are spaced by the backoff, not a hot loop, until it is let in again. And ReconnectGate (the storm
+count and its backoff) on an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import discord
+import pytest
+from fakes.discord import FakeDiscord
+from fakes.llm import FakeLLM
+from helpers import FakeClock, asked, bot_run, eventually, finished
+
+from channels.accounts import DiscordAccount
+from channels.base import ActionEvent, ChatTarget, InboundMessage, OutboundMessage
+from channels.discord import BACKOFF_CAP, BACKOFF_FIRST, DiscordAdapter, ReconnectGate
+from routing import Peer
+
+STARTED = "channel discord account main started"
+STALLED = "channel discord account main is stalled"
+DEGRADED = "channel discord account main is degraded"
+
+
+def config(tmp_path: Path, llm: FakeLLM, dc: FakeDiscord, **account: Any) -> dict[str, Any]:
+    return {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "agents": [{"id": "main", "default": True}],
+        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
+        "owners": [f"discord:{dc.alice.id}"],
+        "channels": {"discord": {"accounts": {"main": {
+            "token": dc.token, **dc.urls, "guild_ready_timeout": 0.05, "streaming": "off", **account,
+        }}}},
+        "bindings": [{"agent": "main", "match": {"channel": "discord", "account": "main"}}],
+    }  # fmt: skip
+
+
+class Log:
+    """The bot's log from the moment this is made: what a step of the test caused, not what came before it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "bot.log"
+        self.start = len(self.path.read_text(errors="replace"))
+
+    def text(self) -> str:
+        return self.path.read_text(errors="replace")[self.start :]
+
+    def __contains__(self, line: str) -> bool:
+        return line in self.text()
+
+
+async def test_a_gateway_that_stops_acknowledging_heartbeats_is_left_and_the_session_resumed(
+    tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
+    dc = fake_discord
+    dc.heartbeat_interval_ms = 200  # heartbeats (and their ACKs) every 0.2 s, a stall after 2 s without one
+    fake_llm.script("Back again.")
+    owner_dm = dc.dm_channel_id(dc.alice)
+    settings = config(tmp_path, fake_llm, dc, stall_seconds=2, storm_reconnects=50)  # no storm in this test
+    async with bot_run(settings, tmp_path, STARTED):
+        log = Log(tmp_path)
+        connections = dc.connections
+        dc.stop_acking()
+        await eventually(lambda: STALLED in log, "the stall in the log")
+        await dc.dm("are you there?", user=dc.alice)  # the gateway holds it back: the bot cannot have it yet
+        dc.ack_again()
+        await dc.wait_for_posts(1, owner_dm)
+        await eventually(lambda: "channel discord account main recovered (was stalled)" in log, "the recovery")
+        await finished(tmp_path / "state")
+        assert dc.texts(owner_dm) == ["Back again."]
+        assert asked(fake_llm) == ["are you there?"]
+        assert dc.connections > connections and dc.resumes  # a new connection resumed the session
+        assert log.text().count(STALLED) == 1  # one line for the incident, however many connections it took
+        assert DEGRADED not in log
+
+
+def most_connections(limit: int, elapsed: float) -> int:
+    """The most gateway connections ReconnectGate lets through in `elapsed` seconds: `limit` at once, then each one
+    after the one before it by at least half its backoff step (1 s, 2 s, 4 s … up to BACKOFF_CAP)."""
+    made, waited, step = limit, 0.0, BACKOFF_FIRST
+    while True:
+        waited += step / 2
+        if waited > elapsed:
+            return made
+        made, step = made + 1, min(BACKOFF_CAP, step * 2)
+
+
+async def test_a_gateway_that_closes_every_connection_degrades_the_account_and_gets_backed_off_attempts(
+    tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
+    dc = fake_discord
+    limit = 3
+    fake_llm.script("Still here.")
+    owner_dm = dc.dm_channel_id(dc.alice)
+    settings = config(tmp_path, fake_llm, dc, storm_reconnects=limit, storm_minutes=10)
+    async with bot_run(settings, tmp_path, STARTED):
+        log = Log(tmp_path)
+        loop = asyncio.get_running_loop()
+        connections = dc.connections
+        dc.close_new_connections = True
+        began = loop.time()
+        await dc.drop_connection()
+        # Connections beyond the limit (the first connection counts too): the storm, and backed-off attempts.
+        await eventually(
+            lambda: DEGRADED in log and dc.connections - connections >= limit + 1, "a reconnect storm, backed off"
+        )
+        made = dc.connections - connections
+        elapsed = loop.time() - began  # read after the count: the bound below is only ever looser for it
+        assert made <= most_connections(limit, elapsed), (made, elapsed)
+
+        dc.close_new_connections = False
+        await eventually(lambda: "channel discord account main recovered (was degraded)" in log, "the recovery")
+        await dc.dm("still there?", user=dc.alice)
+        await dc.wait_for_posts(1, owner_dm)
+        await finished(tmp_path / "state")
+        assert dc.texts(owner_dm) == ["Still here."]
+        assert asked(fake_llm) == ["still there?"]
+        assert log.text().count(DEGRADED) == 1  # one line for the incident, not one per attempt
+
+
+# --- the adapter's health, in process ---------------------------------------------------------------------------
+
+
+async def ignore(_: InboundMessage | ActionEvent) -> None:
+    return None
+
+
+@pytest.fixture
+async def adapter(fake_discord: FakeDiscord) -> AsyncIterator[DiscordAdapter]:
+    settings = {"token": fake_discord.token, **fake_discord.urls, "guild_ready_timeout": 0.05, "storm_reconnects": 1}
+    started = DiscordAdapter("main", DiscordAccount.model_validate(settings))
+    await started.start(ignore, ignore)
+    try:
+        yield started
+    finally:
+        await started.stop()
+
+
+async def test_the_adapter_keeps_its_health_true(adapter: DiscordAdapter, fake_discord: FakeDiscord) -> None:
+    dc = fake_discord
+    health = adapter.health.snapshot()
+    assert (health.channel, health.account, health.state) == ("discord", "main", "connected")
+    assert health.last_inbound is not None and health.last_success is not None  # READY; users/@me at login
+    owner = ChatTarget(channel="discord", peer=Peer("direct", dc.alice.id))
+    with pytest.raises(discord.NotFound, match="Unknown Message"):
+        await adapter.edit(owner, "1", OutboundMessage(text="gone"))
+    assert "Unknown Message" in (adapter.health.snapshot().last_error or "")
+    assert dc.token not in (adapter.health.snapshot().last_error or "")
+    await dc.drop_connection()
+    await eventually(lambda: adapter.health.snapshot().reconnects == 1, "the resumed connection counted")
+    assert adapter.health.snapshot().state == "connected"
+    await adapter.stop()
+    assert adapter.health.snapshot().state == "stopped"
+
+
+async def test_stopping_during_a_storms_wait_ends_the_adapter_quietly(
+    adapter: DiscordAdapter, fake_discord: FakeDiscord, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_discord.close_new_connections = True
+    await fake_discord.drop_connection()
+    await eventually(lambda: adapter.health.state == "degraded", "the storm")  # one connection allowed: this is one
+    await adapter.stop()
+    assert adapter.health.state == "stopped"
+    assert adapter._task is None
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR], caplog.text
+
+
+# --- ReconnectGate, on an injected clock ---------------------------------------------------------------------------
+
+
+def gate(clock: FakeClock, jitter: float, limit: int = 3, window: float = 600.0) -> ReconnectGate:
+    return ReconnectGate(limit, window, clock=clock, jitter=lambda: jitter)
+
+
+def test_the_gate_lets_the_limit_through_then_doubles_its_wait_up_to_the_cap_with_jitter() -> None:
+    clock = FakeClock()
+    longest, shortest = gate(clock, jitter=1.0), gate(clock, jitter=0.0)
+    assert [longest.attempt() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert [longest.attempt() for _ in range(8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, BACKOFF_CAP, BACKOFF_CAP]
+    assert [shortest.attempt() for _ in range(3 + 8)][3:] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
+    assert longest.recent == 11
+
+
+async def test_a_gateway_closing_every_connection_for_ten_minutes_gets_a_few_dozen_attempts_not_a_loop() -> None:
+    clock = FakeClock()
+    storm = gate(clock, jitter=0.0, limit=5)  # the shortest waits the jitter allows
+    attempts = 0
+    while clock.now < 1000.0 + 600.0:
+        attempts += 1
+        await clock.sleep(storm.attempt())
+    # 5 at once, then 0.5 + 1 + 2 + 4 + 8 + 16 s, then one every 20 s for the rest of the ten minutes
+    assert attempts == 5 + 6 + 29
+    assert max(clock.slept) == BACKOFF_CAP / 2
+
+
+def test_a_connection_that_stays_up_ends_the_storm_and_one_dropped_soon_does_not() -> None:
+    clock = FakeClock()
+    storm = gate(clock, jitter=1.0, limit=3, window=600.0)  # stable after 600 / 3 = 200 s
+    for _ in range(5):
+        storm.attempt()  # the limit, and two of the storm: 1 s, 2 s
+    storm.connected()
+    clock.advance(199.0)  # READY, then dropped before it proved stable
+    assert storm.attempt() == 4.0
+    storm.connected()
+    clock.advance(200.0)  # this one stayed up
+    assert [storm.attempt() for _ in range(4)] == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_a_window_without_any_connection_ends_the_storm() -> None:
+    clock = FakeClock()
+    storm = gate(clock, jitter=1.0, limit=2, window=60.0)
+    assert [storm.attempt() for _ in range(4)] == [0.0, 0.0, 1.0, 2.0]
+    clock.advance(30.0)
+    assert storm.attempt() == 4.0  # still within the window of the others: the storm goes on
+    clock.advance(60.0)
+    assert [storm.attempt() for _ in range(3)] == [0.0, 0.0, 1.0]
+
+
+def test_the_longest_wait_fits_in_the_time_discord_py_gives_a_new_connection() -> None:
+    # The wait happens inside Client.connect's `wait_for(from_client, timeout=60.0)`, which also covers the
+    # handshake, HELLO and the 5 s discord.py sleeps before a re-IDENTIFY.
+    assert "timeout=60.0" in inspect.getsource(discord.Client.connect)
+    assert BACKOFF_CAP + 5.0 < 60.0 - 10.0
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.999])
+def test_every_wait_is_between_half_and_all_of_its_step(jitter: float) -> None:
+    clock = FakeClock()
+    storm = gate(clock, jitter=jitter, limit=1)
+    storm.attempt()
+    waits = [storm.attempt() for _ in range(10)]
+    steps = [min(BACKOFF_CAP, BACKOFF_FIRST * 2**n) for n in range(10)]
+    assert all(step / 2 <= wait <= step for wait, step in zip(waits, steps, strict=True))

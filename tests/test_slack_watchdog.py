@@ -1,0 +1,134 @@
+"""Slack's Socket Mode watchdog: a connection that goes silent (no envelope, no pong) for `stall_seconds` is reported
+stalled once, replaced by a fresh one (apps.connections.open again) and closed for good, never more than two open at
+once; new connections that stay silent each get their full `stall_seconds`; the account recovers on a hello. First on
+the adapter against the fake Slack, then through a real `bot run` that answers what was said during the outage."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM
+from fakes.slack import FakeSlack, dm_channel
+from helpers import asked, bot_run, eventually, finished
+
+from channels.base import ActionEvent, InboundMessage
+from channels.slack import SlackAccount, SlackAdapter
+from routing.errors import ChannelError
+
+OWNER = "U0OWNER01"
+STALL = 1.0  # the adapter test's stall_seconds
+
+
+def said(slack: FakeSlack, channel: str) -> list[str]:
+    """The text of the bot's messages in one channel, in order."""
+    return [str(message["text"]) for (where, _), message in slack.messages.items() if where == channel]
+
+
+async def test_a_silent_connection_is_replaced_closed_and_reported_once(
+    fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="channels.health")
+    slack = fake_slack
+    received: list[InboundMessage] = []
+
+    async def on_message(message: InboundMessage) -> None:
+        received.append(message)
+
+    async def on_action(event: ActionEvent) -> None:
+        raise AssertionError("no clicks here")
+
+    settings = {"bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url}
+    adapter = SlackAdapter(
+        "default", SlackAccount.model_validate(settings | {"stall_seconds": STALL, "ping_interval": 0.2})
+    )
+    assert adapter.health.state == "starting"
+    await adapter.start(on_message, on_action)
+    try:
+        await eventually(lambda: adapter.health.state == "connected", "connected on Slack's hello")
+        await eventually(lambda: slack.pings >= 2, "the adapter's own pings, answered")
+        assert adapter.health.snapshot().last_inbound is not None  # the hello and the pongs were heard
+
+        slack.go_deaf(later_ones_too=True)  # the socket and every new one say nothing at all
+        await eventually(lambda: slack.connections >= 3, "two replacements, each as silent")
+        assert adapter.health.state == "stalled"
+        assert caplog.text.count("channel slack account default is stalled: no envelope or pong") == 1  # one incident
+        # No hot loop: a new connection is given its full stall_seconds (and a backoff after it) before the next.
+        gaps = [later - earlier for earlier, later in zip(slack.opened_at[1:], slack.opened_at[2:], strict=False)]
+        assert gaps and all(gap >= STALL for gap in gaps)
+        assert len(slack.calls_to("apps.connections.open")) == slack.connections  # a fresh URL for each
+
+        slack.hear_again()
+        await eventually(lambda: adapter.health.state == "connected", "recovery on a new connection's hello")
+        assert caplog.text.count("channel slack account default recovered (was stalled)") == 1
+        assert adapter.health.snapshot().reconnects == slack.connections - 1
+        assert slack.max_open_sockets == 2  # the old one open until the new one was, then closed
+        await eventually(lambda: slack.open_sockets == 1, "every silent connection closed")
+
+        envelope = await slack.dm("still there?")
+        await slack.wait_for_ack(envelope)
+        await eventually(lambda: [message.text for message in received] == ["still there?"], "the message handed over")
+    finally:
+        await adapter.stop()
+    await eventually(lambda: slack.open_sockets == 0, "the last connection closed on stop")
+    assert adapter.health.state == "stopped"
+
+
+def bot_config(tmp_path: Path, llm: FakeLLM, slack: FakeSlack) -> dict[str, Any]:
+    return {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
+        "owners": [f"slack:{OWNER}"],
+        "channels": {"slack": {"accounts": {"main": {
+            "bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url,
+            "streaming": "off", "stall_seconds": 3, "ping_interval": 0.5,
+        }}}},
+        "bindings": [{"agent": "main", "match": {"channel": "slack", "account": "main"}}],
+    }  # fmt: skip
+
+
+async def test_a_bot_whose_socket_goes_silent_reconnects_and_answers_what_was_said_meanwhile(
+    tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack
+) -> None:
+    slack = fake_slack
+    chat = dm_channel(OWNER)
+    fake_llm.script("Before the outage.", "After the outage.")
+    async with bot_run(bot_config(tmp_path, fake_llm, slack), tmp_path, "channel slack account main started") as path:
+        state, log = path.parent / "state", tmp_path / "bot.log"
+        await slack.dm("hello", user=OWNER)
+        await eventually(lambda: said(slack, chat) == ["Before the outage."], "the first answer")
+
+        slack.go_deaf()  # the bot's socket stays open but says nothing more, not even a pong
+        during = await slack.dm("are you there?", user=OWNER)  # held by the fake for the next connection
+        await eventually(lambda: "channel slack account main is stalled" in log.read_text(), "the stall reported")
+        await slack.wait_for_ack(during)  # delivered on the new connection and acked there
+        await eventually(lambda: len(said(slack, chat)) == 2, "the answer to what was said during the outage")
+        await eventually(lambda: "channel slack account main recovered" in log.read_text(), "the recovery reported")
+        await finished(state)
+
+        text = log.read_text()
+        assert text.count("is stalled") == 1 and text.count("recovered (was stalled)") == 1
+        assert text.index("is stalled") < text.index("recovered (was stalled)")
+        assert said(slack, chat) == ["Before the outage.", "After the outage."]  # answered once
+        assert asked(fake_llm) == ["hello", "are you there?"]
+        assert slack.connections >= 2 and slack.max_open_sockets == 2
+        await eventually(lambda: slack.open_sockets == 1, "the silent socket closed for good")
+
+
+async def test_an_app_token_slack_refuses_fails_the_start_instead_of_retrying(fake_slack: FakeSlack) -> None:
+    # the bot token where the app-level token belongs, a common slip
+    settings = {"bot_token": fake_slack.bot_token, "app_token": fake_slack.bot_token, "api_base_url": fake_slack.url}
+    adapter = SlackAdapter("default", SlackAccount.model_validate(settings))
+
+    async def ignore(event: Any) -> None:
+        raise AssertionError("nothing is delivered")
+
+    with pytest.raises(ChannelError, match=re.escape("apps.connections.open refused the app token: invalid_auth")):
+        await adapter.start(ignore, ignore)
+    await adapter.stop()
+    assert fake_slack.connections == 0 and len(fake_slack.calls_to("apps.connections.open")) == 1
+    snapshot = adapter.health.snapshot()
+    assert snapshot.last_error == "apps.connections.open: invalid_auth" and snapshot.state == "stopped"

@@ -1,0 +1,150 @@
+"""The Telegram poller's watchdog: a getUpdates that hangs without an error (the fake's `go_silent`) is given up after
+`stall_seconds`, the poller gets a new HTTP session and asks again from the stored offset, and the account's health
+says stalled, then connected, with one log line each way. Decided on a fake clock, then on the real adapter against
+the fake Bot API, then through a real `bot run`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM
+from fakes.telegram import FakeTelegram
+from helpers import FakeClock, bot_run, eventually, settled
+
+from channels.base import ActionEvent, InboundMessage
+from channels.telegram import STALL_MARGIN, PollWatchdog, TelegramAccount, TelegramAdapter
+
+OWNER = 4242
+STARTED = "channel telegram account main started"
+STALLED = "channel telegram account main is stalled"
+RECOVERED = "channel telegram account main recovered (was stalled)"
+
+
+# --- the decision, on a fake clock -------------------------------------------------------------------------------
+
+
+def test_the_silence_runs_through_failed_attempts_until_a_getupdates_completes() -> None:
+    clock = FakeClock()
+    watchdog = PollWatchdog(90, clock)
+    assert watchdog.polling() == 90  # the first getUpdates has all of it
+    clock.advance(40)  # it failed after 40s; the next attempt has what is left
+    assert watchdog.polling() == 50
+    clock.advance(60)
+    assert watchdog.polling() == 0  # stalled: given up at once
+    watchdog.reset()  # a new session: a full stall_seconds again, never a rebuild after a rebuild
+    assert watchdog.polling() == 90
+
+
+def test_time_spent_handing_updates_to_the_gateway_is_not_silence() -> None:
+    clock = FakeClock()
+    watchdog = PollWatchdog(90, clock)
+    watchdog.polling()
+    clock.advance(30)
+    watchdog.reset()  # the getUpdates completed
+    clock.advance(500)  # a slow journal write before the next getUpdates
+    assert watchdog.polling() == 90
+
+
+def test_stall_seconds_shorter_than_a_long_poll_is_raised_above_it() -> None:
+    short = TelegramAccount(token="1:x", poll_timeout=30, stall_seconds=5)
+    assert TelegramAdapter("main", short).watchdog.stall_seconds == 30 + STALL_MARGIN
+    assert TelegramAdapter("main", TelegramAccount(token="1:x")).watchdog.stall_seconds == 90
+
+
+# --- the adapter against the fake Bot API ------------------------------------------------------------------------
+
+
+class Received:
+    def __init__(self) -> None:
+        self.messages: list[InboundMessage] = []
+
+    async def on_message(self, message: InboundMessage) -> None:
+        self.messages.append(message)
+
+    async def on_action(self, event: ActionEvent) -> None:
+        return None
+
+
+async def test_a_hung_getupdates_gets_a_new_session_and_the_same_offset(
+    fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    tg = fake_telegram
+    caplog.set_level(logging.INFO, logger="channels.health")
+    settings = TelegramAccount(token=tg.token, api_base_url=tg.url, poll_timeout=1, stall_seconds=3)
+    adapter, received = TelegramAdapter("main", settings), Received()
+    await adapter.start(received.on_message, received.on_action)
+    try:
+        assert adapter.health.state == "connected"
+        before = await tg.private_message("before")
+        await tg.acknowledged(before)
+
+        tg.go_silent()
+        await eventually(lambda: tg.hung == 1, "a getUpdates held by the silence")
+        hung_connection = tg.poll_connections[-1]
+        during = await tg.private_message("during the outage")
+        await eventually(lambda: adapter.health.state == "stalled", "the account to be stalled")
+        await eventually(lambda: tg.hung == 2, "a getUpdates on the new session, held too")
+        tg.resume()  # the held getUpdates stays held: only asking again gets an answer
+        await tg.acknowledged(during)
+
+        assert adapter.health.state == "connected"
+        assert [message.text for message in received.messages] == ["before", "during the outage"]
+        assert tg.poll_connections[-1] != hung_connection
+        health = adapter.health.snapshot()
+        assert health.reconnects == 2  # one new session per stall_seconds of silence
+        assert health.last_error == "no getUpdates completed in 3s"
+        assert health.last_inbound is not None and health.last_success is not None
+    finally:
+        await adapter.stop()
+    assert adapter.health.snapshot().state == "stopped"
+    lines = [record.getMessage() for record in caplog.records if record.name == "channels.health"]
+    assert lines == [f"{STALLED}: no getUpdates completed in 3s", RECOVERED]  # one line each way
+
+
+# --- through a real `bot run` ------------------------------------------------------------------------------------
+
+
+def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram) -> dict[str, Any]:
+    return {
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
+        "agents": [{"id": "main", "default": True}],
+        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
+        "owners": [f"telegram:{OWNER}"],
+        "channels": {"telegram": {"accounts": {"main": {
+            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "stall_seconds": 3,
+        }}}},
+    }  # fmt: skip
+
+
+async def test_bot_run_heals_a_silent_poller_and_answers_the_dm_sent_meanwhile_once(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    log_path, state = tmp_path / "bot.log", tmp_path / "state"
+
+    def logged() -> str:
+        return log_path.read_text(errors="replace")
+
+    fake_llm.script("Hello.", "Back again.")
+    async with bot_run(config(tmp_path, fake_llm, tg), tmp_path, STARTED):
+        await tg.private_message("hi", user_id=OWNER, name="Owner")
+        assert await tg.wait_sent(OWNER, 1) == ["Hello."]
+
+        tg.go_silent()
+        await eventually(lambda: tg.hung >= 1, "a getUpdates held by the silence")
+        await tg.private_message("are you there?", user_id=OWNER, name="Owner")
+        await eventually(lambda: STALLED in logged(), "the stall in the log")
+        await eventually(lambda: tg.hung >= 2, "a getUpdates on the new session, held too")
+        tg.resume()
+
+        assert await tg.wait_sent(OWNER, 2) == ["Hello.", "Back again."]
+        await eventually(lambda: RECOVERED in logged(), "the recovery in the log")
+        await eventually(lambda: settled(state), "the bot to have nothing left to do")
+        assert tg.sent[OWNER] == ["Hello.", "Back again."]  # the DM sent during the outage, answered once
+        assert len(fake_llm.requests) == 2
+    text = logged()
+    assert text.count(STALLED) == 1 and text.count(RECOVERED) == 1  # one incident, one line each way
+    assert text.index(STALLED) < text.index(RECOVERED)

@@ -5,7 +5,10 @@ the fake Bot API, then through a real `bot run`."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +122,18 @@ def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram) -> dict[str, Any
     }  # fmt: skip
 
 
+async def telegram_state(folder: Path, state: str, *, exit_status: int) -> bool:
+    """Whether `bot status --json` beside the running bot exits with `exit_status` and shows telegram/main `state`."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "status", "--json", "--config", str(folder / "bindings.yaml"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await process.communicate()
+    report = json.loads(out)
+    shown = [channel["state"] for channel in report.get("channels", []) if channel["channel"] == "telegram"]
+    return process.returncode == exit_status and shown == [state]
+
+
 async def test_bot_run_heals_a_silent_poller_and_answers_the_dm_sent_meanwhile_once(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
@@ -138,10 +153,12 @@ async def test_bot_run_heals_a_silent_poller_and_answers_the_dm_sent_meanwhile_o
         await tg.private_message("are you there?", user_id=OWNER, name="Owner")
         await eventually(lambda: STALLED in logged(), "the stall in the log")
         await eventually(lambda: tg.hung >= 2, "a getUpdates on the new session, held too")
+        await eventually(lambda: telegram_state(tmp_path, "stalled", exit_status=1), "`bot status` to show the stall")
         tg.resume()
 
         assert await tg.wait_sent(OWNER, 2) == ["Hello.", "Back again."]
         await eventually(lambda: RECOVERED in logged(), "the recovery in the log")
+        await eventually(lambda: telegram_state(tmp_path, "connected", exit_status=0), "`bot status` to show it healed")
         await eventually(lambda: settled(state), "the bot to have nothing left to do")
         assert tg.sent[OWNER] == ["Hello.", "Back again."]  # the DM sent during the outage, answered once
         assert len(fake_llm.requests) == 2

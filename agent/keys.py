@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
+from urllib.parse import urlsplit
 
 CoolReason = Literal["auth", "rate_limit"]
 
@@ -103,3 +105,24 @@ class KeyPool:
     @staticmethod
     def _slot(provider: str, key: str) -> tuple[str, str]:
         return provider, hashlib.sha256(key.encode()).hexdigest()
+
+
+_LOCAL_HOSTS = frozenset({"localhost", "0.0.0.0"})
+
+
+def needs_key(base_url: str) -> bool:
+    """Whether an endpoint wants an API key: any but a server on this machine or the local network (Ollama, vLLM,
+    llama.cpp), which needs none."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    if host in _LOCAL_HOSTS or host.endswith(".localhost"):
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    return not (address.is_loopback or address.is_private)
+
+
+def key_variable(provider: str) -> str:
+    """The environment variable that conventionally holds a provider's key: OPENROUTER_API_KEY for openrouter."""
+    return f"{provider.upper().replace('-', '_')}_API_KEY"

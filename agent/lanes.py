@@ -95,7 +95,7 @@ class _Slots:
     async def acquire(self, party: Party, on_capped: Callable[[], None]) -> None:
         waiter = _Waiter(party, next(self._seq), on_capped)
         self._waiters.append(waiter)
-        self._dispatch()
+        self.dispatch()
         try:
             await waiter.granted
         except asyncio.CancelledError:
@@ -108,9 +108,10 @@ class _Slots:
     def release(self, party: Party) -> None:
         self.running -= 1
         self._by_sender[party.sender] -= 1
-        self._dispatch()
+        self.dispatch()
 
-    def _dispatch(self) -> None:
+    def dispatch(self) -> None:
+        """Hand free slots to waiters, in order, within the rules."""
         for waiter in sorted(self._waiters, key=lambda w: (not w.party.owner, w.seq)):
             if waiter.granted.cancelled():  # its turn is being cancelled; acquire() removes it
                 continue
@@ -288,6 +289,14 @@ class Lanes(Generic[T]):
             log.error("%s failed", task.get_name(), exc_info=task.exception())
 
     # --- control and inspection ---------------------------------------------------------------------------------
+
+    def configure(self, settings: QueueSettings, *, max_concurrent: int, per_sender: int) -> None:
+        """New queue settings and run slots (a live reload): for what arrives and starts from now on."""
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
+        self.settings = settings
+        self._slots.total, self._slots.per_sender = max_concurrent, per_sender
+        self._slots.dispatch()
 
     def mode(self, key: str) -> QueueMode:
         """The session's queue mode: its own (`set_mode`), else `settings.mode`."""

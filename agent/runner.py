@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from agent.cancellation import Stopped, unless_stopped
 from agent.compaction import DEFAULT_KEEP_LAST_TURNS, CompactionError, CompactionResult, compact, count_turns
 from agent.events import AssistantEvent, Emit, RunEvent, ToolEvent
-from agent.keys import NO_KEY, KeyPool, fingerprint, key_index
+from agent.keys import NO_KEY, KeyPool, fingerprint, key_index, key_variable
 from agent.log_context import log_context
 from agent.loop import Turn, TurnResult, run_turn
 from agent.messages import Message, UserMessage
@@ -34,7 +34,7 @@ RunState = Literal["ok", "error", "timeout"]
 # the history overflowed, it is summarized and the same model retried. stop: output was shown or tools ran, so
 # nothing is retried. give_up: every candidate failed. timeout: the run passed its time limit.
 Decision = Literal["next_key", "next_model", "retry", "compact", "stop", "give_up", "timeout"]
-_Category = Literal["auth", "busy", "too_long", "down"]
+_Category = Literal["auth", "no_key", "busy", "too_long", "down"]
 
 STOPPED_PARTWAY = (
     "Sorry — the model failed partway through this answer, so I stopped there rather than risk repeating "
@@ -302,6 +302,13 @@ class Runner:
     async def _attempt(self, run: _Run, candidate: ModelCandidate) -> RunOutcome | _Failure:
         """Every try one candidate gets: its keys in turn, one compaction, one retry after a server error."""
         name, keys = candidate.provider_name, candidate.provider.keys()
+        if not keys and candidate.provider.wants_key():
+            # Sent without a key, the request would come back 401 and read as a refused key; it is a missing one.
+            detail = (
+                f"no API key for provider {name!r}: providers.{name}.api_key is empty (set the variable it names, "
+                f"e.g. {key_variable(name)}; `bot config check` shows which)"
+            )
+            return _Failure(candidate.ref, None, None, detail, "no_key")
         if self.client is None:
             self.client = provider_client()
         provider = self.provider_factory(name, candidate.provider, self.client)
@@ -546,6 +553,8 @@ def _apology(failures: Sequence[_Failure]) -> str:
     categories = {failure.category for failure in failures}
     if categories == {"auth"}:
         return "Sorry — I can't use the model right now: its API key was refused. Please tell whoever runs this bot."
+    if categories <= {"auth", "no_key"} and "no_key" in categories:
+        return "Sorry — I can't use the model: no API key is set up for it. Please tell whoever runs this bot."
     if categories == {"busy"}:
         return f"Sorry — the model is over its rate limit right now ({models}). Please try again in a few minutes."
     if categories == {"too_long"}:

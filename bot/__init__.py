@@ -10,7 +10,7 @@ from routing.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from bot.app import App
-    from bot.config import Config, load_config, parse_config
+    from bot.config import Config, load_config, parse_config, validate_config
     from bot.config_errors import ConfigError, ConfigIssue
     from bot.gateway import Gateway
     from bot.plugins import PluginError, Plugins
@@ -25,6 +25,7 @@ __all__ = [
     "Plugins",
     "load_config",
     "parse_config",
+    "validate_config",
 ]
 
 # Where each public name is defined: imported when first asked for.
@@ -33,6 +34,7 @@ _HOMES = {
     "Config": "bot.config",
     "load_config": "bot.config",
     "parse_config": "bot.config",
+    "validate_config": "bot.config",
     "ConfigError": "bot.config_errors",
     "ConfigIssue": "bot.config_errors",
     "Gateway": "bot.gateway",

@@ -29,14 +29,20 @@ def owner_key(channel: str, sender_id: str) -> str:
 
 
 async def check_access(
-    message: InboundMessage, settings: AccountSettings, store: PairingStore, owners: frozenset[str]
+    message: InboundMessage,
+    settings: AccountSettings,
+    store: PairingStore,
+    owners: frozenset[str],
+    *,
+    pair: bool = True,
 ) -> Verdict:
-    """The verdict for one message. Strangers get nothing but, under `pairing`, a one-time code."""
+    """The verdict for one message. Strangers get nothing but, under `pairing`, a one-time code (unless `pair` is
+    False: a stranger's `/whoami` is answered with their id alone, and asks for no code)."""
     if message.sender_is_bot:
         return Verdict(False, "ignored: sent by a bot")
     owner = owner_key(message.channel, message.sender_id) in owners
     if message.peer.kind == "direct":
-        return await _direct(message, settings, store, owner)
+        return await _direct(message, settings, store, owner, pair)
     if settings.group_policy == "disabled":
         return Verdict(False, "ignored: groups are disabled for this account")
     if settings.group_policy == "allowlist" and not owner and message.sender_id not in settings.group_allow_from:
@@ -47,7 +53,9 @@ async def check_access(
     return ALLOWED
 
 
-async def _direct(message: InboundMessage, settings: AccountSettings, store: PairingStore, owner: bool) -> Verdict:
+async def _direct(
+    message: InboundMessage, settings: AccountSettings, store: PairingStore, owner: bool, pair: bool
+) -> Verdict:
     if owner or settings.dm_policy == "open" or message.sender_id in settings.allow_from:
         return ALLOWED
     if settings.dm_policy == "disabled":
@@ -56,6 +64,8 @@ async def _direct(message: InboundMessage, settings: AccountSettings, store: Pai
         return ALLOWED
     if settings.dm_policy == "allowlist":
         return Verdict(False, "ignored: sender not in allow_from")
+    if not pair:
+        return Verdict(False, "ignored: not paired")
     request = await store.request_pairing(
         message.channel,
         message.account,
@@ -67,6 +77,6 @@ async def _direct(message: InboundMessage, settings: AccountSettings, store: Pai
     reply = (
         f"Hi! I don't know you yet. Your pairing code is {request.code} (valid for one hour). Ask the bot's "
         f"owner to approve it: `bot pairing approve {message.channel} {request.code}`, or /pair {request.code} "
-        "in a chat with me."
+        f"in a chat with me. Your id: {owner_key(message.channel, message.sender_id)}"
     )
     return Verdict(False, "pairing requested", reply)

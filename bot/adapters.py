@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,9 +16,11 @@ from channels.base import ChannelAdapter, ChannelSetup
 log = logging.getLogger(__name__)
 
 
-def build_adapters(config: Config, plugins: Plugins) -> tuple[list[ChannelAdapter], list[str]]:
+def build_adapters(
+    config: Config, plugins: Plugins, only: Collection[tuple[str, str]] | None = None
+) -> tuple[list[ChannelAdapter], list[str]]:
     """The adapters to start, each built by its channel's plugin, and one line for each account that was skipped
-    and why."""
+    and why; `only` (channel, account) pairs, when given (a live reload restarting the accounts it changed)."""
     setup = ChannelSetup(commands=COMMAND_MENU)
     adapters: list[ChannelAdapter] = []
     skipped: list[str] = []
@@ -27,6 +30,8 @@ def build_adapters(config: Config, plugins: Plugins) -> tuple[list[ChannelAdapte
             skipped.append(f"channels.{channel}: no accounts configured (add channels.{channel}.accounts.<id>)")
             continue
         for account, settings in accounts.items():
+            if only is not None and (channel, str(account)) not in only:
+                continue
             unset = config.unset_credentials(channel, str(account))
             if unset:
                 names = ", ".join(sorted(set(unset)))

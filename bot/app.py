@@ -60,7 +60,6 @@ class App:
         runner: Runner | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
         self.state_dir = state_dir if state_dir is not None else Path.cwd() / "state"
         self.plugins = plugins or Plugins()
         self.extra_tools = list(tools)
@@ -68,11 +67,16 @@ class App:
         self.extra_adapters = list(adapters)
         self.runner = runner or Runner(provider_factory=self.build_provider)
         self.clock = clock
-        self.router = config.router()
+        self.use(config)
         # The MCP servers: started by `running()` (and briefly by the commands that list tools), their tools in every
         # registry this App builds.
         base_dir = config.file.parent if config.file is not None else Path.cwd()
         self.mcp = McpManager(config.mcp.servers, base_dir=base_dir, unset=config.mcp_unset())
+
+    def use(self, config: Config) -> None:
+        """Decide from `config` from now on (its router, its owners): what a live reload changes."""
+        self.config = config
+        self.router = config.router()
         self.owners = frozenset(  # owner_key of each of the config's `owners`
             owner_key(*owner.split(":", 1)) for owner in config.owners
         )

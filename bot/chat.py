@@ -14,8 +14,9 @@ from typing import TextIO
 
 from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEvent
 from agent.loop import TurnResult
-from agent.messages import UserMessage
+from agent.messages import AssistantMessage, UserMessage
 from agent.providers.config import sees_images
+from agent.runner import RunOutcome
 from bot.app import App
 from bot.approval_text import shown_command
 from bot.approvals import Approvals
@@ -95,10 +96,26 @@ async def close_session(session: ChatSession) -> None:
     await session.conversations.store.close()
 
 
+STOPPED = "(stopped: the person interrupted this answer with Ctrl-C)"
+
+
+def _close_stopped(outcome: RunOutcome) -> bool:
+    """Keep every turn in the transcript; one stopped with Ctrl-C closed by an answer saying so (`STOPPED`), so that
+    the stopped question stays in the history as interrupted and the next one is answered on its own (without it,
+    the history ends with the unanswered question and the model answers both together)."""
+    result = outcome.result
+    if result is not None and result.stop_reason == "cancelled":
+        result.messages.append(AssistantMessage(text=STOPPED))
+    return True
+
+
 async def chat_turn(session: ChatSession, text: str, emit: Emit, cancel: asyncio.Event | None = None) -> TurnResult:
-    """One turn through the runner (key rotation, fallbacks, compaction, time limit); ChatFailed if unanswered."""
+    """One turn through the runner (key rotation, fallbacks, compaction, time limit); ChatFailed if unanswered. A
+    turn stopped through `cancel` is kept closed as interrupted (`_close_stopped`)."""
     user = UserMessage.of(f"{envelope(time.time(), zone(session.run.timezone))} {text}")
-    outcome = await session.conversations.answer(session.run, user, peer=session.peer, emit=emit, cancel=cancel)
+    outcome = await session.conversations.answer(
+        session.run, user, peer=session.peer, emit=emit, cancel=cancel, record=_close_stopped
+    )
     if outcome.result is None:
         raise ChatFailed(f"{outcome.user_message} ({outcome.reason})" if outcome.reason else str(outcome.user_message))
     return outcome.result

@@ -55,12 +55,15 @@ def _agent(config: Config, agent: str | None) -> str:
 
 
 def _load(config_path: str, state_dir: Path | None = None) -> Config:
-    """Load the config or print every error and exit 1; with the state directory the bot will use, a workspace
-    that holds it or the config file is an error too (the agent could rewrite its own rules)."""
+    """Load the config (`.env` beside it first) or print every error and exit 1; with the state directory the bot
+    will use, a workspace that holds it or the config file is an error too (the agent could rewrite its own
+    rules)."""
     from bot.config import load_config, workspace_conflicts
     from bot.config_errors import ConfigError
+    from bot.env_vars import load_env_file
 
     try:
+        load_env_file(config_path)
         config = load_config(config_path)
         if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
             raise ConfigError(config_path, conflicts)
@@ -69,6 +72,24 @@ def _load(config_path: str, state_dir: Path | None = None) -> Config:
         count = len(error.issues)
         click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
         sys.exit(1)
+    return config
+
+
+def _validated(config_path: str, state_dir: Path, *, warn: bool = True) -> Config:
+    """`bot run` and `bot chat`: the same validation as `bot config check`, with its lines. A fatal error ends the
+    command (exit 1); the others (an account whose token is unset, a provider without its key) are printed and the
+    bot starts without that part; warnings are printed when `warn`."""
+    from bot.config import validate_config
+
+    config, errors, warnings = validate_config(config_path, state_dir=state_dir)
+    for issue in errors:
+        click.echo(issue.render(config_path), err=True)
+    if config is None:
+        count = len(errors)
+        click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
+        sys.exit(1)
+    for warning in warnings if warn else []:
+        click.echo(f"warning: {warning.render(config_path)}", err=True)
     return config
 
 
@@ -98,10 +119,8 @@ def run(config_path: str, state_dir: str | None, verbose: bool, log_format: LogF
     if level > logging.DEBUG:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
     state = _state_dir(config_path, state_dir)
-    config = _load(config_path, state)
+    config = _validated(config_path, state)
     redactor.add(secrets_of(config))
-    for warning in config.warnings:
-        click.echo(f"warning: {warning.render(config_path)}", err=True)
     sys.exit(asyncio.run(serve(App(config, state))))
 
 
@@ -188,10 +207,19 @@ def _sandbox_warnings(config: Config) -> list[ConfigIssue]:
 @CONFIG_OPTION
 @STATE_OPTION
 def config_check(config_path: str, state_dir: str | None) -> None:
-    """Exit 0 if the bindings file is valid; otherwise print every error and exit 1."""
-    loaded = _load(config_path, _state_dir(config_path, state_dir))
-    for warning in loaded.warnings + _sandbox_warnings(loaded):
+    """Exit 0 if the bindings file is valid; otherwise print every error and exit 1. Errors are what `bot run` would
+    refuse or skip (with file, line and key path); warnings are lines that match nothing or are unwise."""
+    from bot.config import validate_config
+
+    loaded, errors, warnings = validate_config(config_path, state_dir=_state_dir(config_path, state_dir))
+    for issue in errors:
+        click.echo(issue.render(config_path), err=True)
+    for warning in warnings + (_sandbox_warnings(loaded) if loaded is not None else []):
         click.echo(f"warning: {warning.render(config_path)}", err=True)
+    if errors or loaded is None:
+        count = len(errors)
+        click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
+        sys.exit(1)
     click.echo(f"{config_path}: valid ({len(loaded.agents)} agents, {len(loaded.bindings)} bindings)")
 
 
@@ -216,7 +244,7 @@ def chat(
 
     redactor = configure_logging(logging.getLevelNamesMapping()[log_level], log_format=log_format)
     state = _state_dir(config_path, state_dir)
-    config = _load(config_path, state)
+    config = _validated(config_path, state, warn=False)  # the answer alone on stdout, and on stderr only what failed
     redactor.add(secrets_of(config))
     app = App(config, state)
 
@@ -367,7 +395,7 @@ def pairing() -> None:
 @STATE_OPTION
 @click.argument("channel", required=False)
 def pairing_list(config_path: str, state_dir: str | None, channel: str | None) -> None:
-    """Show pending pairing requests."""
+    """Show pending pairing requests, then the senders already approved."""
     import asyncio
 
     from bot.store import SqliteStore
@@ -379,6 +407,11 @@ def pairing_list(config_path: str, state_dir: str | None, channel: str | None) -
 
     lines = asyncio.run(pending())
     click.echo("\n".join(lines) if lines else "No pending pairing requests.")
+    from bot.manage_cli import approved_lines
+
+    if approved := approved_lines(config_path, state_dir, channel):
+        click.echo("Approved (`bot pairing revoke <channel> <sender_id>` takes one back):")
+        click.echo("\n".join(approved))
 
 
 @pairing.command("approve")
@@ -500,6 +533,17 @@ cli.add_command(doctor)
 from bot.status_cli import status  # noqa: E402 - it builds on the options above
 
 cli.add_command(status)
+
+from bot.owners_cli import owners  # noqa: E402 - it builds on the options above
+
+cli.add_command(owners)
+
+from bot.manage_cli import approval_rules, config_show, pairing_revoke, service  # noqa: E402 - builds on the above
+
+config.add_command(config_show)
+pairing.add_command(pairing_revoke)
+approvals.add_command(approval_rules)
+cli.add_command(service)
 
 
 def exit_code(error: SwitchboardError) -> int:

@@ -11,7 +11,7 @@ from tools.skills import Skill
 
 COMMANDS = (
     "new", "reset", "stop", "status", "skill", "help", "pair", "approve",
-    "model", "think", "queue", "usage", "subagents",
+    "model", "think", "queue", "usage", "subagents", "whoami",
 )  # fmt: skip
 HELP = (
     "Commands:\n"
@@ -24,6 +24,7 @@ HELP = (
     "/usage: tokens and estimated cost of this conversation (owners: and today's total)\n"
     "/subagents [kill ID]: list this conversation's background tasks, or stop one\n"
     "/skill NAME [request]: answer using one of the agent's skills (/skill alone lists them)\n"
+    "/whoami: your id as the bot's owners: list takes it, and whether you are an owner\n"
     "/help: this list\n"
     "/pair CODE: (owners) let the person who got this pairing code talk to the bot\n"
     "/approve ID allow-once|allow-always|deny: (approvers) decide on a command waiting for approval"
@@ -39,6 +40,7 @@ COMMAND_MENU = (
     ("queue", "Show or set the queue mode"),
     ("usage", "Tokens and cost of this chat"),
     ("subagents", "List or stop background tasks"),
+    ("whoami", "Your id, for the bot's owners list"),
     ("help", "List the commands"),
 )
 _COMMAND = re.compile(r"^/([A-Za-z_]+)(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -23,11 +24,12 @@ from pydantic import (
 )
 
 from agent.images import DEFAULT_IMAGE_TURNS
+from agent.keys import key_variable
 from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
 from bot.config_errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
 from bot.config_plugins import check_channels, check_providers
-from bot.env_vars import Substitution, substitute_env
+from bot.env_vars import Substitution, load_env_file, substitute_env, with_env_file
 from bot.heartbeats import HeartbeatConfig
 from bot.plugins import Plugins
 from bot.redaction import Redactor
@@ -47,7 +49,7 @@ from tools.base import CrossChat
 from tools.clock import zone
 from tools.exec_policy import ExecSettings
 from tools.mcp.settings import McpSettings, secret_entries
-from tools.policy import AgentToolsConfig, ToolsConfig
+from tools.policy import AgentToolsConfig, ToolsConfig, unknown_config_entries
 from tools.sandbox import SandboxSettings
 from tools.yaml_tree import parse_yaml
 
@@ -409,6 +411,8 @@ class Config(_Section):
     _workspaces: dict[str, Path] = PrivateAttr(default_factory=dict)
     _file: Path | None = PrivateAttr(default=None)  # the file it was loaded from
     _line_of: Callable[[Loc], int | None] | None = PrivateAttr(default=None)  # where each key is written
+    _unset_paths: dict[Loc, list[str]] = PrivateAttr(default_factory=dict)  # channel settings lacking their ${VAR}
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)  # the file's data before ${VAR} substitution
 
     @model_validator(mode="before")
     @classmethod
@@ -725,8 +729,19 @@ def parse_config(
 ) -> Config:
     """Validate config text; raises ConfigError listing every problem with its line and key path. Channel accounts
     and providers are checked by their plugins (`plugins`, else the installed ones)."""
+    config, issues = _parse(text, file, environ, plugins)
+    if config is None:
+        raise ConfigError(file, issues)
+    return config
+
+
+def _parse(
+    text: str, file: str, environ: Mapping[str, str] | None, plugins: Plugins | None
+) -> tuple[Config | None, list[ConfigIssue]]:
+    """The config and no issues, or None and every issue found (each with its line and key path)."""
     tree = parse_yaml(text)
     issues = [ConfigIssue(p.line, format_path(p.path), p.message) for p in tree.problems]
+    issues = [_yaml_syntax(text) or issue if issue.message.startswith("invalid YAML") else issue for issue in issues]
     if tree.data is None and not issues:
         tree.data = {}
     if not isinstance(tree.data, dict):
@@ -734,10 +749,10 @@ def parse_config(
             issues.append(
                 ConfigIssue(tree.line_of(()), "", "the config must be a mapping of sections (agents, bindings, ...)")
             )
-        raise ConfigError(file, issues)
+        return None, issues
     env = substitute_env(tree.data, os.environ if environ is None else environ)
     unset_credentials: dict[tuple[str, str], list[str]] = {}
-    unset_paths: list[Loc] = []
+    unset_paths: dict[Loc, list[str]] = {}
     unset_mcp: dict[str, list[str]] = {}
     for path, names in list(env.missing.items()):
         if path[:2] == ("mcp", "servers") and len(path) == 5 and path[3] in ("env", "headers"):
@@ -746,7 +761,7 @@ def parse_config(
             del env.missing[path]
             continue
         if path[:1] == ("channels",) and len(path) >= 2:
-            unset_paths.append(path)
+            unset_paths[path] = list(names)
             # A channel account without its token is skipped when the bot starts, so one missing
             # variable does not stop every other channel.
             account = str(path[3]) if len(path) >= 4 and path[2] == "accounts" else "*"
@@ -772,11 +787,13 @@ def parse_config(
         issues += [issue for issue in found if issue.path not in missing]
     issues += [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _cross_checks(env.data, config)]
     if issues or config is None:
-        raise ConfigError(file, _without_env_values(issues, env))
+        return None, _without_env_values(issues, env)
     config._unset_credentials = unset_credentials
+    config._unset_paths = unset_paths
     config._unset_mcp = unset_mcp
     config._mcp_secrets = _mcp_secrets(env)
     config._written = env.data
+    config._raw = tree.data
     config._line_of = tree.line_of
     config._warnings = _without_env_values(
         [
@@ -787,7 +804,45 @@ def parse_config(
         + [ConfigIssue(tree.line_of(loc), format_path(loc), text) for loc, text in _unreachable_bindings(config)],
         env,
     )
-    return config
+    return config, []
+
+
+# What PyYAML's complaints usually mean, for someone who has never read the YAML spec.
+_YAML_HINTS: tuple[tuple[str, str], ...] = (
+    ("mapping values are not allowed", "a value holding ': ' needs quotes, or this line is indented too far"),
+    ("could not find expected ':'", "a key needs ':' after it, or a line above is indented differently"),
+    ("did not find expected key", "the lines of one mapping or list must start in the same column"),
+    ("expected <block end>", "the lines of one mapping or list must start in the same column"),
+    ("did not find expected '-' indicator", "the items of one list must start in the same column"),
+    ("found unexpected end of stream", "a quote or bracket is not closed"),
+    ("found '<stream end>'", "a bracket or quote is not closed"),
+    ("while scanning a quoted scalar", "a quote is not closed"),
+    ("found undefined alias", "an *alias names an &anchor that is not defined above it"),
+)
+
+
+def _yaml_syntax(text: str) -> ConfigIssue | None:
+    """A YAML syntax error with its line, column and a hint at the usual cause (None if the text parses)."""
+    try:
+        yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        problem = str(error.problem or error.context or "not valid YAML")
+        if mark is None:
+            return ConfigIssue(1, "", f"invalid YAML: {problem}")
+        lines = text.splitlines()
+        line_text = lines[mark.line] if mark.line < len(lines) else ""
+        indent = line_text[: len(line_text) - len(line_text.lstrip(" \t"))]
+        if "\t" in indent or line_text[mark.column : mark.column + 1] == "\t":
+            hint = "YAML does not allow tabs for indentation; use spaces"
+        else:
+            wording = f"{error.context or ''} {problem}"
+            hint = next((advice for words, advice in _YAML_HINTS if words in wording), "")
+        message = f"invalid YAML: {problem}" + (f" ({hint})" if hint else "")
+        return ConfigIssue(mark.line + 1, "", message, column=mark.column + 1)
+    except yaml.YAMLError as error:
+        return ConfigIssue(1, "", f"invalid YAML: {error}")
+    return None
 
 
 def _without_env_values(issues: list[ConfigIssue], env: Substitution) -> list[ConfigIssue]:
@@ -813,6 +868,194 @@ def load_config(
     config._file = Path(path).resolve()
     config._base_dir = config._file.parent
     return config
+
+
+ValidationResult = tuple["Config | None", list[ConfigIssue], list[ConfigIssue]]
+
+
+def validate_config(
+    path: str | Path = DEFAULT_CONFIG,
+    environ: Mapping[str, str] | None = None,
+    plugins: Plugins | None = None,
+    state_dir: Path | None = None,
+) -> ValidationResult:
+    """The one validation `bot config check`, `bot run`, `bot chat` and a reload share: `(config, errors, warnings)`,
+    each issue with its file, line, key path and message (with "did you mean" for a typo).
+
+    `config` is None when an error is fatal (the bot refuses the file); errors that are not fatal (`fatal` False: a
+    channel account whose token variable is unset, which is skipped; a model provider without its key) come with the
+    config, since the bot can start without them. `.env` beside the file fills in variables the environment lacks:
+    with `environ` None it is loaded into this process's environment (see `bot.env_vars.load_env_file`), else
+    `environ` is read over it. With `state_dir`, a workspace holding it or the config file is an error too."""
+    file = str(path)
+    if environ is None:
+        load_env_file(path)
+        environment: Mapping[str, str] = os.environ
+    else:
+        environment = with_env_file(path, environ)
+    try:
+        config = load_config(path, environment, plugins)
+    except ConfigError as error:
+        return None, _in_file(error.issues, file), []
+    errors = _readiness(config, environment)
+    if state_dir is not None:
+        errors += workspace_conflicts(config, state_dir)
+    warnings = config.warnings + _unmatched_names(config, plugins or Plugins())
+    errors, warnings = _in_file(errors, file), _in_file(warnings, file)
+    return (None if any(issue.fatal for issue in errors) else config), errors, warnings
+
+
+def _in_file(issues: list[ConfigIssue], file: str) -> list[ConfigIssue]:
+    """The issues in file order, each naming `file`."""
+    placed = [dataclasses.replace(issue, file=file) for issue in issues]
+    return sorted(placed, key=lambda issue: (issue.line or 0, issue.path))
+
+
+def _issue_at(config: Config, loc: Loc, message: str, *, fatal: bool = True) -> ConfigIssue:
+    line = config._line_of(loc) if config._line_of is not None else None
+    return ConfigIssue(line, format_path(loc), message, fatal=fatal)
+
+
+ENV_PROVIDERS = {"openrouter": "OPENROUTER_API_KEY", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def _model_locs(config: Config) -> list[tuple[Loc, str, bool]]:
+    """(where, model ref, whether an agent starts with it) for every model the file names: defaults' and agents'."""
+    refs: list[tuple[Loc, str, bool]] = []
+    if config.defaults.model:
+        used = any(agent.model is None for agent in config.agents)
+        refs.append((("defaults", "model"), config.defaults.model, used))
+    refs += [(("defaults", "fallbacks", index), ref, False) for index, ref in enumerate(config.defaults.fallbacks)]
+    written = config._raw.get("agents") if isinstance(config._raw.get("agents"), list) else []
+    for number, agent in enumerate(config.agents if written else []):
+        if agent.model:
+            refs.append((("agents", number, "model"), agent.model, True))
+        refs += [
+            (("agents", number, "fallbacks", index), ref, False) for index, ref in enumerate(agent.fallbacks or [])
+        ]
+        refs += [(("agents", number, "models", index), ref, False) for index, ref in enumerate(agent.models)]
+    return refs
+
+
+def _key_variables(config: Config, provider: str) -> list[str]:
+    """The variables `providers.<name>.api_key` / `api_keys` read, as written (`${OPENROUTER_API_KEY:-}`)."""
+    section = config._raw.get("providers")
+    entry = section.get(provider) if isinstance(section, dict) else None
+    found: list[str] = []
+    for key in ("api_key", "api_keys"):
+        value = entry.get(key) if isinstance(entry, dict) else None
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                found += re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", item)
+    return found
+
+
+def _readiness(config: Config, environ: Mapping[str, str]) -> list[ConfigIssue]:
+    """What the schema cannot see but `bot run` meets: agents without a model, models of providers that do not
+    exist, providers without their key, channel accounts without their token."""
+    found: list[ConfigIssue] = []
+    written = isinstance(config._raw.get("agents"), list) and bool(config._raw.get("agents"))
+    for number, agent in enumerate(config.agents):
+        if config.model_for(agent.id) is None:
+            loc: Loc = ("agents", number) if written else ("defaults",)
+            found.append(
+                _issue_at(
+                    config,
+                    loc,
+                    f"agent {agent.id!r} has no model: set model: <provider>/<model-id> here or defaults.model "
+                    "(e.g. openrouter/anthropic/claude-sonnet-4)",
+                )
+            )
+    from_env = providers_from_env(environ) if config.providers is None else {}
+    keyless: dict[str, tuple[Loc, list[str]]] = {}
+    for loc, ref, primary in _model_locs(config):
+        name = split_model(ref)[0]
+        if config.providers is None and name not in ENV_PROVIDERS:
+            close = difflib.get_close_matches(name, list(ENV_PROVIDERS), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "add it under providers:"
+            message = (
+                f"no provider {name!r}; {hint} (without a providers: section, openrouter, openai and anthropic "
+                "come from their *_API_KEY variables)"
+            )
+            found.append(_issue_at(config, loc, message))
+            continue
+        provider = (config.providers or {}).get(name) or from_env.get(name)
+        if provider is not None and (provider.keys() or not provider.wants_key()):
+            continue
+        if provider is None and config.providers is not None:
+            continue  # no such provider: _cross_checks reported it
+        if config.providers is not None:
+            variables = _key_variables(config, name) or [key_variable(name)]
+            entry = (config._raw.get("providers") or {}).get(name)
+            where: Loc = (
+                ("providers", name, "api_key")
+                if isinstance(entry, dict) and "api_key" in entry
+                else ("providers", name)
+            )
+        else:
+            variables, where = [ENV_PROVIDERS[name]], loc
+        if primary:
+            keyless.setdefault(name, (where, variables))
+    for name, (where, variables) in keyless.items():
+        users = [agent.id for agent in config.agents if (config.model_for(agent.id) or "/").split("/")[0] == name]
+        names = " or ".join(variables)
+        message = (
+            f"provider {name!r} has no API key: set {names} (in the environment or .env beside this file); "
+            f"{'agents' if len(users) > 1 else 'agent'} {', '.join(users)} cannot answer without it"
+        )
+        found.append(_issue_at(config, where, message, fatal=False))
+    for loc, variables in config._unset_paths.items():
+        unset = ", ".join(f"${{{name}}}" for name in variables)
+        account = format_path(loc[:4]) if len(loc) >= 4 else format_path(loc[:2])
+        message = (
+            f"environment variable {unset} is not set: `bot run` skips {account} until it is (set it in the "
+            "environment or in .env beside this file)"
+        )
+        found.append(_issue_at(config, loc, message, fatal=False))
+    return found
+
+
+def _unmatched_names(config: Config, plugins: Plugins) -> list[ConfigIssue]:
+    """Names that match nothing, so a line of the file silently does nothing: tool names and groups in the policy
+    lists, and binding accounts that no channel defines."""
+    from tools.builtins import NoChats, nobody_to_ask
+    from tools.exec import ProcessTable
+    from tools.registry import ToolRegistry, ToolSetup
+
+    found: list[ConfigIssue] = []
+    registry = ToolRegistry()
+    setup = ToolSetup(NoChats(), nobody_to_ask, ProcessTable())
+    for _, factory in plugins.tool_factories():
+        try:
+            for tool in factory(setup):
+                registry.register(tool)
+        except Exception:  # a plugin that cannot build its tools here is `bot tools`' to report
+            continue
+    groups = set(registry.group_names()) | {"group:mcp", *(f"mcp:{name}" for name in config.mcp.servers)}
+    prefixes = [f"{name.lower()}__" for name in config.mcp.servers]
+    agents = [(index, agent.tools) for index, agent in enumerate(config.agents)] if config._raw.get("agents") else []
+    for entry in unknown_config_entries(registry.known_names(), groups, config.tools, agents, prefixes):
+        found.append(_issue_at(config, entry.loc, entry.message))
+    for index, binding in enumerate(config.bindings):
+        account = binding.match.account
+        section = config.channels.get(binding.match.channel)
+        accounts = section.get("accounts") if isinstance(section, dict) else None
+        here: Loc = ("bindings", index, "match", "account") if account is not None else ("bindings", index, "match")
+        if binding.match.channel == "console" and account in (None, "default", "*"):
+            continue  # `bot chat`, and `bot run` at a terminal without channels, serve it unconfigured
+        if not isinstance(accounts, dict) or not accounts:
+            message = (
+                f"channels.{binding.match.channel} defines no account, so this binding matches nothing "
+                f"(add channels.{binding.match.channel}.accounts)"
+            )
+            found.append(_issue_at(config, ("bindings", index, "match", "channel"), message))
+        elif account is not None and account != "*" and account not in {str(name) for name in accounts}:
+            names = [str(name) for name in accounts]
+            close = difflib.get_close_matches(account, names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"accounts are {', '.join(names)}"
+            message = f"no account {account!r} under channels.{binding.match.channel}.accounts; {hint}"
+            found.append(_issue_at(config, here, message))
+    return found
 
 
 def own_files(config: Config, state_dir: Path) -> list[str]:

@@ -14,6 +14,15 @@ from pydantic_core import ErrorDetails
 
 from routing.errors import SwitchboardError
 
+__all__ = [
+    "ConfigError",
+    "ConfigIssue",
+    "Loc",
+    "describe",
+    "format_path",
+    "issues_from_validation",
+]
+
 Loc = tuple[str | int, ...]
 _PYDANTIC_STEP = re.compile(r"^(\[key\]|function-(before|after|wrap|plain)\[.*\])$")
 
@@ -32,16 +41,34 @@ _PLAIN_MESSAGES = {
 }
 
 
+_DID_YOU_MEAN = re.compile(r"did you mean '([^']*)'\?")
+
+
 @dataclass(frozen=True)
 class ConfigIssue:
-    """One thing wrong with a config file."""
+    """One thing wrong with a config file: where (line, column for YAML syntax, key path) and what.
+
+    `fatal` False marks an error the bot works around when it starts (an account whose token variable is unset is
+    skipped; an agent whose model key is missing answers with that error): `bot config check` still fails on it."""
 
     line: int | None
     path: str
     message: str
+    column: int | None = None
+    file: str | None = None
+    fatal: bool = True
 
-    def render(self, file: str) -> str:
-        where = f"{file}:{self.line}" if self.line is not None else file
+    @property
+    def did_you_mean(self) -> str | None:
+        """The suggestion the message makes for a typo, if any."""
+        found = _DID_YOU_MEAN.search(self.message)
+        return found.group(1) if found else None
+
+    def render(self, file: str | None = None) -> str:
+        """`file:line: key.path: message` (`file:line:column: message` for YAML syntax)."""
+        name = file if file is not None else (self.file or "")
+        where = name if self.line is None else f"{name}:{self.line}"
+        where += f":{self.column}" if self.line is not None and self.column is not None else ""
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 

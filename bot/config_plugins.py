@@ -3,6 +3,8 @@ against its kind's, with the file's line and key path like every other config er
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +14,30 @@ from agent.providers.config import ProviderConfig
 from bot.config_errors import ConfigIssue, Loc, format_path, issues_from_validation
 from bot.plugins import PluginError, Plugins
 
+__all__ = ["LineOf", "check_channels", "check_providers", "url_problem"]
+
 LineOf = Callable[[Loc], int | None]
+_SCHEME_URL = re.compile(r"^[a-z][a-z0-9+.-]*://[^/\s]+", re.IGNORECASE)
+
+
+def url_problem(value: Any) -> str | None:
+    """Why `value` cannot be an endpoint's URL (no scheme, no host), or None when it can: `127.0.0.1:8081` would
+    be taken as a path, and the bot would talk to a server nobody meant."""
+    if not isinstance(value, str) or not value.strip() or _SCHEME_URL.match(value.strip()):
+        return None
+    return "must be a URL with its scheme, e.g. http://127.0.0.1:8081 (a local server) or https://api.example.com"
+
+
+def _url_issues(settings: Any, at: Loc, line_of: LineOf) -> list[ConfigIssue]:
+    """Every `*_url` setting of an account that is not a URL (the plugins' models take any text there)."""
+    if not isinstance(settings, dict):
+        return []
+    found = []
+    for key, value in settings.items():
+        problem = url_problem(value) if str(key).endswith("url") else None
+        if problem is not None:
+            found.append(_issue(line_of, (*at, key), problem))
+    return found
 
 
 def _issue(line_of: LineOf, loc: Loc, message: str) -> ConfigIssue:
@@ -40,8 +65,11 @@ def check_channels(data: Any, plugins: Plugins, line_of: LineOf, unset: set[Loc]
             issues.append(_issue(line_of, here, str(error)))
             continue
         if plugin is None:
-            known = ", ".join(plugins.channel_names()) or "none"
-            issues.append(_issue(line_of, here, f"unknown channel (known: {known}; a plugin package adds more)"))
+            names = plugins.channel_names()
+            close = difflib.get_close_matches(str(name), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            known = ", ".join(names) or "none"
+            issues.append(_issue(line_of, here, f"unknown channel{hint} (known: {known}; a plugin package adds more)"))
             continue
         if section is None:
             continue
@@ -60,7 +88,9 @@ def check_channels(data: Any, plugins: Plugins, line_of: LineOf, unset: set[Loc]
             lacking = {loc for loc in unset if loc[: len(at)] == at}
             _, found = _validate(plugin.settings, settings or {}, at, line_of)
             blamed = {format_path(loc) for loc in lacking} | ({format_path(at)} if lacking else set())
-            issues += [issue for issue in found if issue.path not in blamed]
+            # An unknown key is a typo whatever its value: `tokne: ${TOKEN}` must not hide behind the variable.
+            issues += [issue for issue in found if issue.path not in blamed or issue.message.startswith("unknown key")]
+            issues += _url_issues(settings, at, line_of)
     return issues
 
 

@@ -31,6 +31,17 @@ SEND_WAIT_SECONDS = 60.0  # how long `send` waits behind the chat's earlier mess
 Adapters = Mapping[tuple[str, str], ChannelAdapter]
 
 
+def quoted(message: InboundMessage) -> str | None:
+    """The message an answer to `message` quotes: the person's own message in a group or channel (where the
+    platform shows the quote: Telegram, Discord; Slack answers in the message's thread instead). None in a direct
+    chat, for a button click, and for a turn the bot started itself (a schedule's, a subagent's)."""
+    if message.peer.kind == "direct" or message.button or message.scheduled is not None:
+        return None
+    if message.message_id.startswith("click:"):
+        return None
+    return message.message_id
+
+
 class SendFailed(ChannelError):
     """A send recorded before (the same turn, run again) that was never delivered."""
 
@@ -180,20 +191,31 @@ class Delivery:
     # --- the outbox -------------------------------------------------------------------------------------------------
 
     def replies(
-        self, inbound_id: int | None, message: InboundMessage, text: str, chunks: list[str] | None = None
+        self,
+        inbound_id: int | None,
+        message: InboundMessage,
+        text: str,
+        chunks: list[str] | None = None,
+        *,
+        quote: bool = True,
     ) -> list[OutboxEntry]:
         """The outbox entries that deliver `text` to the message's chat, in chunks the channel takes (`chunks`:
-        already split, e.g. what a streamed message did not hold); none for an empty text."""
+        already split, e.g. what a streamed message did not hold); none for an empty text. In a group the first
+        chunk quotes the person's message (`quoted`), unless `quote` is off (a streamed message already did)."""
         target = message.target().model_dump(mode="json")
+        pieces = self.split(message.channel, message.account, text) if chunks is None else chunks
+        reply_to = quoted(message) if quote else None
         return [
             OutboxEntry(
                 inbound_id=inbound_id,
                 channel=message.channel,
                 account=message.account,
                 target=target,
-                payload=OutboundMessage(text=chunk, thread_id=message.thread_id).model_dump(mode="json"),
+                payload=OutboundMessage(
+                    text=chunk, thread_id=message.thread_id, reply_to=reply_to if index == 0 else None
+                ).model_dump(mode="json"),
             )
-            for chunk in (self.split(message.channel, message.account, text) if chunks is None else chunks)
+            for index, chunk in enumerate(pieces)
         ]
 
     async def close(

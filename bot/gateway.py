@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agent.lanes import Lanes
+from bot.adapters import build_adapters
 from bot.approvals import Approvals
 from bot.channel_notices import ChannelNotices
-from bot.config import own_files
+from bot.channel_start import ChannelStarter
+from bot.config import Config, own_files
 from bot.conversation import Conversations
 from bot.cron_book import CronBook
 from bot.cron_turns import CronTurns
@@ -20,6 +22,7 @@ from bot.heartbeats import heartbeats
 from bot.intake import Intake
 from bot.metrics import Metrics, counted_hooks, read_gateway
 from bot.recovery import drop_stale
+from bot.reload import ConfigWatch, changed_accounts, needs_restart, validated
 from bot.retention import keep_pruning
 from bot.scheduler import Scheduler
 from bot.session_book import StoredSessions
@@ -71,6 +74,10 @@ class Gateway:
         self.intake = Intake(app, store, self.delivery, self.lanes, self.approvals)
         self.channels = ChannelBoard(self.adapters, app.clock)  # each account's health: status.json, /status, notices
         self.intake.health = self.channels.snapshots
+        self.starter = ChannelStarter(  # each account started, and one that cannot start tried again (with backoff)
+            self.intake.on_message, self.intake.on_action, started=self.channels.started,
+            current=lambda adapter: self.adapters.get((adapter.channel, adapter.account)) is adapter,
+        )  # fmt: skip
         self.status = StatusWriter(self)
         self.notices = ChannelNotices(app, self.delivery, self.channels.snapshots)
         self.subagents = self.intake.subagents = Subagents(app, store, self.intake, self.lanes)
@@ -98,6 +105,8 @@ class Gateway:
             heartbeats=heartbeats(config),
         )
         self._scheduler_task: asyncio.Task[None] | None = None
+        self.watch: ConfigWatch | None = None  # bindings.yaml looked at for changes (when loaded from a file)
+        self._watch_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
         self._held_task: asyncio.Task[int] | None = None
 
@@ -128,15 +137,8 @@ class Gateway:
         self.intake.accepting = True
         self.delivery.start()
         self._prune_task = asyncio.create_task(keep_pruning(self.store, self.config.state.retention_days), name="prune")
-        for adapter in self.adapters.values():
-            try:
-                await adapter.start(self.intake.on_message, self.intake.on_action)
-                self.channels.started(adapter)
-                log.info("channel %s account %s started", adapter.channel, adapter.account)
-            except Exception:
-                log.exception(
-                    "channel %s account %s failed to start; the others keep running", adapter.channel, adapter.account
-                )
+        for adapter in list(self.adapters.values()):
+            await self._start_adapter(adapter)
         # A request whose turn runs again stays pending: the turn meets it again and waits for its card's answer.
         rerun = {str(record.id) for record in leftovers}
         held = [record for record in orphans if record.turn in rerun]
@@ -147,6 +149,11 @@ class Gateway:
             self._held_task = asyncio.create_task(self.approvals.expire_when_due(held), name="held approvals")
         await self._recover(leftovers)
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
+        if self.config.file is not None:
+            self.watch = ConfigWatch(
+                self.config.file, self.reload, load=lambda path: validated(path, self.app.plugins)
+            )
+            self._watch_task = asyncio.create_task(self.watch.run(), name="config watch")
         await self.status.start()
         self.notices.start()
 
@@ -159,6 +166,40 @@ class Gateway:
             log.info("re-running message %s from %s left unfinished by the last run", record.message_id, record.channel)
             await self.intake.accept(record, InboundMessage.model_validate(record.payload))
         self.delivery.wake()
+
+    async def reload(self, config: Config) -> None:
+        """Serve by `config` from the next message on (a live reload): routing, agents, tool policy, owners, approvals,
+        queue settings and schedules at once; a channel account whose settings changed is restarted alone."""
+        old = self.config
+        for name in needs_restart(old, config):
+            log.warning("%s changed in %s: it takes effect at the next start", name, config.file or "the config")
+        stop, start = changed_accounts(old, config)
+        self.app.use(config)
+        self.config = config
+        for part in (self.approvals, self.conversations, self.jobs, self.sessions):
+            part.config = config
+        self.notices.settings = config.health
+        self.lanes.configure(
+            config.session.queue, max_concurrent=config.defaults.max_concurrent, per_sender=config.lanes.per_sender
+        )
+        self.scheduler.config_jobs, self.scheduler.heartbeats = list(config.cron.jobs), heartbeats(config)
+        self.scheduler.catch_up = config.cron.catch_up
+        for key in sorted(stop & self.adapters.keys()):
+            adapter = self.adapters.pop(key)
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+            log.info("channel %s account %s stopped (its settings changed)", *key)
+        built, skipped = build_adapters(config, self.app.plugins, only=start)
+        for line in skipped:
+            log.warning("%s", line)
+        for adapter in built:
+            self.adapters[(adapter.channel, adapter.account)] = adapter
+            await self._start_adapter(adapter)
+        self.delivery.wake()  # replies held for a restarted account go out on its new adapter
+
+    async def _start_adapter(self, adapter: ChannelAdapter) -> None:
+        """Start `adapter`; one that cannot start is `degraded` and tried again in the background, with backoff."""
+        await self.starter.start(adapter)
 
     async def idle(self) -> bool:
         """Nothing running, nothing queued, nothing left to send."""
@@ -173,7 +214,7 @@ class Gateway:
         """
         self.intake.accepting = False
         await self.notices.stop()
-        for task in (self._scheduler_task, self._prune_task, self._held_task):
+        for task in (self._watch_task, self._scheduler_task, self._prune_task, self._held_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -182,6 +223,7 @@ class Gateway:
         self.subagents.forget_waiters()
         await self.delivery.stop()
         await self.processes.close()  # background commands do not outlive the bot
+        await self.starter.stop()  # no account starts while the others stop
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()

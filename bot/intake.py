@@ -21,6 +21,7 @@ from bot.session_commands import model_command, queue_command, settings_line, th
 from bot.status import health_lines
 from bot.store import InboundRecord, IntakeStore, SessionRecord
 from bot.turns import Job
+from bot.whoami import asks_whoami_in_dm, stranger_whoami, whoami
 from channels.base import AccountSettings, ActionEvent, InboundMessage
 from routing import Peer
 from tools.clock import envelope, zone
@@ -29,9 +30,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bot.app import App
+    from bot.config import Config
     from bot.metrics import Metrics
     from bot.subagents import Subagents
     from channels.health import HealthSnapshot
+    from routing import Router
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +56,24 @@ class Intake:
         self, app: App, store: IntakeStore, delivery: Delivery, lanes: Lanes[Job], approvals: Approvals
     ) -> None:
         self.app = app
-        self.config = app.config
         self.store = store
         self.delivery = delivery
         self.lanes = lanes
         self.approvals = approvals
         self.clock = app.clock
-        self.router = app.router
         self.accepting = False
         self.subagents: Subagents | None = None  # set by the gateway: `/subagents`
         self.metrics: Metrics | None = None  # set by the gateway
         self.health: Callable[[], list[HealthSnapshot]] | None = None  # set by the gateway: /status's channel lines
         self._pair_misses: dict[str, list[float]] = {}
+
+    @property
+    def config(self) -> Config:
+        return self.app.config  # read at each use: a live reload replaces it
+
+    @property
+    def router(self) -> Router:
+        return self.app.router
 
     def party(self, job: Job) -> Party:
         """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
@@ -127,7 +136,11 @@ class Intake:
             return
         adapter = self.delivery.adapter_for(message.channel, message.account)
         settings = adapter.settings if adapter is not None else AccountSettings()
-        verdict = await check_access(message, settings, self.store, self.app.owners)
+        command = self._parse_command(message)
+        asks_id = asks_whoami_in_dm(message, command)  # answered even to strangers: their id, and no pairing code
+        verdict = await check_access(message, settings, self.store, self.app.owners, pair=not asks_id)
+        if not verdict.allowed and asks_id:
+            verdict = stranger_whoami(message, settings, verdict)
         if not verdict.allowed:  # strangers reach nothing: no typing, no agent, at most a pairing code
             replies = self.delivery.replies(record.id, message, verdict.reply or "")
             await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
@@ -135,7 +148,6 @@ class Intake:
         route = self.router.resolve(message.routing_input())
         owner = self.app.owns(message.channel, message.sender_id)
         job = self._job(record.id, record.received, message, route.agent, route.session_key, owner=owner)
-        command = self._parse_command(message)
         if command is not None and command.name == "skill":
             used = await self._skill(job, command.args)
             if isinstance(used, str):
@@ -208,6 +220,8 @@ class Intake:
             text = await self.subagents.command(job, command.args)
         elif command.name in ("model", "think", "queue", "usage"):
             text = await self._session_command(job, command)
+        elif command.name == "whoami":
+            text = whoami(job.message, self.app.owners)
         else:
             text = HELP
         await self._reply(job, text)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from bot.app import App
 from bot.assemble import SetupError, choose_model, model_refs
+from bot.channel_start import ChannelStarter
 from bot.config import Config
 from bot.gateway import Gateway
 from channels.base import ChannelAdapter
@@ -77,12 +78,12 @@ def serves_console(adapters: Sequence[ChannelAdapter], stdin: TextIO | None) -> 
 
 
 async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
-    """Run until a stop signal; exit status 0 after a clean stop, 1 when there is nothing to serve."""
+    """Run until a stop signal; exit status 0 after a clean stop, 1 when there is nothing to serve (or every account
+    failed to start on a refused token)."""
     adapters, skipped = app.adapters()
     for line in skipped:
         print(line, file=sys.stderr)
-    for line in model_problems(app.config):
-        print(line, file=sys.stderr)
+    # Agents without a usable model were reported by `bot run`'s validation (bot.config.validate_config).
     if serves_console(adapters, sys.stdin):
         what = "No channel could start" if skipped else "No channel is configured"
         print(
@@ -104,18 +105,37 @@ async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stopping.set)
     with long_running_collector():
-        await _serve(app, adapters, stopping, grace_seconds)
-    return 0
+        return await _serve(app, adapters, stopping, grace_seconds)
 
 
-async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Event, grace_seconds: float) -> None:
+async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Event, grace_seconds: float) -> int:
     async with app.running(adapters, grace_seconds=grace_seconds) as gateway:
-        names = ", ".join(f"{adapter.channel}/{adapter.account}" for adapter in adapters)
-        print(f"Serving {names}. Ctrl-C stops.", file=sys.stderr)
+        if gateway.starter.all_refused():  # no account started and none will by waiting: say why and end
+            for error in gateway.starter.failures.values():
+                print(error, file=sys.stderr)
+            print("No channel could start: every token was refused.", file=sys.stderr)
+            return 1
+        print(f"{serving_line(gateway.starter)} Ctrl-C stops.", file=sys.stderr)
+        if gateway.watch is not None:  # SIGHUP: read bindings.yaml again now
+            with contextlib.suppress(NotImplementedError, AttributeError):
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, gateway.watch.request)
         watcher = asyncio.create_task(_stop_when_input_ends(gateway, adapters, stopping))
         await stopping.wait()
         watcher.cancel()
         print("Stopping: letting running answers finish…", file=sys.stderr)
+    return 0
+
+
+def serving_line(starter: ChannelStarter) -> str:
+    """What `bot run` says once every account was tried: the ones it serves, and the ones it is still trying, each
+    with its one-line error (never one that failed called served)."""
+    served = ", ".join(f"{channel}/{account}" for channel, account in starter.serving)
+    trying = "; ".join(str(error) for error in starter.failures.values())
+    if not trying:
+        return f"Serving {served}."
+    if served:
+        return f"Serving {served}; still trying {trying}."
+    return f"No channel started yet; still trying {trying}; retrying with backoff."
 
 
 @contextlib.contextmanager

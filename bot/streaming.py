@@ -25,9 +25,10 @@ class StreamingReply:
     outbox. A quick answer is never streamed: it goes out whole.
 
     `message_id`: a message an earlier, interrupted run streamed into; this answer is written there instead of
-    in a new message. `key`: the first preview's outbox key (the turn's), so that a turn run again after a crash
-    finds the preview it sent instead of sending another. `on_shown(message_id)` is awaited once, when the first
-    preview has been sent. `clock` and `sleep` pace the edits (tests pass a clock they move by hand).
+    in a new message. `reply_to`: the message the first preview quotes (a person's message in a group). `key`:
+    the first preview's outbox key (the turn's), so that a turn run again after a crash finds the preview it sent
+    instead of sending another. `on_shown(message_id)` is awaited once, when the first preview has been sent.
+    `clock` and `sleep` pace the edits (tests pass a clock they move by hand).
     """
 
     def __init__(
@@ -38,6 +39,7 @@ class StreamingReply:
         *,
         thread_id: str | None = None,
         message_id: str | None = None,
+        reply_to: str | None = None,
         key: str | None = None,
         on_shown: Callable[[str], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -50,6 +52,7 @@ class StreamingReply:
         self.limit = capabilities.max_text_length
         self.interval = capabilities.edit_interval_seconds
         self.message_id = message_id
+        self.reply_to = reply_to
         self.key = key
         self._on_shown = on_shown
         self._clock, self._sleep = clock, sleep
@@ -94,7 +97,8 @@ class StreamingReply:
         first = self.message_id is None
         try:
             if self.message_id is None:
-                self.message_id = await self.delivery.send(self.target, message, key=self.key)
+                quoting = message.model_copy(update={"reply_to": self.reply_to})
+                self.message_id = await self.delivery.send(self.target, quoting, key=self.key)
                 if self.message_id is None:  # a platform without message ids cannot be edited: stop streaming
                     self._broken = True
             else:

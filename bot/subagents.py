@@ -20,6 +20,7 @@ from tools.untrusted import wrap_untrusted
 if TYPE_CHECKING:
     from agent.lanes import Lanes
     from bot.app import App
+    from bot.config import Config
     from bot.intake import Intake
     from bot.turns import Job
 
@@ -106,12 +107,15 @@ class Subagents:
 
     def __init__(self, app: App, store: Store, intake: Intake, lanes: Lanes[Job]) -> None:
         self.app = app
-        self.config = app.config
         self.store = store
         self.intake = intake
         self.lanes = lanes
         self._waiting: dict[str, asyncio.Future[str]] = {}  # message id -> the sessions_send waiting for its answer
         self._spawning = asyncio.Lock()
+
+    @property
+    def config(self) -> Config:
+        return self.app.config  # read at each use: a live reload replaces it
 
     # --- sessions_spawn -----------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from agent.prompt import quoted_name
 from agent.runner import RunOutcome
 from bot.assemble import SetupError
 from bot.conversation import Conversations
-from bot.delivery import Delivery
+from bot.delivery import Delivery, quoted
 from bot.heartbeats import quiet
 from bot.media import Received, describe, images, receive, refusal
 from bot.store import InboundRecord, PreviewStore, SubagentStatus
@@ -191,7 +191,8 @@ class Turns:
                 if stream is not None:
                     await stream.retract()
             chunks = await stream.finish(text) if stream is not None else None
-            replies = self.delivery.replies(newest.inbound_id, newest.message, text, chunks)
+            quote = stream is None or not stream.shown  # a streamed answer's first message quoted already
+            replies = self.delivery.replies(newest.inbound_id, newest.message, text, chunks, quote=quote)
             await self.delivery.close(inbound_ids + _ids(steered), replies=replies, session_key=key)
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
@@ -271,6 +272,7 @@ class Turns:
             adapter.capabilities,
             thread_id=message.thread_id,
             message_id=earlier[-1].message_id if earlier else None,
+            reply_to=quoted(message),
             key=f"preview:{newest.inbound_id}",
             on_shown=shown,
         )

@@ -44,6 +44,7 @@ from channels.base import (
     within,
 )
 from channels.health import ChannelHealth
+from channels.start_errors import StartError, StartErrorKind, mask, why_unreachable
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -98,8 +99,11 @@ BACKOFF_FIRST = 1.0  # the wait before the first connection beyond a storm's lim
 BACKOFF_CAP = 40.0
 
 
-class DiscordStartError(ChannelError, RuntimeError):
+class DiscordStartError(StartError, RuntimeError):
     """The account could not connect: bad token, unreachable server, or no READY in time."""
+
+    def __init__(self, reason: str, *, account: str = "default", kind: StartErrorKind = "failed") -> None:
+        super().__init__("discord", account, kind, reason)
 
 
 # --- pointing the SDK at configured servers, per client --------------------------------------------------------
@@ -539,14 +543,32 @@ class DiscordAdapter:
             failure = self._task.exception()
         await self.stop()
         if failure is not None:
-            # discord.py ends with an odd AttributeError when the very first gateway connection fails; name both.
-            where = f"{self._api_base or 'Discord'} / {self.settings.gateway_url or 'the default gateway'}"
-            error = f"could not connect to {where}: {type(failure).__name__}: {failure}"
-            self.health.failed(error)
-            raise DiscordStartError(f"discord account {self.account}: {error}") from failure
+            start_error = self._start_error(failure)
+            self.health.failed(start_error.reason)
+            raise start_error from failure
         error = f"no READY from the gateway within {self.settings.ready_timeout:g}s"
         self.health.failed(error)
-        raise DiscordStartError(f"discord account {self.account}: {error}")
+        raise DiscordStartError(error, account=self.account)
+
+    def _start_error(self, failure: BaseException) -> DiscordStartError:
+        """A failed login told straight: a refused token (401), a wrong api_base_url (404), no answer at all."""
+        api = self.settings.api_base_url or "https://discord.com"
+        if isinstance(failure, discord.LoginFailure):  # discord.py's word for a 401 from GET /users/@me
+            fix = (
+                "reset it in the Discord developer portal (Bot, Reset Token) and set it as "
+                f"channels.discord.accounts.{self.account}.token"
+            )
+            return DiscordStartError(f"the token was refused (401): {fix}", account=self.account, kind="refused")
+        if isinstance(failure, discord.HTTPException) and failure.status == 404:
+            reason = f"api_base_url {api} answered 404 to GET /users/@me: check api_base_url"
+            return DiscordStartError(reason, account=self.account, kind="not_found")
+        why = why_unreachable(failure)
+        if isinstance(failure, discord.HTTPException | aiohttp.ClientConnectionError | OSError) and why is not None:
+            return DiscordStartError(f"cannot reach {api} ({why})", account=self.account, kind="unreachable")
+        # discord.py ends with an odd AttributeError when the very first gateway connection fails; name both.
+        where = f"{self._api_base or 'Discord'} / {self.settings.gateway_url or 'the default gateway'}"
+        reason = mask(f"could not connect to {where}: {type(failure).__name__}: {failure}", [self.settings.token])
+        return DiscordStartError(reason, account=self.account)
 
     async def _run(self, client: _Client) -> None:
         # Interaction callbacks go through discord.py's webhook adapter, found in a context variable; set here,

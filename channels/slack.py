@@ -37,6 +37,7 @@ from channels.base import (
 )
 from channels.health import ChannelHealth
 from channels.markup_slack import markdown_to_mrkdwn
+from channels.start_errors import StartError, mask, not_found, refused, unreachable, why_unreachable
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -359,8 +360,9 @@ def _backoff(attempts: int) -> float:
 def _describe(error: BaseException) -> str:
     from slack_sdk.errors import SlackApiError
 
-    if isinstance(error, SlackApiError):
-        return str(error.response.get("error"))
+    if isinstance(error, SlackApiError):  # a body that is not JSON (a wrong URL's 404 page) has no error field
+        data = error.response.data
+        return str(data.get("error")) if isinstance(data, dict) else f"HTTP {error.response.status_code}"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
@@ -435,7 +437,10 @@ class _SocketMode:
         except SlackApiError as error:
             if error.response.get("error") in _REFUSED:
                 await self.close()
-                raise ChannelError(f"slack: apps.connections.open refused the app token: {_describe(error)}") from None
+                where = f"channels.slack.accounts.{self._account}.app_token"
+                fix = f"an app-level token (xapp-…) with connections:write goes in {where}"
+                reason = f"apps.connections.open refused the app token: {_describe(error)}: {fix}"
+                raise StartError("slack", self._account, "refused", reason) from None
             self._health.set("degraded", f"opening a Socket Mode connection failed: {_describe(error)}")
         except Exception as error:
             self._health.set("degraded", f"opening a Socket Mode connection failed: {_describe(error)}")
@@ -620,7 +625,10 @@ class SlackAdapter:
 
         self._on_message, self._on_action = on_message, on_action
         self.client = _web_client(self.settings, self.health, self._sleep)
-        auth = await self.client.auth_test()
+        try:
+            auth = await self.client.auth_test()
+        except Exception as error:
+            raise self._start_error(error) from error
         self.bot_username = auth.get("user")
         self.bot_user_id = auth.get("user_id")
         self.bot_id = auth.get("bot_id")
@@ -646,6 +654,24 @@ class SlackAdapter:
         else:
             await self._start_socket()
         log.info("slack %s: connected as %s (%s) in team %s", self.account, self.bot_username, self.mode, self.team_id)
+
+    def _start_error(self, error: Exception) -> StartError:
+        """A failed auth.test told straight: a refused bot token, a wrong api_base_url (404), no answer at all."""
+        from slack_sdk.errors import SlackApiError
+
+        root = self.settings.api_base_url or DEFAULT_API_BASE_URL
+        if isinstance(error, SlackApiError):
+            code = error.response.get("error") if isinstance(error.response.data, dict) else None
+            if code in _REFUSED:
+                fix = f"copy the Bot User OAuth Token (xoxb-…) into channels.slack.accounts.{self.account}.bot_token"
+                return refused("slack", self.account, str(code), fix)
+            if error.response.status_code == 404:
+                return not_found("slack", self.account, root, "auth.test")
+        why = why_unreachable(error)
+        if why is not None:
+            return unreachable("slack", self.account, root, why)
+        secrets = [self.settings.bot_token.get_secret_value()]
+        return StartError("slack", self.account, "failed", mask(f"auth.test: {_describe(error)}", secrets))
 
     @property
     def mode(self) -> str:

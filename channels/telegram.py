@@ -39,7 +39,7 @@ from telegram import (
     Update,
 )
 from telegram.constants import ChatAction, ParseMode, PollLimit
-from telegram.error import BadRequest, ChatMigrated, Conflict, InvalidToken, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import BaseRateLimiter, ExtBot
 
 from channels.accounts import TelegramAccount
@@ -60,11 +60,24 @@ from channels.base import (
 )
 from channels.health import ChannelHealth
 from channels.markup_telegram import markdown_to_html
+from channels.start_errors import StartError, mask, not_found, refused, unreachable, why_unreachable
 from channels.telegram_request import AiohttpRequest
 from routing import Peer
 from routing.errors import ChannelError
 
 log = logging.getLogger(__name__)
+
+
+def _quiet_bad_json(record: logging.LogRecord) -> bool:
+    """PTB logs every answer that is not JSON (a wrong api_base_url's 404 page) as an ERROR with a traceback; the
+    error it raises says the same, so the record is shown only at DEBUG."""
+    if not record.getMessage().startswith("Can not load invalid JSON data"):
+        return True
+    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+logging.getLogger("telegram.request.BaseRequest").addFilter(_quiet_bad_json)
 
 CAPABILITIES = Capabilities(
     buttons=True,
@@ -235,6 +248,21 @@ class PollWatchdog:
     def reset(self) -> None:
         """A getUpdates completed, or the session was replaced: the next one has a full `stall_seconds`."""
         self._since = None
+
+
+_TOKEN_SHAPE = re.compile(r"\d+:[\w-]+")  # what BotFather hands out: the bot's id, a colon, the secret
+
+
+class _StatusRequest(AiohttpRequest):
+    """An AiohttpRequest that remembers the HTTP status of its last answer: PTB raises InvalidToken for 401 and 404
+    alike, and a start tells a refused token from a wrong URL by it."""
+
+    last_status: int | None = None
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        status, body = await super().do_request(*args, **kwargs)
+        self.last_status = status
+        return status, body
 
 
 class _Bot(ExtBot[None]):
@@ -440,9 +468,9 @@ class TelegramAdapter:
         self.bot_username: str | None = None
         self.bot_id: int | None = None
         self.health = ChannelHealth("telegram", account, secrets=[settings.token])
-        root = (settings.api_base_url or DEFAULT_ROOT).rstrip("/")
+        self._root = root = (settings.api_base_url or DEFAULT_ROOT).rstrip("/")
         reached, failed = self.health.reached, self.health.failed
-        self._request = AiohttpRequest(
+        self._request = _StatusRequest(
             pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10, on_success=reached, on_failure=failed
         )
         self._updates_request = AiohttpRequest(pool_size=2, connect_timeout=10, on_success=reached, on_failure=failed)
@@ -472,9 +500,25 @@ class TelegramAdapter:
             await self._connect()
         except TelegramError as error:
             self.health.failed(f"start: {error.message}")
-            raise
+            raise self._start_error(error) from error
         self.health.set("connected")
         log.info("telegram %s: @%s connected (%s)", self.account, self.bot_username, self.settings.mode)
+
+    def _start_error(self, error: TelegramError) -> StartError:
+        """A failed start told straight: a refused token (401), a wrong api_base_url (404), no answer at all."""
+        account, token = self.account, self.settings.token
+        call = "getMe" if self.bot_id is None else "the Bot API"
+        if isinstance(error, InvalidToken):  # PTB's name for both 401 and 404
+            fix = f"get a new one from @BotFather and set it as channels.telegram.accounts.{account}.token"
+            if self._request.last_status == 401:
+                return refused("telegram", account, "401", fix)
+            if not _TOKEN_SHAPE.fullmatch(token):  # Telegram answers 404 to a token that is not one
+                return refused("telegram", account, "404: it is not of the form 123456789:AA…", fix)
+            return not_found("telegram", account, self._root, call)
+        why = why_unreachable(error.message)
+        if isinstance(error, NetworkError) and why is not None:
+            return unreachable("telegram", account, self._root, why)
+        return StartError("telegram", account, "failed", mask(f"{call}: {error.message}", [token]))
 
     async def _connect(self) -> None:
         """getMe, the command menu, then the webhook set or removed (and the poller started)."""

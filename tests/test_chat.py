@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
-from helpers import unstamped
+from helpers import eventually, unstamped
 
 KINDS = ["openai", "anthropic"]
 SECRET = "sk-test-0123456789abcdef"
@@ -248,3 +249,48 @@ async def test_a_safe_command_runs_in_the_workspace_without_asking(tmp_path: Pat
     assert code == 0, err
     result = json.loads(fake_llm.requests[1].body["messages"][-1]["content"])
     assert result["status"] == "ok" and result["output"].strip() == "0"
+
+
+async def test_a_question_stopped_with_ctrl_c_is_not_sent_again_with_the_next(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """Ctrl-C stops the answer; the stopped question stays in the history, closed as interrupted, and the next
+    question is answered on its own (not together with the stopped one)."""
+    config = write_config(tmp_path, fake_llm, "openai")
+    fake_llm.script(Reply.held("Let me think", then=" about it."), "Answer two.")
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", "--config", str(config),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stderr is not None
+    try:
+        process.stdin.write(b"first\n")
+        await process.stdin.drain()
+        await eventually(lambda: len(fake_llm.requests) == 1, "the first question asked")
+        await asyncio.sleep(0.3)  # the answer is being written
+        process.send_signal(signal.SIGINT)
+        err = b""
+        async with asyncio.timeout(30):
+            while b"(stopped)" not in err:
+                line = await process.stderr.readline()
+                assert line, f"bot chat ended before it said (stopped): {err.decode()}"
+                err += line
+        process.stdin.write(b"second\n/exit\n")
+        await process.stdin.drain()
+        process.stdin.close()
+        out, rest = await asyncio.wait_for(process.communicate(), timeout=60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, rest.decode()
+    assert "Answer two." in out.decode()
+    assert len(fake_llm.requests) == 2
+    messages = fake_llm.requests[1].body["messages"]
+    said = [(m["role"], unstamped(m["content"]) if m["role"] == "user" else m["content"]) for m in messages[1:]]
+    assert said == [
+        ("user", "first"),
+        ("assistant", "(stopped: the person interrupted this answer with Ctrl-C)"),
+        ("user", "second"),
+    ]

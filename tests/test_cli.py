@@ -16,6 +16,8 @@ import pytest
 from bot.store.schema import SCHEMA_VERSION
 
 CONFIG = """\
+defaults: {model: local/m}
+providers: {local: {kind: openai, base_url: "http://127.0.0.1:9/v1"}}
 agents:
   - id: main
     default: true
@@ -164,7 +166,11 @@ def test_run_validates_the_config_and_says_when_there_is_no_channel(config: Path
     assert result.returncode == 1
     assert "No channel to serve" in result.stderr
     assert "`bot chat`" in result.stderr
-    assert "agent main: agent 'main' has no model" in result.stderr
+    modelless = config.parent / "modelless.yaml"
+    modelless.write_text("agents:\n  - id: main\n")
+    refused = bot("run", "--config", str(modelless))
+    assert refused.returncode == 1
+    assert f"{modelless}:2: agents[0]: agent 'main' has no model" in refused.stderr
     failed = bot("run", "--config", str(broken))
     assert failed.returncode == 1
     assert f"{broken}:7: bindings[0].match.peer.kind" in failed.stderr
@@ -172,9 +178,14 @@ def test_run_validates_the_config_and_says_when_there_is_no_channel(config: Path
 
 def test_run_skips_a_channel_account_whose_token_is_unset(tmp_path: Path) -> None:
     path = tmp_path / "bindings.yaml"
-    path.write_text("channels:\n  telegram:\n    accounts:\n      main: {token: '${SWITCHBOARD_TEST_UNSET_TOKEN}'}\n")
+    path.write_text(
+        "providers: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\ndefaults: {model: local/m}\n"
+        "channels:\n  telegram:\n    accounts:\n      main: {token: '${SWITCHBOARD_TEST_UNSET_TOKEN}'}\n"
+    )
     result = bot("run", "--config", str(path))
     assert result.returncode == 1
+    # The line `bot config check` prints, then the skip itself (see tests/test_config_check.py).
+    assert f"{path}:6: channels.telegram.accounts.main.token: environment variable" in result.stderr
     assert "channels.telegram.accounts.main: skipped, SWITCHBOARD_TEST_UNSET_TOKEN not set" in result.stderr
 
 

@@ -380,7 +380,7 @@ def test_each_config_error_names_its_line_and_key(text: str, expected: str) -> N
 def test_a_yaml_syntax_error_names_its_line() -> None:
     lines = errors("agents:\n  - id: main\nbindings: [\n")
     assert len(lines) == 1
-    assert lines[0].startswith("bindings.yaml:4: invalid YAML: ")
+    assert lines[0].startswith("bindings.yaml:4:1: invalid YAML: ")  # line and column
 
 
 def test_every_error_is_reported_at_once_in_file_order() -> None:

@@ -120,7 +120,7 @@ async def test_start_logs_in_identifies_with_the_intents_and_knows_its_name(
 async def test_a_bad_token_fails_start_with_a_clear_error(fake_discord: FakeDiscord) -> None:
     adapter = DiscordAdapter("default", account(fake_discord, token="wrong"))
     inbox = Inbox()
-    with pytest.raises(DiscordStartError, match="could not connect"):
+    with pytest.raises(DiscordStartError, match=r"^discord/default: the token was refused \(401\): reset it"):
         await adapter.start(inbox.on_message, inbox.on_action)
 
 

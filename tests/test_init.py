@@ -50,7 +50,11 @@ async def test_flags_write_a_file_config_check_accepts_with_every_token_a_refere
     assert f"  export {PROVIDERS[provider].variable}=<your {provider} API key>" in out
     assert text.count("\n#") > 5  # commented
 
-    status, out, err = await bot("config", "check", cwd=tmp_path)
+    variables = ("TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN")
+    unset = await bot("config", "check", cwd=tmp_path)  # an unset token or key is an error `bot run` works around
+    assert unset[0] == 1 and "environment variable ${TELEGRAM_BOT_TOKEN} is not set" in unset[2]
+    dummies = {name: "dummy" for name in (*variables, PROVIDERS[provider].variable)}
+    status, out, err = await bot("config", "check", cwd=tmp_path, env=dummies)
     assert (status, err) == (0, ""), err
     assert out == "bindings.yaml: valid (1 agents, 0 bindings)\n"
     config = load_config(tmp_path / "bindings.yaml", environ={})

@@ -21,7 +21,8 @@ def bot(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def config_with(folder: Path, agent: str) -> Path:
     path = folder / "bindings.yaml"
-    path.write_text(f"agents:\n  - id: main\n    default: true\n{agent}")
+    local = "defaults: {model: local/m}\nproviders: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
+    path.write_text(f"agents:\n  - id: main\n    default: true\n{agent}{local}")
     return path
 
 

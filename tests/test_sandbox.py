@@ -440,7 +440,10 @@ async def test_without_a_working_backend_commands_are_refused_never_run_unsandbo
 
 def test_config_check_warns_about_a_missing_backend(tmp_path: Path) -> None:
     config = tmp_path / "bindings.yaml"
-    config.write_text("agents:\n  - id: main\n  - id: quiet\n    sandbox: {mode: 'off'}\n")
+    config.write_text(
+        "agents:\n  - id: main\n  - id: quiet\n    sandbox: {mode: 'off'}\n"
+        "defaults: {model: local/m}\nproviders: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD")} | {"PATH": str(empty)}

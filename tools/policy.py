@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
@@ -415,6 +416,70 @@ def unknown_entries(
             if not known:
                 unknown.append(UnknownEntry(where, entry))
     return unknown
+
+
+EntryLoc = tuple[str | int, ...]
+
+
+def _config_lists(
+    tools: ToolsConfig | None, agents: Sequence[tuple[int, AgentToolsConfig | None]]
+) -> Iterable[tuple[EntryLoc, list[str]]]:
+    """Every list of entries in the config, with its key path in the file (`("tools", "by_group", key, "deny")`)."""
+    if tools is not None:
+        yield ("tools", "allow"), tools.allow
+        yield ("tools", "deny"), tools.deny
+        for kind, table in (("by_provider", tools.by_provider), ("by_group", tools.by_group)):
+            for key, policy in table.items():
+                yield ("tools", kind, key, "allow"), policy.allow
+                yield ("tools", kind, key, "deny"), policy.deny
+        for name, layer in (("non_owner", tools.non_owner), ("sandbox", tools.sandbox), ("subagent", tools.subagent)):
+            if layer is not None:
+                yield ("tools", name, "allow"), layer.allow
+                yield ("tools", name, "deny"), layer.deny
+    for index, agent in agents:
+        if agent is not None:
+            yield ("agents", index, "tools", "allow"), agent.allow
+            yield ("agents", index, "tools", "deny"), agent.deny
+
+
+@dataclass(frozen=True)
+class UnknownConfigEntry:
+    """A policy entry written in the config that names no tool or group, where it is, and the likely meant name."""
+
+    loc: EntryLoc  # the key path of the list item, e.g. ("tools", "allow", 0)
+    entry: str
+    suggestion: str | None
+
+    @property
+    def message(self) -> str:
+        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else ""
+        return f"{self.entry!r} names no known tool or group, so it matches nothing{hint}"
+
+
+def unknown_config_entries(
+    names: Iterable[str],
+    groups: Iterable[str],
+    tools: ToolsConfig | None,
+    agents: Sequence[tuple[int, AgentToolsConfig | None]],
+    tool_prefixes: Iterable[str] = (),
+) -> list[UnknownConfigEntry]:
+    """Entries in `tools:` and `agents[].tools` that match none of `names` (tools) or `groups`: a typo there leaves
+    an agent without the tools it was meant to have, or keeps one it was meant to lose. A name starting with one of
+    `tool_prefixes` (an MCP server's `<server>__`, whose tools are known only once it runs) is taken as known."""
+    known_names, known_groups, prefixes = frozenset(names), frozenset(groups), tuple(tool_prefixes)
+    candidates = sorted(known_names | known_groups)
+    found = []
+    for loc, entries in _config_lists(tools, agents):
+        for index, entry in enumerate(entries):
+            if is_group_entry(entry):
+                known = any(fnmatch.fnmatchcase(group, entry) for group in known_groups)
+            else:
+                known = entry.startswith(prefixes) if prefixes else False
+                known = known or any(_matches(entry, name, frozenset()) for name in known_names)
+            if not known:
+                close = difflib.get_close_matches(entry, candidates, n=1)
+                found.append(UnknownConfigEntry((*loc, index), entry, close[0] if close else None))
+    return found
 
 
 def render_policy(result: PolicyResult) -> list[str]:

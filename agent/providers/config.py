@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from agent.keys import needs_key
 from agent.providers.base import ThinkingLevel
 
 if TYPE_CHECKING:
@@ -121,6 +122,11 @@ class ProviderConfig(BaseModel):
         """Every configured key, `api_key` first, without duplicates."""
         ordered = [self.api_key, *self.api_keys] if self.api_key else list(self.api_keys)
         return list(dict.fromkeys(ordered))
+
+    def wants_key(self) -> bool:
+        """Whether requests need an API key: yes for a server elsewhere, no for one on this machine or the local
+        network (agent.keys.needs_key); a provider kind that contacts nothing says no."""
+        return needs_key(self.base_url)
 
     def model_options(self, model: str) -> ModelOptions:
         """The settings for `model` (the provider's own id), defaults when it has none."""

@@ -38,6 +38,9 @@ class ScriptedSettings(ProviderConfig):
 
     base_url: str = "http://scripted.invalid"  # `.invalid` can never resolve: no request leaves the process
 
+    def wants_key(self) -> bool:
+        return False  # nothing is contacted
+
 
 @dataclass(frozen=True)
 class Scripted:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import sqlite3
@@ -12,7 +13,9 @@ from pydantic import Field
 from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, dumps_list, execute, first, scalar
 
-__all__ = ["ApprovalDecision", "ApprovalRecord", "ApprovalStatus", "ApprovalStore", "SqliteApprovals"]
+__all__ = [
+    "AllowedRule", "ApprovalDecision", "ApprovalRecord", "ApprovalStatus", "ApprovalStore", "SqliteApprovals",
+]  # fmt: skip
 
 ApprovalStatus = Literal["pending", "allowed", "denied", "expired"]
 ApprovalDecision = Literal["allow-once", "allow-always", "deny"]
@@ -36,6 +39,23 @@ class ApprovalRecord(Record):
     decided_by: str | None = None
     decision: ApprovalDecision | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class AllowedRule(Record):
+    """One "Allow always" rule: this exact command (a script pinned by its SHA-256) runs for the agent unasked."""
+
+    agent: str
+    executable: str
+    args: tuple[str, ...]
+    sha256: str | None = None
+    approved_by: str | None = None
+    created: float
+
+    @property
+    def id(self) -> str:
+        """A short name for the rule, the same in every listing: a hash of the agent and the exact command."""
+        text = "\0".join((self.agent, self.executable, json.dumps(list(self.args))))
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 class ApprovalStore(Protocol):
@@ -134,6 +154,16 @@ class SqliteApprovals(Part):
         params = (agent, executable, json.dumps(list(args)), approved_by, self._db.clock(), sha256)
         await self._call(execute, sql, params)
 
+    async def allowed_rules(self, agent: str | None = None) -> list[AllowedRule]:
+        """Every "Allow always" rule (of one agent, or all), oldest first."""
+        return await self._call(_allowed_rules, agent)
+
+    async def revoke_allowed_rule(self, rule: AllowedRule) -> bool:
+        """Delete the rule; whether it was there. A running bot reads the rules at each command, so the next one
+        asks again."""
+        sql = "DELETE FROM exec_allowed WHERE agent = ? AND executable = ? AND args = ?"
+        return bool(await self._call(delete, sql, rule.agent, rule.executable, json.dumps(list(rule.args))))
+
 
 if TYPE_CHECKING:
     _checked: type[ApprovalStore] = SqliteApprovals
@@ -188,3 +218,9 @@ def _decide_approval(
 def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
     rows = connection.execute("SELECT executable, args, sha256 FROM exec_allowed WHERE agent = ?", (agent,))
     return [(row["executable"], tuple(json.loads(row["args"])), row["sha256"]) for row in rows]
+
+
+def _allowed_rules(connection: sqlite3.Connection, agent: str | None) -> list[AllowedRule]:
+    where, params = ("WHERE agent = ?", (agent,)) if agent is not None else ("", ())
+    rows = connection.execute(f"SELECT * FROM exec_allowed {where} ORDER BY created, agent", params)
+    return [AllowedRule(**(dict(row) | {"args": tuple(json.loads(row["args"]))})) for row in rows]

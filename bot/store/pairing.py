@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from bot.store.base import Record
 from bot.store.database import Part, first, write_transaction
 
-__all__ = ["PAIRING_ALPHABET", "PairingRecord", "PairingStore", "SqlitePairing"]
+__all__ = ["PAIRING_ALPHABET", "AllowedSender", "PairingRecord", "PairingStore", "SqlitePairing"]
 
 PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: codes are read aloud and typed
 
@@ -26,6 +26,17 @@ class PairingRecord(Record):
     created: float
     expires: float
     status: Literal["pending", "approved"]
+
+
+class AllowedSender(Record):
+    """A sender an owner let in by approving their pairing code."""
+
+    channel: str
+    account: str
+    sender_id: str
+    sender_name: str | None = None
+    approved_by: str | None = None
+    created: float
 
 
 class PairingStore(Protocol):
@@ -66,6 +77,16 @@ class SqlitePairing(Part):
     async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]:
         rows = await self._call(_pending_pairings, channel, self._db.clock())
         return [PairingRecord(**dict(row)) for row in rows]
+
+    async def allowed_senders(self, channel: str | None = None) -> list[AllowedSender]:
+        """The senders pairing let in (on one channel, or all), oldest first, with the name their request gave."""
+        rows = await self._call(_allowed_senders, channel)
+        return [AllowedSender(**dict(row)) for row in rows]
+
+    async def revoke_pairing(self, channel: str, sender_id: str, account: str | None = None) -> tuple[int, int]:
+        """Forget a sender pairing let in, and drop every request of theirs, on the channel's `account` (None: every
+        account); (approvals removed, pending requests removed). The next message from them is a stranger's."""
+        return await self._call(_revoke_pairing, channel, sender_id, account)
 
 
 if TYPE_CHECKING:
@@ -143,3 +164,28 @@ def _approve_pairing(
             (match["channel"], match["account"], match["sender_id"], approved_by, now),
         )
         return PairingRecord(**(dict(match) | {"status": "approved"}))
+
+
+def _allowed_senders(connection: sqlite3.Connection, channel: str | None) -> list[sqlite3.Row]:
+    sql = (
+        "SELECT a.channel, a.account, a.sender_id, a.approved_by, a.created, (SELECT p.sender_name FROM pairing p"
+        " WHERE p.channel = a.channel AND p.account = a.account AND p.sender_id = a.sender_id"
+        " ORDER BY p.created DESC LIMIT 1) AS sender_name FROM allowed_senders a"
+    )
+    params: tuple[object, ...] = ()
+    if channel is not None:
+        sql += " WHERE a.channel = ?"
+        params = (channel,)
+    return connection.execute(sql + " ORDER BY a.created", params).fetchall()
+
+
+def _revoke_pairing(
+    connection: sqlite3.Connection, channel: str, sender_id: str, account: str | None
+) -> tuple[int, int]:
+    where = "channel = ? AND sender_id = ?" + ("" if account is None else " AND account = ?")
+    params: tuple[object, ...] = (channel, sender_id) if account is None else (channel, sender_id, account)
+    with write_transaction(connection):
+        allowed = connection.execute(f"DELETE FROM allowed_senders WHERE {where}", params).rowcount
+        pending = connection.execute(f"DELETE FROM pairing WHERE status = 'pending' AND {where}", params).rowcount
+        connection.execute(f"DELETE FROM pairing WHERE {where}", params)  # the approved requests: void now
+    return allowed, pending

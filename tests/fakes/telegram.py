@@ -206,7 +206,10 @@ class Upload:
 class FakeTelegram:
     """A Bot API server for one bot; see the module docstring."""
 
-    def __init__(self, token: str = TOKEN, *, bot_id: int = BOT_ID, username: str = BOT_USERNAME) -> None:
+    def __init__(
+        self, token: str = TOKEN, *, bot_id: int = BOT_ID, username: str = BOT_USERNAME, port: int = 0
+    ) -> None:
+        """`port` 0 takes a free one; another is for a server that comes up where a bot already looks for it."""
         self.token = token
         self.bot_id = bot_id
         self.username = username
@@ -231,7 +234,7 @@ class FakeTelegram:
         self._file_ids = itertools.count(1)
         self._new_updates = asyncio.Condition()
         self._runner: web.AppRunner | None = None
-        self._port = 0
+        self._port = port
         # Like Telegram, answer 429 to sends beyond `max_per_second` (None: no limit); `rate_limited` counts them.
         # By the wall clock, so for bench/telegram.py only: a test on it would depend on the machine's speed.
         self.max_per_second: float | None = None
@@ -935,7 +938,7 @@ class FakeTelegram:
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()
         self._port = self._runner.addresses[0][1]
         return self

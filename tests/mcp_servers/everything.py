@@ -97,6 +97,7 @@ def _serve_http(transport: str) -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections made as soon as the port is known wait for uvicorn instead of being refused
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     app = server.sse_app() if transport == "sse" else server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning")

@@ -1,0 +1,347 @@
+"""`bot config check` catches what `bot run` would refuse or skip, with file, line and key path: the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.app import App
+from bot.config import Match, validate_config
+from routing import Peer, RoutingInput
+
+ROOT = Path(__file__).parent.parent
+# A model on this machine: it needs no key, so only what a case breaks is reported.
+LOCAL = "defaults: {model: local/m, workspace_root: ws}\nproviders: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment without anything a config here might read, plus `extra`."""
+    drop = ("SWITCHBOARD", "SB_TEST", "TELEGRAM", "DISCORD", "SLACK")
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(drop) and not k.endswith("_API_KEY")}
+    return kept | extra
+
+
+def bot(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`bot <args>` as a subprocess, stdin closed (so `bot run` never serves a console); ended by its timeout."""
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or environment(),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+def write(folder: Path, text: str) -> Path:
+    path = folder / "bindings.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# (what is broken, the config, what `config check` and `run` both print). Line numbers count from 1.
+BROKEN: list[tuple[str, str, str]] = [
+    (
+        "a typo in an account key, even one whose variable is unset",
+        LOCAL + "channels:\n  telegram:\n    accounts:\n      main:\n        tokne: ${SB_TEST_TOKEN}\n",
+        ":7: channels.telegram.accounts.main.tokne: unknown key; did you mean 'token'?",
+    ),
+    (
+        "a typo in dm_policy",
+        LOCAL + "channels:\n  telegram:\n    accounts:\n      main:\n        token: '1:x'\n        dm_polcy: open\n",
+        ":8: channels.telegram.accounts.main.dm_polcy: unknown key; did you mean 'dm_policy'?",
+    ),
+    (
+        "a wrong type in an account",
+        LOCAL + "channels:\n  telegram:\n    accounts:\n      main: {token: '1:x', require_mention: nope}\n",
+        ":6: channels.telegram.accounts.main.require_mention: must be true or false",
+    ),
+    (
+        "a channel name with a typo",
+        LOCAL + "channels:\n  telegarm:\n    accounts:\n      main: {token: '1:x'}\n",
+        ":4: channels.telegarm: unknown channel; did you mean 'telegram'?",
+    ),
+    (
+        "an agent without a model",
+        "agents:\n  - id: main\n",
+        ":2: agents[0]: agent 'main' has no model",
+    ),
+    (
+        "a provider that does not exist",
+        LOCAL + "agents:\n  - id: main\n    model: lcoal/m\n",
+        ":5: agents[0].model: no provider 'lcoal'; did you mean 'local'?",
+    ),
+    (
+        "a provider that does not exist, without a providers section",
+        "defaults: {model: opnrouter/anthropic/claude-sonnet-4}\n",
+        ":1: defaults.model: no provider 'opnrouter'; did you mean 'openrouter'?",
+    ),
+    (
+        "an account's api_base_url without its scheme",
+        LOCAL + "channels:\n  telegram:\n    accounts:\n      main:\n        token: '1:x'\n"
+        "        api_base_url: 127.0.0.1:8081\n",
+        ":8: channels.telegram.accounts.main.api_base_url: must be a URL with its scheme",
+    ),
+    (
+        "a provider base_url without its scheme",
+        "defaults: {model: local/m}\nproviders:\n  local:\n    kind: openai\n    base_url: 127.0.0.1:11434/v1\n",
+        ":5: providers.local.base_url: must be an http:// or https:// URL",
+    ),
+    (
+        "a tab in the indentation",
+        "agents:\n\t- id: main\n",
+        ":2:1: invalid YAML: found character '\\t' that cannot start any token (YAML does not allow tabs for "
+        "indentation; use spaces)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "text", "expected"), BROKEN, ids=[case[0] for case in BROKEN])
+def test_config_check_and_run_refuse_it_with_the_same_line(tmp_path: Path, what: str, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    check = bot("config", "check", "--config", str(path))
+    assert check.returncode == 1, (what, check.stdout, check.stderr)
+    assert f"{path}{expected}" in check.stderr, (what, check.stderr)
+    started = time.monotonic()
+    run = bot("run", "--config", str(path), "--state-dir", str(tmp_path / "state"))
+    assert run.returncode == 1, (what, run.stderr)
+    assert f"{path}{expected}" in run.stderr, (what, run.stderr)
+    assert "Traceback" not in run.stderr and "pydantic" not in run.stderr
+    assert "Serving" not in run.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "state").exists()  # refused before anything was started
+
+
+# Errors `bot run` works around: it prints the same line and starts without that part.
+SKIPPED: list[tuple[str, str, str]] = [
+    (
+        "a channel account whose token variable is unset",
+        LOCAL + "channels:\n  telegram:\n    accounts:\n      main: {token: '${SB_TEST_TOKEN}'}\n",
+        ":6: channels.telegram.accounts.main.token: environment variable ${SB_TEST_TOKEN} is not set: `bot run` "
+        "skips channels.telegram.accounts.main",
+    ),
+    (
+        "a remote provider whose key variable is empty",
+        "defaults: {model: remote/m}\nproviders:\n  remote:\n    kind: openai\n"
+        "    base_url: https://api.example.invalid/v1\n    api_key: ${SB_TEST_REMOTE_KEY:-}\n",
+        ":6: providers.remote.api_key: provider 'remote' has no API key: set SB_TEST_REMOTE_KEY",
+    ),
+    (
+        "OpenRouter without OPENROUTER_API_KEY",
+        "defaults: {model: openrouter/anthropic/claude-sonnet-4}\n",
+        ":1: defaults.model: provider 'openrouter' has no API key: set OPENROUTER_API_KEY",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "text", "expected"), SKIPPED, ids=[case[0] for case in SKIPPED])
+def test_config_check_fails_on_what_run_skips_and_run_prints_the_same_line(
+    tmp_path: Path, what: str, text: str, expected: str
+) -> None:
+    path = write(tmp_path, text)
+    check = bot("config", "check", "--config", str(path))
+    assert check.returncode == 1, (what, check.stderr)
+    assert f"{path}{expected}" in check.stderr
+    run = bot("run", "--config", str(path), "--state-dir", str(tmp_path / "state"))
+    assert f"{path}{expected}" in run.stderr, run.stderr
+    assert "No channel to serve" in run.stderr  # it went on, and found nothing else to serve
+    assert "Traceback" not in run.stderr
+
+
+def test_a_local_provider_needs_no_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "defaults: {model: ollama/llama3.1}\nproviders:\n  ollama:\n    kind: openai\n"
+                 "    base_url: http://localhost:11434/v1\n")  # fmt: skip
+    check = bot("config", "check", "--config", str(path))
+    assert check.returncode == 0, check.stderr
+    assert check.stderr == ""
+
+
+# (what, the config, the warning `config check` prints; it still exits 0)
+WARNINGS: list[tuple[str, str, str]] = [
+    ("a tool name with a typo", LOCAL + "tools:\n  allow: [web_serch]\n",
+     ":4: tools.allow[0]: 'web_serch' names no known tool or group, so it matches nothing; did you mean 'web_search'?"),
+    ("a group with a typo", LOCAL + "tools:\n  deny:\n    - group:runtim\n",
+     ":5: tools.deny[0]: 'group:runtim' names no known tool or group, so it matches nothing; "
+     "did you mean 'group:runtime'?"),
+    ("by_group", LOCAL + "tools:\n  by_group:\n    'telegram:group:*': {deny: [exce]}\n",
+     ":5: tools.by_group.telegram:group:*.deny[0]: 'exce' names no known tool"),
+    ("by_provider", LOCAL + "tools:\n  by_provider:\n    local: {allow: [raed]}\n",
+     ":5: tools.by_provider.local.allow[0]: 'raed' names no known tool"),
+    ("non_owner", LOCAL + "tools:\n  non_owner: {deny: [wirte]}\n",
+     ":4: tools.non_owner.deny[0]: 'wirte' names no known tool or group, so it matches nothing; did you mean 'write'?"),
+    ("subagent", LOCAL + "tools:\n  subagent: {deny: ['group:automaton']}\n",
+     ":4: tools.subagent.deny[0]: 'group:automaton' names no known tool"),
+    ("an agent's own list", LOCAL + "agents:\n  - id: main\n    tools: {allow: [grpe]}\n",
+     ":5: agents[0].tools.allow[0]: 'grpe' names no known tool or group, so it matches nothing; did you mean 'grep'?"),
+    ("an account no channel defines",
+     LOCAL + "channels:\n  telegram:\n    accounts:\n      main: {token: '1:x'}\n"
+     "bindings:\n  - agent: main\n    match: {channel: telegram, account: mian, peer: {kind: direct, id: '1'}}\n",
+     ":9: bindings[0].match.account: no account 'mian' under channels.telegram.accounts; did you mean 'main'?"),
+    ("a channel without accounts",
+     LOCAL + "bindings:\n  - agent: main\n    match: {channel: discord, account: '*'}\n",
+     ":5: bindings[0].match.channel: channels.discord defines no account, so this binding matches nothing"),
+    ("a binding without account on a channel without `default`",
+     LOCAL + "channels:\n  telegram:\n    accounts:\n      main: {token: '1:x'}\n"
+     "bindings:\n  - agent: main\n    match: {channel: telegram, peer: {kind: group, id: '-100'}}\n",
+     ":9: bindings[0].match: no account given, so it matches only the account `default`"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "text", "expected"), WARNINGS, ids=[case[0] for case in WARNINGS])
+def test_names_that_match_nothing_are_warnings_with_their_line(
+    tmp_path: Path, what: str, text: str, expected: str
+) -> None:
+    path = write(tmp_path, text)
+    check = bot("config", "check", "--config", str(path))
+    assert check.returncode == 0, (what, check.stderr)
+    assert f"warning: {path}{expected}" in check.stderr, (what, check.stderr)
+
+
+def test_known_names_globs_and_mcp_servers_draw_no_warning(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        LOCAL + "tools:\n  allow: [exec, 'web_*', 'group:fs', 'mcp:docs', docs__search, '*']\n"
+        "mcp:\n  servers:\n    docs: {url: 'http://127.0.0.1:9/mcp'}\n",
+    )
+    config, errors, warnings = validate_config(path, environ={})
+    assert config is not None and errors == [] and warnings == []
+
+
+def test_a_console_binding_needs_no_console_account(tmp_path: Path) -> None:
+    binding = "bindings:\n  - agent: main\n    match: {channel: console, peer: {kind: direct, id: '*'}}\n"
+    path = write(tmp_path, LOCAL + binding)
+    assert validate_config(path, environ={})[1:] == ([], [])  # `bot chat` routes through it
+
+
+def test_validate_config_returns_issues_with_file_line_path_and_suggestion(tmp_path: Path) -> None:
+    account = "channels:\n  telegram:\n    accounts:\n      main: {token: '1:x', dm_polcy: open}\n"
+    path = write(tmp_path, LOCAL + account)
+    config, errors, warnings = validate_config(path, environ={})
+    assert config is None and warnings == []
+    [issue] = errors
+    assert (issue.file, issue.line, issue.path) == (str(path), 6, "channels.telegram.accounts.main.dm_polcy")
+    assert issue.did_you_mean == "dm_policy" and issue.fatal
+
+
+def test_an_unset_token_is_an_error_the_bot_starts_without(tmp_path: Path) -> None:
+    path = write(tmp_path, LOCAL + "channels:\n  telegram:\n    accounts:\n      main: {token: '${SB_TEST_TOKEN}'}\n")
+    config, errors, _ = validate_config(path, environ={})
+    assert config is not None  # `bot run` starts, without this account
+    assert [(issue.line, issue.fatal) for issue in errors] == [(6, False)]
+    assert config.unset_credentials("telegram", "main") == ["SB_TEST_TOKEN"]
+
+
+# --- .env beside the config ------------------------------------------------------------------------------------------
+
+
+def test_dotenv_beside_the_config_is_read_and_the_environment_wins(tmp_path: Path) -> None:
+    path = write(tmp_path, "defaults: {model: '${SB_TEST_MODEL}'}\n"
+                 "providers: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n")  # fmt: skip
+    (tmp_path / ".env").write_text("# comments and export work as in a shell\nexport SB_TEST_MODEL=local/from-dotenv\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    from_file = bot("tools", "--config", str(path), cwd=elsewhere)  # beside the config, not the current folder
+    assert from_file.returncode == 0, from_file.stderr
+    assert "model: local/from-dotenv" in from_file.stdout
+    assert bot("config", "check", "--config", str(path), cwd=elsewhere).returncode == 0
+    won = bot("tools", "--config", str(path), env=environment(SB_TEST_MODEL="local/from-env"))
+    assert "model: local/from-env" in won.stdout
+    config, errors, _ = validate_config(path, environ={"SB_TEST_MODEL": "local/given"})
+    assert errors == [] and config is not None and config.defaults.model == "local/given"
+    (tmp_path / ".env").unlink()
+    missing = bot("config", "check", "--config", str(path), cwd=elsewhere)
+    assert missing.returncode == 1
+    assert f"{path}:1: defaults.model: environment variable ${{SB_TEST_MODEL}} is not set" in missing.stderr
+
+
+def test_dotenv_supplies_a_token_to_bot_run(tmp_path: Path) -> None:
+    path = write(tmp_path, LOCAL + "channels:\n  telegram:\n    accounts:\n      main: {token: '${SB_TEST_TOKEN}'}\n")
+    (tmp_path / ".env").write_text("SB_TEST_TOKEN=123:from-dotenv\n")
+    check = bot("config", "check", "--config", str(path))
+    assert check.returncode == 0, check.stderr
+
+
+# --- the shipped example ---------------------------------------------------------------------------------------------
+
+DUMMIES = {"TELEGRAM_BOT_TOKEN": "123456:dummy", "OPENROUTER_API_KEY": "sk-or-dummy"}
+
+
+def _message_for(match: Match, accounts: list[str]) -> RoutingInput:
+    """A message that the binding's match describes (a concrete id where it says "*")."""
+    account = match.account or "default"
+    peer = match.peer_value
+    return RoutingInput(
+        channel=match.channel,
+        account=accounts[0] if account == "*" else account,
+        peer=Peer(peer.kind, "4242" if peer.id == "*" else peer.id) if peer else None,
+        guild=match.guild,
+        team=match.team,
+        member_roles=tuple(match.roles or ()),
+    )
+
+
+def test_the_shipped_example_is_clean_and_bot_route_agrees_with_the_running_router(tmp_path: Path) -> None:
+    path = tmp_path / "bindings.yaml"
+    shutil.copy(ROOT / "bindings.yaml", path)
+    env = environment(**DUMMIES)
+    check = bot("config", "check", "--config", str(path), env=env)
+    assert check.returncode == 0, check.stderr
+    assert check.stderr == "", "the example draws no warning"
+    config, errors, warnings = validate_config(path, environ=DUMMIES)
+    assert config is not None and errors == [] and warnings == []
+    router = App(config, tmp_path / "state").router  # what `bot run` routes with
+    assert config.bindings
+    for index, binding in enumerate(config.bindings):
+        accounts = list(config.channels[binding.match.channel]["accounts"])
+        assert binding.match.account in ("*", *accounts), f"bindings[{index}] matches an account the file defines"
+        message = _message_for(binding.match, accounts)
+        args = ["route", "--config", str(path), "--channel", message.channel, "--account", message.account, "--json"]
+        args += ["--peer", f"{message.peer.kind}:{message.peer.id}"] if message.peer else []
+        args += ["--guild", message.guild] if message.guild else []
+        args += ["--team", message.team] if message.team else []
+        args += ["--roles", ",".join(message.member_roles)] if message.member_roles else []
+        shown = bot(*args, env=env)
+        assert shown.returncode == 0, shown.stderr
+        resolved = router.resolve(message)
+        expected = {"agent": resolved.agent, "session_key": resolved.session_key, "matched_by": resolved.matched_by}
+        assert json.loads(shown.stdout) == expected
+        assert resolved.agent == binding.agent, f"bindings[{index}] routes its own message to {binding.agent}"
+
+
+def test_every_agent_of_the_example_can_use_what_its_settings_give_it(tmp_path: Path) -> None:
+    path = tmp_path / "bindings.yaml"
+    shutil.copy(ROOT / "bindings.yaml", path)
+    config, errors, _ = validate_config(path, environ=DUMMIES)
+    assert config is not None and errors == []
+    app = App(config, tmp_path / "state")
+    for binding in config.bindings:
+        agent = config.agent(binding.agent)
+        peer = binding.match.peer_value
+        if peer is None or not agent.exec.allowlist:
+            continue
+        here = Peer(peer.kind, "4242" if peer.id == "*" else peer.id)
+        names = app.policy(agent.id, binding.match.channel, peer=here, owner=True).names
+        assert "exec" in names, f"{agent.id}'s exec settings apply where it is bound ({binding.match.channel} {here})"
+
+
+# --- a missing model key ---------------------------------------------------------------------------------------------
+
+
+def test_a_missing_model_key_is_named_as_missing_not_as_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "defaults: {model: remote/m, workspace_root: ws}\nproviders:\n  remote:\n    kind: openai\n"
+                 "    base_url: https://api.example.invalid/v1\n    api_key: ${SB_TEST_REMOTE_KEY:-}\n")  # fmt: skip
+    chat = bot("chat", "--config", str(path), "-m", "hi")
+    assert chat.returncode == 1
+    line = f"{path}:6: providers.remote.api_key: provider 'remote' has no API key: set SB_TEST_REMOTE_KEY"
+    assert line in chat.stderr
+    assert "no API key is set up" in chat.stderr
+    assert "refused" not in chat.stderr and "cooling" not in chat.stderr

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
 from bot.log_format import LogFormat, log_options
 
 _Command = Callable[..., Any]
@@ -19,28 +20,6 @@ if TYPE_CHECKING:
     from bot.config_errors import ConfigIssue
     from bot.store import ApprovalDecision, ApprovalStatus
     from routing.errors import SwitchboardError
-
-# Annotated: `bot.cron_cli` imports them while this module is still loading.
-CONFIG_OPTION: Callable[[_Command], _Command] = click.option(
-    "--config",
-    "config_path",
-    default="bindings.yaml",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="The bindings file.",
-)
-
-
-STATE_OPTION: Callable[[_Command], _Command] = click.option(
-    "--state-dir",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Where sessions and transcripts are kept (default: ./state beside the config).",
-)
-
-
-def _state_dir(config_path: str, state_dir: str | None) -> Path:
-    return Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
 
 
 def _agent(config: Config, agent: str | None) -> str:
@@ -52,27 +31,6 @@ def _agent(config: Config, agent: str | None) -> str:
         names = ", ".join(item.id for item in config.agents)
         raise click.UsageError(f"no agent {agent!r} in the config (agents: {names})")
     return wanted
-
-
-def _load(config_path: str, state_dir: Path | None = None) -> Config:
-    """Load the config (`.env` beside it first) or print every error and exit 1; with the state directory the bot
-    will use, a workspace that holds it or the config file is an error too (the agent could rewrite its own
-    rules)."""
-    from bot.config import load_config, workspace_conflicts
-    from bot.config_errors import ConfigError
-    from bot.env_vars import load_env_file
-
-    try:
-        load_env_file(config_path)
-        config = load_config(config_path)
-        if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
-            raise ConfigError(config_path, conflicts)
-    except ConfigError as error:
-        click.echo(str(error), err=True)
-        count = len(error.issues)
-        click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
-        sys.exit(1)
-    return config
 
 
 def _validated(config_path: str, state_dir: Path, *, warn: bool = True) -> Config:
@@ -118,7 +76,7 @@ def run(config_path: str, state_dir: str | None, verbose: bool, log_format: LogF
     redactor = configure_logging(level, log_format=log_format)
     if level > logging.DEBUG:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP request is noise
-    state = _state_dir(config_path, state_dir)
+    state = state_dir_for(config_path, state_dir)
     config = _validated(config_path, state)
     redactor.add(secrets_of(config))
     sys.exit(asyncio.run(serve(App(config, state))))
@@ -150,7 +108,7 @@ def route(
     """Show which agent and session a message with these properties goes to, and why."""
     from routing import Peer, RoutingInput
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     try:
         source = RoutingInput(
             channel=channel,
@@ -211,7 +169,7 @@ def config_check(config_path: str, state_dir: str | None) -> None:
     refuse or skip (with file, line and key path); warnings are lines that match nothing or are unwise."""
     from bot.config import validate_config
 
-    loaded, errors, warnings = validate_config(config_path, state_dir=_state_dir(config_path, state_dir))
+    loaded, errors, warnings = validate_config(config_path, state_dir=state_dir_for(config_path, state_dir))
     for issue in errors:
         click.echo(issue.render(config_path), err=True)
     for warning in warnings + (_sandbox_warnings(loaded) if loaded is not None else []):
@@ -243,7 +201,7 @@ def chat(
     from bot.redaction import configure_logging
 
     redactor = configure_logging(logging.getLevelNamesMapping()[log_level], log_format=log_format)
-    state = _state_dir(config_path, state_dir)
+    state = state_dir_for(config_path, state_dir)
     config = _validated(config_path, state, warn=False)  # the answer alone on stdout, and on stderr only what failed
     redactor.add(secrets_of(config))
     app = App(config, state)
@@ -271,7 +229,7 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
     from routing import Peer
     from tools.policy import PolicyResult, render_policy
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     agent_id = _agent(config, agent)
     try:
         target = Peer.parse(peer) if peer else None
@@ -302,7 +260,7 @@ def prompt(config_path: str, agent: str | None, channel: str) -> None:
     from bot.app import App
     from bot.prompt_preview import preview
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     app = App(config)
     _quiet_logs(config)
 
@@ -341,7 +299,7 @@ def mcp_list(config_path: str) -> None:
     from bot.redaction import Redactor
     from tools.mcp.manager import render_status
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     app = App(config)
     _quiet_logs(config)
 
@@ -368,9 +326,9 @@ def skills_list(config_path: str, state_dir: str | None, agent: str | None) -> N
     """Show every skill found for the agent, its source (workspace, dirs, shipped), and why one is not offered."""
     from bot.app import App
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     agent_id = _agent(config, agent)
-    report = App(config, _state_dir(config_path, state_dir)).skills(agent_id)
+    report = App(config, state_dir_for(config_path, state_dir)).skills(agent_id)
     offered = len(report.eligible)
     click.echo(f"agent: {agent_id}  {offered} skill{'s' if offered != 1 else ''} offered")
     width = max((len(entry.name) for entry in report.entries), default=0)
@@ -401,7 +359,7 @@ def pairing_list(config_path: str, state_dir: str | None, channel: str | None) -
     from bot.store import SqliteStore
 
     async def pending() -> list[str]:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             rows = await store.pending_pairings(channel.strip().lower() if channel else None)
         return [f"{r.channel}/{r.account}  {r.code}  {r.sender_name or ''} ({r.sender_id})" for r in rows]
 
@@ -426,7 +384,7 @@ def pairing_approve(config_path: str, state_dir: str | None, channel: str, code:
     from bot.store import SqliteStore
 
     async def approve() -> str | None:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             record = await store.approve_pairing(channel.strip().lower(), code, "cli")
         return None if record is None else (record.sender_name or record.sender_id)
 
@@ -455,7 +413,7 @@ def approvals_list(config_path: str, state_dir: str | None, show_all: bool) -> N
     from bot.store import SqliteStore
 
     async def rows() -> list[str]:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             found = await store.find_approvals("", pending_only=not show_all)
         lines = []
         for r in found:
@@ -477,7 +435,7 @@ def _decide_from_cli(config_path: str, state_dir: str | None, approval_id: str, 
     from bot.store import SqliteStore
 
     async def decide() -> str:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             found = await store.find_approvals(approval_id.strip().lower())
             if len(found) != 1:
                 return "none" if not found else "ambiguous"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from bot.cli import CONFIG_OPTION, STATE_OPTION, _load, _state_dir
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
 
 if TYPE_CHECKING:
     from bot.cron_book import CronBook
@@ -25,10 +25,10 @@ def _with_book(config_path: str, state_dir: str | None, use: Callable[[CronBook]
     from bot.cron_book import CronBook
     from bot.store import SqliteStore
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
 
     async def go() -> _T:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             return await use(CronBook(store, config, time.time))
 
     try:

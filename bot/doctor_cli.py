@@ -7,20 +7,14 @@ from pathlib import Path
 
 import click
 
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION
+
 __all__ = ["doctor"]
 
 
-# The options as bot.cli writes them, not imported from it: bot.cli imports this module, and mypy cannot type a
-# command in a longer import cycle.
 @click.command()
-@click.option(
-    "--config", "config_path", default="bindings.yaml", show_default=True, type=click.Path(dir_okay=False),
-    help="The bindings file.",
-)  # fmt: skip
-@click.option(
-    "--state-dir", default=None, type=click.Path(file_okay=False),
-    help="Where sessions and transcripts are kept (default: ./state beside the config).",
-)  # fmt: skip
+@CONFIG_OPTION
+@STATE_OPTION
 @click.option("--models", is_flag=True, help="Also send each configured model one tiny request.")
 def doctor(config_path: str, state_dir: str | None, models: bool) -> None:
     """Check the config, its ${VAR}s, each channel account's token against its platform, the state DB and the

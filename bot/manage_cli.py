@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bot.cli import CONFIG_OPTION, STATE_OPTION, _load, _state_dir
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -139,7 +139,7 @@ def masked_config(config: Config) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def config_show(config_path: str, as_json: bool) -> None:
     """Print the effective config: `${VAR}` substituted, defaults filled in, every secret shown as ***."""
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     data = masked_config(config)
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -167,7 +167,7 @@ def pairing_revoke(config_path: str, state_dir: str | None, account: str | None,
     from bot.store import SqliteStore
 
     async def revoke() -> tuple[int, int]:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             where = channel.strip().lower()
             return await store.revoke_pairing(where, sender_id.strip(), account.strip() if account else None)
 
@@ -188,7 +188,7 @@ def approved_lines(config_path: str, state_dir: str | None, channel: str | None)
     from bot.store import SqliteStore
 
     async def allowed() -> list[str]:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             rows = await store.allowed_senders(channel.strip().lower() if channel else None)
         return [
             f"{r.channel}/{r.account}  {r.sender_id}  {r.sender_name or ''}  approved by {r.approved_by or '?'} "
@@ -213,7 +213,7 @@ def _rules(config_path: str, state_dir: str | None, agent: str | None) -> list[A
     from bot.store import SqliteStore
 
     async def listed() -> list[AllowedRule]:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             return await store.allowed_rules(agent.strip().lower() if agent else None)
 
     return asyncio.run(listed())
@@ -270,7 +270,7 @@ def rules_revoke(config_path: str, state_dir: str | None, rule_id: str) -> None:
     [rule] = found
 
     async def revoke() -> bool:
-        async with await SqliteStore.open(_state_dir(config_path, state_dir)) as store:
+        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
             return await store.revoke_allowed_rule(rule)
 
     if not asyncio.run(revoke()):

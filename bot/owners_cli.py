@@ -7,18 +7,9 @@ from pathlib import Path
 
 import click
 
-__all__ = ["owners"]
+from bot.cli_common import CONFIG_OPTION
 
-# The option as bot.cli writes it, not imported from it: bot.cli imports this module, and mypy cannot type a command
-# in that import cycle.
-CONFIG_OPTION = click.option(
-    "--config",
-    "config_path",
-    default="bindings.yaml",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="The bindings file.",
-)
+__all__ = ["owners"]
 
 
 @click.group()
@@ -61,9 +52,9 @@ def owners_add(config_path: str, owner: str) -> None:
 @CONFIG_OPTION
 def owners_list(config_path: str) -> None:
     """Show the owners, one `channel:id` a line."""
-    from bot.cli import _load
+    from bot.cli_common import load_or_exit
 
-    config = _load(config_path)
+    config = load_or_exit(config_path)
     if not config.owners:
         click.echo(
             "No owners: nobody may approve commands or use owner-only tools. Send /whoami to the bot for your id, "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from bot.cli import CONFIG_OPTION, STATE_OPTION, _load, _state_dir
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
 
 if TYPE_CHECKING:
     from bot.session_book import StoredSessions
@@ -48,8 +48,8 @@ def _with_book(config_path: str, state_dir: str | None, use: Callable[[StoredSes
     from bot.session_book import StoredSessions
     from bot.store import SqliteStore
 
-    config = _load(config_path)
-    state = _state_dir(config_path, state_dir)
+    config = load_or_exit(config_path)
+    state = state_dir_for(config_path, state_dir)
 
     async def go() -> _T:
         async with await SqliteStore.open(state) as store:

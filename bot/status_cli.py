@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bot.cli import CONFIG_OPTION, _state_dir
+from bot.cli_common import CONFIG_OPTION, state_dir_for
 
 if TYPE_CHECKING:
     from bot.status import StatusReport
@@ -82,7 +82,7 @@ def _status(config_path: str, state_dir: str | None, as_json: bool) -> None:
     stalled, 2 not running)."""
     from bot.status import STATUS_FILE, read_report, stale_after
 
-    folder = _state_dir(config_path, state_dir)
+    folder = state_dir_for(config_path, state_dir)
     report = read_report(folder)
     now = time.time()
     reason = None

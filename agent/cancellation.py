@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
@@ -31,3 +31,12 @@ async def unless_stopped(work: Awaitable[_T], stop: asyncio.Event) -> _T:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     raise Stopped
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel `task` (None: nothing to do) and wait until it has ended; its cancellation is not raised here."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -4,12 +4,12 @@ stalled past `health.notify_after`, and one when it is connected again; once per
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent.cancellation import cancel_and_wait
 from channels.base import InboundMessage
 from channels.health import UNHEALTHY, HealthSnapshot
 from routing import Peer
@@ -68,11 +68,8 @@ class ChannelNotices:
             self._task = asyncio.create_task(self._keep_checking(), name="channel notices")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _keep_checking(self) -> None:
         while True:

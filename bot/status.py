@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent.cancellation import cancel_and_wait
 from channels.base import ChannelAdapter
 from channels.health import UNHEALTHY, ChannelHealth, HealthSnapshot
 
@@ -230,10 +231,7 @@ class StatusWriter:
 
     async def stop(self) -> None:
         """Stop writing and remove the file."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()

@@ -29,19 +29,22 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy bot channels routing agent tools tests/fakes
 
-# The tests run real programs: bubblewrap (the sandbox), git (the exec policy's repository checks) and prlimit.
-# Whatever is missing is installed with apt-get, as root or through sudo.
+# The tests run real programs: bubblewrap (the sandbox), git (the exec policy's repository checks), prlimit, and a
+# throwaway PostgreSQL server (tests/postgres.py; Debian keeps initdb off PATH, in /usr/lib/postgresql/*/bin).
+# Whatever is missing is installed with apt-get, as root or through sudo; `run` needs no PostgreSQL server.
 SYSTEM_PACKAGES := bwrap:bubblewrap git:git prlimit:util-linux
+test: SYSTEM_PACKAGES += initdb:postgresql
+HAVE = have() { command -v "$$1" >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/"$$1" >/dev/null 2>&1; }
 system-packages:
-	@missing=; for pair in $(SYSTEM_PACKAGES); do \
-		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	@$(HAVE); missing=; for pair in $(SYSTEM_PACKAGES); do \
+		have $${pair%%:*} || missing="$$missing $${pair#*:}"; done; \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
 	else echo "missing:$$missing; install them (apt-get install$$missing) as root" >&2; exit 1; fi; \
 	command -v apt-get >/dev/null 2>&1 || { echo "missing:$$missing, and there is no apt-get: install them" >&2; exit 1; }; \
 	echo "installing$$missing"; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null
-	@for pair in $(SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null 2>&1 || \
+	@$(HAVE); for pair in $(SYSTEM_PACKAGES); do have $${pair%%:*} || \
 		{ echo "$${pair#*:} could not be installed" >&2; exit 1; }; done
 
 test: lint system-packages

@@ -190,12 +190,12 @@ class App:
         started in the background (none delays the channels), the gateway started, and at the end stopped (runs get
         `grace_seconds` to finish) and everything closed."""
         from bot.gateway import Gateway
-        from bot.store import SqliteStore
+        from bot.state import open_state
 
         if adapters is None:
             adapters = self.adapters()[0]
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        store = await SqliteStore.open(self.state_dir, clock=self.clock)
+        self.state_dir.mkdir(parents=True, exist_ok=True)  # status.json and the transcripts, whatever the backend
+        store = await open_state(self.config, self.state_dir, clock=self.clock)
         try:
             async with self.mcp.running():
                 gateway = Gateway(self, store, adapters)

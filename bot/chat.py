@@ -24,7 +24,8 @@ from bot.assemble import SetupError, candidates
 from bot.commands import parse_command, use_skill
 from bot.config import own_files
 from bot.conversation import Conversations
-from bot.store import ApprovalDecision, ApprovalRecord, SqliteStore
+from bot.state import open_state
+from bot.store import ApprovalDecision, ApprovalRecord
 from channels.base import CONSOLE
 from channels.console import console_user
 from routing import Peer, RoutingInput
@@ -66,7 +67,7 @@ async def open_session(app: App, agent: str | None = None, user: str | None = No
         agent, session_key, channel="console", owner=True, sender_id=user, sender_name=user, capabilities=CONSOLE
     )
     app.state_dir.mkdir(parents=True, exist_ok=True)
-    store = await SqliteStore.open(app.state_dir)
+    store = await open_state(config, app.state_dir)
     terminal = ask_on_terminal if sys.stdin.isatty() else None
     own = own_files(config, app.state_dir)
     approvals = Approvals(config, store, terminal=terminal, own_files=own)

@@ -162,9 +162,19 @@ class LimitsConfig(_Section):
 
 
 class StateConfig(_Section):
-    """`state`: how long finished records (the journal, sent replies, settled approvals) are kept."""
+    """`state`: where the state is kept — `state.db` in the state directory (sqlite, the default) or a PostgreSQL
+    database (`url`, e.g. `${DATABASE_URL}`) — and how long finished records (the journal, sent replies, settled
+    approvals) are kept."""
 
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    url: str | None = Field(default=None, repr=False)  # postgres: a libpq URL, postgresql://user:pass@host/db
     retention_days: float = Field(default=30, ge=1)  # at least a day: the journal also stops duplicate deliveries
+
+    @model_validator(mode="after")
+    def _url_for_postgres(self) -> StateConfig:
+        if self.backend == "postgres" and not self.url:
+            raise ValueError("backend postgres needs url (e.g. url: ${DATABASE_URL})")
+        return self
 
 
 class LanesConfig(_Section):
@@ -635,7 +645,8 @@ def secrets_of(config: Config) -> list[str]:
     """Every credential the config holds (channel tokens and secrets, provider keys): what the logs must not show."""
     providers = {name: provider.model_dump() for name, provider in (config.providers or {}).items()}
     found = [str(value) for _, value in _secrets({"channels": config.channels, "providers": providers})]
-    return found + config._mcp_secrets
+    database = [config.state.url] if config.state.url else []  # a database URL may hold its password
+    return found + database + config._mcp_secrets
 
 
 def _mcp_secrets(env: Substitution) -> list[str]:

@@ -1,0 +1,225 @@
+"""Scheduled jobs on PostgreSQL: the jobs made at run time, and one run record per tick, which keeps a tick once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bot.store.database import dumps, dumps_list, loads
+from bot.store.jobs import FINAL_STATUSES, JobRecord, JobRunRecord, RunStatus
+from bot.store.journal import JournalEntry
+from bot.store.postgres.database import PgPart, PgTx
+from bot.store.postgres.journal import journal_entry
+
+if TYPE_CHECKING:
+    from bot.store.jobs import JobStore
+
+__all__ = ["PgJobs"]
+
+_OPEN = "status IN ('requested', 'running')"
+
+
+class PgJobs(PgPart):
+    """Jobs in the `jobs` table, their runs in `job_runs`; a run's turn is journaled with it, in `inbound`."""
+
+    async def save_job(self, job: dict[str, Any], created_by: str | None = None) -> JobRecord:
+        """Insert or replace the job with `job["id"]` (a replaced job keeps its maker and creation time)."""
+        now = self._db.clock()
+        row = await self._db.fetchone(
+            "INSERT INTO jobs (id, payload, created_by, created, updated) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, updated = excluded.updated RETURNING *",
+            job["id"],
+            dumps(job),
+            created_by,
+            now,
+            now,
+        )
+        assert row is not None
+        return _job(row)
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        row = await self._db.fetchone("SELECT * FROM jobs WHERE id = %s", job_id)
+        return None if row is None else _job(row)
+
+    async def list_jobs(self) -> list[JobRecord]:
+        return [_job(row) for row in await self._db.fetch("SELECT * FROM jobs ORDER BY created, id")]
+
+    async def remove_job(self, job_id: str) -> bool:
+        """Delete a job (its run records stay, for `bot cron runs`); whether there was one."""
+        return bool(await self._db.execute("DELETE FROM jobs WHERE id = %s", job_id))
+
+    async def start_job_run(
+        self,
+        job_id: str,
+        tick: float,
+        status: RunStatus = "running",
+        detail: str | None = None,
+        inbound: JournalEntry | None = None,
+    ) -> JobRunRecord | None:
+        """Record the tick due at `tick` as running, with the journal row its turn starts from (both or neither
+        after a crash), or as already over (a final `status`); None when that tick was recorded before: it ran, or
+        was skipped, already."""
+        return await self._start_run(job_id, tick, status, detail, inbound, self._db.clock())
+
+    async def request_job_run(self, job_id: str) -> JobRunRecord:
+        """Ask for a run now (`bot cron run`, the tool's `run`): the scheduler of the running bot picks it up."""
+        now = self._db.clock()
+        while True:  # two requests in one clock reading: the second takes the next representable moment
+            run = await self._start_run(job_id, now, "requested", None, None, now)
+            if run is not None:
+                return run
+            now += 1e-6
+
+    async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None:
+        """Start a requested run with its journal row, in one transaction; None if it is no longer requested."""
+        now = self._db.clock()
+        async with self._db.transaction() as tx:
+            # One statement: of two processes claiming the run at once, the second waits, then finds it running.
+            claimed = await tx.fetchone(
+                "UPDATE job_runs SET status = 'running', started = %s WHERE id = %s AND status = 'requested'"
+                " RETURNING id",
+                now,
+                run_id,
+            )
+            if claimed is None:
+                return None
+            return await _journal(tx, run_id, inbound, now)
+
+    async def finish_job_run(
+        self, run_id: int, status: RunStatus, detail: str | None = None, message_ids: Sequence[str] = ()
+    ) -> None:
+        """End a requested or running run with its final status; a run already ended keeps its first ending."""
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"not a final run status: {status!r}")
+        await self._db.execute(
+            f"UPDATE job_runs SET status = %s, detail = %s, message_ids = %s, ended = %s WHERE id = %s AND {_OPEN}",
+            status,
+            detail,
+            dumps_list(list(message_ids)),
+            self._db.clock(),
+            run_id,
+        )
+
+    async def settle_job_runs(self) -> list[JobRunRecord]:
+        """End the running runs whose turn is over and whose answer has left the outbox (or died there): ok with
+        the platform's message ids, undeliverable, or error; the runs ended now."""
+        now = self._db.clock()
+        settled: list[JobRunRecord] = []
+        async with self._db.transaction() as tx:
+            # FOR UPDATE OF r: a second process settling at once waits, then skips the runs this one ended.
+            runs = await tx.fetch(
+                "SELECT r.id, r.inbound_id, i.status AS turn, i.error AS turn_error FROM job_runs r"
+                " LEFT JOIN inbound i ON i.id = r.inbound_id WHERE r.status = 'running' AND r.inbound_id IS NOT NULL"
+                " ORDER BY r.id FOR UPDATE OF r"
+            )
+            for run in runs:
+                if run["turn"] in ("pending", "running"):
+                    continue
+                sends = await tx.fetch(
+                    "SELECT status, platform_message_id, error FROM outbox WHERE inbound_id = %s ORDER BY id",
+                    run["inbound_id"],
+                )
+                if any(send["status"] == "pending" for send in sends):
+                    continue
+                ids = [send["platform_message_id"] for send in sends if send["platform_message_id"] is not None]
+                dead = [send["error"] or "not delivered" for send in sends if send["status"] == "dead"]
+                detail: str | None
+                if run["turn"] is None:
+                    status, detail = "error", "its journal row is gone"
+                elif dead:
+                    status, detail = "undeliverable", dead[0]
+                elif run["turn"] == "failed":
+                    status, detail = "error", run["turn_error"] or "the turn failed"
+                else:
+                    status, detail = "ok", None if sends else "nothing sent (NO_REPLY or HEARTBEAT_OK)"
+                row = await tx.fetchone(
+                    "UPDATE job_runs SET status = %s, detail = %s, message_ids = %s, ended = %s"
+                    " WHERE id = %s AND status = 'running' RETURNING *",
+                    status,
+                    detail,
+                    dumps_list(ids),
+                    now,
+                    run["id"],
+                )
+                if row is not None:
+                    settled.append(_run(row))
+        return settled
+
+    async def job_runs(self, job_id: str | None = None, limit: int = 20) -> list[JobRunRecord]:
+        """The latest runs, newest first (of one job, or of all)."""
+        if job_id is None:
+            rows = await self._db.fetch("SELECT * FROM job_runs ORDER BY id DESC LIMIT %s", limit)
+        else:
+            rows = await self._db.fetch(
+                "SELECT * FROM job_runs WHERE job_id = %s ORDER BY id DESC LIMIT %s", job_id, limit
+            )
+        return [_run(row) for row in rows]
+
+    async def open_job_runs(self) -> list[JobRunRecord]:
+        """Runs requested or still running, oldest first."""
+        return [_run(row) for row in await self._db.fetch(f"SELECT * FROM job_runs WHERE {_OPEN} ORDER BY id")]
+
+    async def last_job_ticks(self) -> dict[str, float]:
+        """Each job's latest scheduled tick (requested runs aside): what the scheduler has done, across restarts."""
+        rows = await self._db.fetch("SELECT job_id, MAX(tick) AS tick FROM job_runs WHERE manual = 0 GROUP BY job_id")
+        return {row["job_id"]: row["tick"] for row in rows}
+
+    async def prune_job_runs(self, older_than_seconds: float) -> int:
+        """Delete ended runs older than this, keeping each job's latest (its last tick must be remembered)."""
+        cutoff = self._db.cutoff(older_than_seconds)
+        return await self._db.execute(
+            f"DELETE FROM job_runs WHERE NOT {_OPEN} AND ended < %s"
+            " AND id NOT IN (SELECT MAX(id) FROM job_runs GROUP BY job_id)",
+            cutoff,
+        )
+
+    async def _start_run(
+        self, job_id: str, tick: float, status: str, detail: str | None, inbound: JournalEntry | None, now: float
+    ) -> JobRunRecord | None:
+        ended = None if status in ("requested", "running") else now
+        async with self._db.transaction() as tx:
+            # UNIQUE (job_id, tick): of two processes recording one tick, the second waits, then records nothing.
+            row = await tx.fetchone(
+                "INSERT INTO job_runs (job_id, tick, started, ended, status, detail, manual)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (job_id, tick) DO NOTHING RETURNING *",
+                job_id,
+                tick,
+                now,
+                ended,
+                status,
+                detail,
+                int(status == "requested"),
+            )
+            if row is None:
+                return None
+            if inbound is None:
+                return _run(row)
+            return await _journal(tx, row["id"], inbound, now)
+
+
+if TYPE_CHECKING:
+    _checked: type[JobStore] = PgJobs
+
+
+def _job(row: dict[str, Any]) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        job=loads(row["payload"]),
+        created_by=row["created_by"],
+        created=row["created"],
+        updated=row["updated"],
+    )
+
+
+def _run(row: dict[str, Any]) -> JobRunRecord:
+    return JobRunRecord.model_validate({**row, "message_ids": loads(row["message_ids"])})
+
+
+async def _journal(tx: PgTx, run_id: int, inbound: JournalEntry, now: float) -> JobRunRecord:
+    """Journal the run's turn and point the run at it; ValueError (rolling the run back too) if already journaled."""
+    record = await journal_entry(tx, inbound, now)
+    if record is None:
+        raise ValueError(f"the journal already holds {inbound.message_id}")
+    row = await tx.fetchone("UPDATE job_runs SET inbound_id = %s WHERE id = %s RETURNING *", record.id, run_id)
+    assert row is not None
+    return _run(row)

@@ -1,0 +1,134 @@
+"""The inbound journal on PostgreSQL: every received message recorded once (duplicates dropped) before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from bot.store.base import DEDUPE_SECONDS
+from bot.store.database import dumps, loads
+from bot.store.journal import InboundRecord, InboundStatus, JournalEntry
+from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_row
+from bot.store.postgres.database import PgDatabase, PgPart, PgTx
+from bot.store.postgres.outbox import insert_outbox
+from bot.store.postgres.previews import delete_previews
+
+if TYPE_CHECKING:
+    from bot.store.journal import JournalStore
+
+__all__ = ["PgJournal", "journal_entry", "mark_inbound"]
+
+_UNFINISHED = "status IN ('pending', 'running')"
+
+
+class PgJournal(PgPart):
+    """The journal in the `inbound` table; finishing a message also writes the outbox and previews tables."""
+
+    async def record_inbound(
+        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
+    ) -> InboundRecord | None:
+        """Journal a received message as pending; None if this message was recorded before (a redelivery)."""
+        return await _record_inbound(self._db, channel, account, chat, message_id, dumps(payload), self._db.clock())
+
+    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
+        """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
+        if status not in ("pending", "running", "done", "failed"):
+            raise ValueError(f"not an inbound status: {status!r}")
+        await mark_inbound(self._db, inbound_id, status, error, self._db.clock())
+
+    async def finish_inbound(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"],
+        error: str | None = None,
+        *,
+        session_key: str | None = None,
+        replies: Sequence[OutboxEntry] = (),
+    ) -> list[OutboxRecord]:
+        """Record `replies` in the outbox and move the messages to their final `status` (noting the session that
+        answered them, and forgetting their streamed previews), in one transaction: after a crash all of it
+        happened or none did. KeyError for an unknown message, ValueError for one already finished; nothing is
+        written then."""
+        rows = [outbox_row(reply) for reply in replies]
+        ids = list(inbound_ids)
+        now = self._db.clock()
+        async with self._db.transaction() as tx:
+            if ids:  # lock the messages in one order, so that two processes finishing overlapping sets cannot deadlock
+                await tx.fetch("SELECT id FROM inbound WHERE id = ANY(%s) ORDER BY id FOR UPDATE", ids)
+            records = [await insert_outbox(tx, row, now) for row in rows]
+            for inbound_id in ids:
+                await mark_inbound(tx, inbound_id, status, error, now, session_key)
+            await delete_previews(tx, ids)
+        return records
+
+    async def unfinished_inbound(self) -> list[InboundRecord]:
+        """Pending and running messages in arrival order: after a crash, the work to run again."""
+        rows = await self._db.fetch(f"SELECT * FROM inbound WHERE {_UNFINISHED} ORDER BY id")
+        return [inbound_record(row) for row in rows]
+
+    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
+        """Delete done and failed messages finished more than this long ago; returns how many.
+
+        Their keys stop deduplicating redeliveries, hence the default of a day.
+        """
+        cutoff = self._db.cutoff(older_than_seconds)
+        return await self._db.execute("DELETE FROM inbound WHERE status IN ('done', 'failed') AND updated < %s", cutoff)
+
+
+if TYPE_CHECKING:
+    _checked: type[JournalStore] = PgJournal
+
+
+def inbound_record(row: dict[str, Any]) -> InboundRecord:
+    """An `inbound` row as its record."""
+    return InboundRecord.model_validate({**row, "payload": loads(row["payload"])})
+
+
+async def _record_inbound(
+    sql: PgDatabase | PgTx, channel: str, account: str, chat: str, message_id: str, payload: str, now: float
+) -> InboundRecord | None:
+    row = await sql.fetchone(
+        "INSERT INTO inbound (channel, account, chat, message_id, payload, status, received, updated)"
+        " VALUES (%s, %s, %s, %s, %s, 'pending', %s, %s)"
+        " ON CONFLICT (channel, account, chat, message_id) DO NOTHING RETURNING *",
+        channel,
+        account,
+        chat,
+        message_id,
+        payload,
+        now,
+        now,
+    )
+    return None if row is None else inbound_record(row)
+
+
+async def journal_entry(tx: PgDatabase | PgTx, entry: JournalEntry, now: float) -> InboundRecord | None:
+    """Journal `entry` as pending, inside the caller's transaction; None when its message id is journaled already."""
+    payload = dumps(entry.payload)
+    return await _record_inbound(tx, entry.channel, entry.account, entry.chat, entry.message_id, payload, now)
+
+
+async def mark_inbound(
+    sql: PgDatabase | PgTx,
+    inbound_id: int,
+    status: InboundStatus,
+    error: str | None,
+    now: float,
+    session_key: str | None = None,
+) -> None:
+    """Move one message to `status` in a single statement; KeyError if unknown, ValueError if already finished."""
+    updated = await sql.execute(
+        "UPDATE inbound SET status = %s, error = %s, session_key = coalesce(%s, session_key), updated = %s"
+        f" WHERE id = %s AND {_UNFINISHED}",
+        status,
+        error,
+        session_key,
+        now,
+        inbound_id,
+    )
+    if updated:
+        return
+    current = await sql.fetchone("SELECT status FROM inbound WHERE id = %s", inbound_id)
+    if current is None:
+        raise KeyError(f"no inbound message {inbound_id}")
+    raise ValueError(f"inbound message {inbound_id} is already {current['status']}")

@@ -1,0 +1,186 @@
+"""The session index on PostgreSQL: `PgSessions`, the same methods and records as `SqliteSessions`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agent.messages import Usage
+from bot.store.database import dumps, loads
+from bot.store.postgres.database import PgPart, PgTx
+from bot.store.sessions import OVERRIDE_KEYS, SessionRecord, SessionStore, UsageRow, new_session_id
+
+__all__ = ["PgSessions"]
+
+_ENSURE = (
+    "INSERT INTO sessions (session_key, session_id, agent, created, updated) VALUES (%s, %s, %s, %s, %s)"
+    " ON CONFLICT (session_key) DO NOTHING"
+)
+
+
+class PgSessions(PgPart):
+    """The session index in the `sessions` table (and each run's tokens in `usage`)."""
+
+    async def get_session(self, session_key: str) -> SessionRecord | None:
+        row = await self._db.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
+        return None if row is None else _session(row)
+
+    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
+        """The session under this key, created with a new session id if there is none."""
+        now = self._db.clock()
+        async with self._db.transaction() as tx:
+            return await _ensure_session(tx, session_key, agent, new_session_id(), now)
+
+    async def touch_session(
+        self,
+        session_key: str,
+        *,
+        model: str | None = None,
+        usage: Usage | None = None,
+        channel: str | None = None,
+        account: str | None = None,
+        target: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        """Mark the session used now; `usage` (a run's tokens) is added to its totals and, in the same transaction,
+        recorded as a row of the `usage` table (with `model`); None leaves a field.
+
+        KeyError if there is no such session.
+        """
+        counts = _counts(usage or Usage())
+        if min(counts) < 0:
+            raise ValueError(f"token counts cannot be negative: {usage}")
+        now = self._db.clock()
+        async with self._db.transaction() as tx:
+            row = await tx.fetchone(
+                "UPDATE sessions SET updated = %s, model = coalesce(%s, model),"
+                " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
+                " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
+                " last_channel = coalesce(%s, last_channel), last_account = coalesce(%s, last_account),"
+                " last_target = coalesce(%s, last_target)"
+                " WHERE session_key = %s RETURNING *",
+                now,
+                model,
+                *counts,
+                channel,
+                account,
+                dumps(target) if target is not None else None,
+                session_key,
+            )
+            if row is None:
+                raise KeyError(f"no session {session_key!r}")
+            if usage is not None:
+                await tx.execute(
+                    "INSERT INTO usage (at, session_key, agent, model, input_tokens, output_tokens,"
+                    " cache_read_tokens, cache_write_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    now,
+                    session_key,
+                    row["agent"],
+                    row["model"],
+                    *counts,
+                )
+        return _session(row)
+
+    async def reset_session(self, session_key: str) -> SessionRecord:
+        """Start the session over: a new session id, token totals zeroed; the old transcript stays on disk.
+
+        KeyError if there is no such session.
+        """
+        now = self._db.clock()
+        row = await self._db.fetchone(
+            "UPDATE sessions SET session_id = %s, created = %s, updated = %s, input_tokens = 0, output_tokens = 0,"
+            " cache_read_tokens = 0, cache_write_tokens = 0"
+            " WHERE session_key = %s RETURNING *",
+            new_session_id(),
+            now,
+            now,
+            session_key,
+        )
+        if row is None:
+            raise KeyError(f"no session {session_key!r}")
+        return _session(row)
+
+    async def count_sessions(self) -> int:
+        row = await self._db.fetchone("SELECT count(*) AS n FROM sessions")
+        assert row is not None
+        return int(row["n"])
+
+    async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord:
+        """Change the session's own settings (`model`, `thinking`, `queue`); a None value clears that one. The
+        session is created for `agent` if it does not exist yet."""
+        unknown = set(changes) - set(OVERRIDE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown session overrides: {sorted(unknown)}")
+        now = self._db.clock()
+        async with self._db.transaction() as tx:
+            await tx.execute(_ENSURE, session_key, new_session_id(), agent, now, now)
+            # The row lock keeps two processes' changes from overwriting each other's merge.
+            current = await tx.fetchone("SELECT overrides FROM sessions WHERE session_key = %s FOR UPDATE", session_key)
+            assert current is not None  # made above, and nothing deletes sessions
+            merged = {key: value for key, value in {**(loads(current["overrides"]) or {}), **changes}.items()}
+            kept = {key: value for key, value in merged.items() if value is not None}
+            row = await tx.fetchone(
+                "UPDATE sessions SET overrides = %s WHERE session_key = %s RETURNING *",
+                dumps(kept) if kept else None,
+                session_key,
+            )
+        assert row is not None
+        return _session(row)
+
+    async def all_overrides(self) -> dict[str, dict[str, str]]:
+        """Every session that has overrides, with them (the gateway's view of `/queue` after a restart)."""
+        rows = await self._db.fetch("SELECT session_key, overrides FROM sessions WHERE overrides IS NOT NULL")
+        return {row["session_key"]: loads(row["overrides"]) for row in rows}
+
+    async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
+        """The runs' token rows recorded at or after `at`, oldest first; only `session_key`'s when given."""
+        if session_key is None:
+            rows = await self._db.fetch("SELECT * FROM usage WHERE at >= %s ORDER BY id", at)
+        else:
+            rows = await self._db.fetch(
+                "SELECT * FROM usage WHERE at >= %s AND session_key = %s ORDER BY id", at, session_key
+            )
+        return [UsageRow.model_validate(row) for row in rows]
+
+    async def prune_usage(self, older_than_seconds: float) -> int:
+        """Delete usage rows older than this."""
+        return await self._db.execute("DELETE FROM usage WHERE at < %s", self._db.cutoff(older_than_seconds))
+
+    async def list_sessions(
+        self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
+    ) -> list[SessionRecord]:
+        """The sessions, newest first (by `updated`): only `agents`' (None: every agent's), only those used at or
+        after `since`, at most `limit` (None: all)."""
+        where: list[str] = []
+        params: list[object] = []
+        if agents is not None:
+            where.append("agent = ANY(%s::text[])")
+            params.append(list(agents))
+        if since is not None:
+            where.append("updated >= %s")
+            params.append(since)
+        sql = "SELECT * FROM sessions" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += ' ORDER BY updated DESC, session_key COLLATE "C"'  # SQLite's order: by code point
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        return [_session(row) for row in await self._db.fetch(sql, *params)]
+
+
+if TYPE_CHECKING:
+    _checked: type[SessionStore] = PgSessions
+
+
+def _session(row: dict[str, Any]) -> SessionRecord:
+    fields = {**row, "last_target": loads(row["last_target"]), "overrides": loads(row["overrides"]) or {}}
+    return SessionRecord.model_validate(fields)
+
+
+async def _ensure_session(tx: PgTx, session_key: str, agent: str, session_id: str, now: float) -> SessionRecord:
+    await tx.execute(_ENSURE, session_key, session_id, agent, now, now)
+    row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
+    assert row is not None  # nothing deletes sessions
+    return _session(row)
+
+
+def _counts(usage: Usage) -> tuple[int, int, int, int]:
+    return usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens

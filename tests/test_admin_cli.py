@@ -43,7 +43,7 @@ defaults:
 providers:
   openrouter:
     kind: openai
-    base_url: https://openrouter.ai/api/v1
+    base_url: http://127.0.0.1:9/api/v1
     api_keys: ${OR_KEYS}
     headers: {X-Title: switchboard, Authorization: "Bearer ${AUTH_HEADER}"}
 channels:
@@ -109,7 +109,7 @@ def test_config_show_prints_the_effective_config_with_every_secret_masked(tmp_pa
     provider = shown["providers"]["openrouter"]
     assert provider["api_keys"] == ["***", "***"]  # how many keys, nothing of them
     assert provider["headers"] == {"X-Title": "***", "Authorization": "***"}
-    assert provider["base_url"] == "https://openrouter.ai/api/v1"
+    assert provider["base_url"] == "http://127.0.0.1:9/api/v1"
     assert shown["mcp"]["servers"]["github"]["env"] == {"GITHUB_TOKEN": "***", "MODE": "***"}
     assert shown["media"]["transcription"]["api_key"] == "***"
     assert shown["defaults"]["workspace_root"] == str(tmp_path / "ws")  # ${VAR} substituted

@@ -145,12 +145,12 @@ async def test_an_adapter_replaced_meanwhile_is_not_retried() -> None:
 def test_errors_name_the_cause_and_never_the_secrets() -> None:
     assert why_unreachable("aiohttp.ClientConnectorError: Cannot connect to host 127.0.0.1:1 ssl:default "
                            "[Connect call failed ('127.0.0.1', 1)]") == "connection refused"  # fmt: skip
-    dns = "aiohttp.ClientConnectorDNSError: Cannot connect to host api.telegrm.org:443 ssl:default [Name or service "
+    dns = "aiohttp.ClientConnectorDNSError: Cannot connect to host bot-api.invalid:443 ssl:default [Name or service "
     assert why_unreachable(dns + "not known]") == "no such host: the name does not resolve"
     assert why_unreachable("TimeoutError: ") == "timed out"
     assert why_unreachable("Unauthorized") is None
-    assert mask("GET https://api.telegram.org/bot123:abc/getMe with s3cret", ["s3cret"]) == (
-        "GET https://api.telegram.org/bot***/getMe with ***"
+    assert mask("GET http://127.0.0.1:9/bot123:abc/getMe with s3cret", ["s3cret"]) == (
+        "GET http://127.0.0.1:9/bot***/getMe with ***"
     )
     error = start_error("flaky", "main", RuntimeError("boom with s3cret"), secrets=["s3cret"])
     assert (error.kind, str(error)) == ("failed", "flaky/main: RuntimeError: boom with ***")

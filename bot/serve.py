@@ -5,18 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
-from urllib.parse import urlsplit
 
 from bot.app import App
-from bot.assemble import SetupError, choose_model, model_refs
 from bot.channel_start import ChannelStarter
-from bot.config import Config
 from bot.gateway import Gateway
 from channels.base import ChannelAdapter
 from channels.console import ConsoleAdapter
@@ -30,41 +26,6 @@ log = logging.getLogger(__name__)
 # 3,000 messages at 10 turns per conversation, 22 at 100 turns, from 0.05 to 0.5 ms of CPU per message). With
 # 10,000 they die young, as they should; the cost is at most that many objects waiting a little longer.
 YOUNG_COLLECTION_THRESHOLD = 10_000
-
-
-def model_problems(config: Config) -> list[str]:
-    """One line per agent whose model cannot be reached, saying what to set (a remote provider without a key, the
-    variable that holds it)."""
-    problems = []
-    for agent in config.agents:
-        try:
-            candidate = choose_model(config, model_refs(config, agent.id)[0])
-        except SetupError as error:
-            problems.append(f"agent {agent.id}: {error}")
-            continue
-        if not candidate.provider.keys() and not _local(candidate.provider.base_url):
-            name = candidate.provider_name
-            variable = KEY_VARIABLES.get(name, f"{name.upper().replace('-', '_')}_API_KEY")
-            problems.append(
-                f"agent {agent.id}: provider {name!r} has no API key: set {variable} "
-                f"(or configure providers in bindings.yaml)"
-            )
-    return problems
-
-
-KEY_VARIABLES = {"openrouter": "OPENROUTER_API_KEY", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-
-
-def _local(url: str) -> bool:
-    """A server on this machine or the local network (Ollama, vLLM …), which needs no key."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private
 
 
 def serves_console(adapters: Sequence[ChannelAdapter], stdin: TextIO | None) -> bool:

@@ -17,9 +17,9 @@ from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import WAIT
 
-from bot.config import load_config
+from bot.config import load_config, validate_config
 from bot.init_cli import PLATFORMS, PROVIDERS, render_config
-from bot.serve import model_problems, serves_console
+from bot.serve import serves_console
 from channels.console import ConsoleAdapter
 
 
@@ -126,17 +126,23 @@ def test_the_console_is_served_only_when_nothing_else_is_and_a_terminal_is_on_st
         os.close(primary)
 
 
+def key_problems(path: Path, environ: dict[str, str]) -> list[str]:
+    """What the one validation (bot run's, config check's) says of the models' keys."""
+    _, errors, _ = validate_config(path, environ)
+    return [issue.message for issue in errors if "API key" in issue.message]
+
+
 def test_a_remote_provider_without_a_key_names_the_variable(tmp_path: Path) -> None:
     path = tmp_path / "bindings.yaml"
     path.write_text(render_config([], "openrouter", None, []))
-    assert model_problems(load_config(path, environ={})) == [
-        "agent main: provider 'openrouter' has no API key: set OPENROUTER_API_KEY (or configure providers in "
-        "bindings.yaml)"
+    assert key_problems(path, {}) == [
+        "provider 'openrouter' has no API key: set OPENROUTER_API_KEY (in the environment or .env beside this "
+        "file); agent main cannot answer without it"
     ]
-    assert model_problems(load_config(path, environ={"OPENROUTER_API_KEY": "sk-or-test-key"})) == []
+    assert key_problems(path, {"OPENROUTER_API_KEY": "sk-or-test-key"}) == []
     local = "providers: {local: {kind: openai, base_url: 'http://127.0.0.1:11434/v1'}}\n"
     path.write_text(local + "defaults: {model: local/llama3.1}\n")
-    assert model_problems(load_config(path, environ={})) == []  # a local server needs no key
+    assert key_problems(path, {}) == []  # a local server needs no key
 
 
 async def test_make_run_without_a_channel_at_a_terminal_chats_in_the_console(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bot.delivery import Delivery
+from bot.intake import journal_entry_of
 from bot.schedules import Job, parse_deliver
 from bot.store import JobRunRecord
 from bot.store.journal import JournalEntry
@@ -67,14 +68,7 @@ class CronTurns:
                 kind="heartbeat" if heartbeat else "cron", job=job.id, agent=agent, session_key=session_key
             ),
         )
-        chat = f"{peer.kind}:{peer.id}" + (f":thread:{thread}" if thread else "")
-        return JournalEntry(
-            channel=channel,
-            account=account,
-            chat=chat,
-            message_id=message.message_id,
-            payload=message.model_dump(mode="json"),
-        )
+        return journal_entry_of(message)
 
     async def launch(self, run: JobRunRecord, inbound: JournalEntry) -> None:
         assert run.inbound_id is not None

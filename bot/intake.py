@@ -20,6 +20,7 @@ from bot.delivery import Delivery
 from bot.session_commands import model_command, queue_command, settings_line, think_command, usage_command
 from bot.status import health_lines
 from bot.store import InboundRecord, IntakeStore, SessionRecord
+from bot.store.journal import JournalEntry
 from bot.turns import Job
 from bot.whoami import asks_whoami_in_dm, stranger_whoami, whoami
 from channels.base import AccountSettings, ActionEvent, InboundMessage
@@ -43,9 +44,16 @@ PAIR_MISS_WINDOW_SECONDS = 600.0
 _ADDRESSED = re.compile(r"^/[A-Za-z_]+@")  # `/cmd@somebot`
 
 
-def _chat(message: InboundMessage) -> str:
+def journal_entry_of(message: InboundMessage) -> JournalEntry:
+    """The journal row of `message`: unique on its channel, account, chat (`<kind>:<id>[:thread:<id>]`) and id."""
     thread = f":thread:{message.thread_id}" if message.thread_id else ""
-    return f"{message.peer.kind}:{message.peer.id}{thread}"
+    return JournalEntry(
+        channel=message.channel,
+        account=message.account,
+        chat=f"{message.peer.kind}:{message.peer.id}{thread}",
+        message_id=message.message_id,
+        payload=message.model_dump(mode="json"),
+    )
 
 
 class Intake:
@@ -89,11 +97,12 @@ class Intake:
         if message.scheduled is not None:
             log.warning("%s/%s delivered a message marked scheduled: dropped", message.channel, message.account)
             return
+        entry = journal_entry_of(message)
         record = await self.store.record_inbound(
-            message.channel, message.account, _chat(message), message.message_id, message.model_dump(mode="json")
+            entry.channel, entry.account, entry.chat, entry.message_id, entry.payload
         )
         if record is None:
-            log.info("dropped a second delivery of message %s in %s", message.message_id, _chat(message))
+            log.info("dropped a second delivery of message %s in %s", message.message_id, entry.chat)
             return
         if self.metrics is not None:
             self.metrics.received(message.channel, message.account)

@@ -11,6 +11,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from bot.assemble import SetupError, session_models
+from bot.intake import journal_entry_of
 from bot.store import InboundRecord, Store, SubagentRecord, SubagentStatus
 from bot.store.journal import JournalEntry
 from channels.base import ChatTarget, InboundMessage, Scheduled
@@ -41,23 +42,6 @@ ENDINGS: dict[SubagentStatus, str] = {
 def child_key(agent: str, run_id: str) -> str:
     """The session of a child: `agent:<a>:subagent:<id>`."""
     return f"agent:{agent}:subagent:{run_id}"
-
-
-def _chat(target: ChatTarget) -> str:
-    thread = f":thread:{target.thread_id}" if target.thread_id else ""
-    return f"{target.peer.kind}:{target.peer.id}{thread}"
-
-
-def _entry(message: InboundMessage) -> JournalEntry:
-    """The journal row a turn the bot starts itself begins from."""
-    target = message.target()
-    return JournalEntry(
-        channel=message.channel,
-        account=message.account,
-        chat=_chat(target),
-        message_id=message.message_id,
-        payload=message.model_dump(mode="json"),
-    )
 
 
 def _message(target: ChatTarget, run: RunInfo, text: str, message_id: str, scheduled: Scheduled) -> InboundMessage:
@@ -174,7 +158,7 @@ class Subagents:
             await self.store.set_overrides(key, child_agent, queue="steer", model=model)
             self.lanes.set_mode(key, "steer")
             inbound = await self.store.start_subagent(
-                run_id, run.session_key, key, child_agent, label, task, origin, _entry(message)
+                run_id, run.session_key, key, child_agent, label, task, origin, journal_entry_of(message)
             )
         log.info("%s started subagent %s (%s) for: %s", run.session_key, run_id, child_agent, task[:80])
         await self.intake.accept(inbound, message)
@@ -325,7 +309,7 @@ class Subagents:
         parent's session, once."""
 
         def announcement(ended: SubagentRecord) -> JournalEntry:
-            return _entry(self._announcement(ended))
+            return journal_entry_of(self._announcement(ended))
 
         announced = await self.store.end_subagent(record.id, status, result, inbound_ids, announcement)
         if announced is None:
@@ -388,7 +372,7 @@ class Subagents:
 
     async def _journal(self, message: InboundMessage) -> None:
         """Journal a message the bot writes into a session, then hand it to intake (to its session's lane)."""
-        entry = _entry(message)
+        entry = journal_entry_of(message)
         record = await self.store.record_inbound(
             entry.channel, entry.account, entry.chat, entry.message_id, entry.payload
         )

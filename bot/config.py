@@ -49,7 +49,7 @@ from tools.base import CrossChat
 from tools.clock import zone
 from tools.exec_policy import ExecSettings
 from tools.mcp.settings import McpSettings, secret_entries
-from tools.policy import AgentToolsConfig, ToolsConfig, unknown_config_entries
+from tools.policy import AgentToAgent, AgentToolsConfig, ToolsConfig, unknown_config_entries
 from tools.sandbox import SandboxSettings
 from tools.yaml_tree import parse_yaml
 
@@ -488,6 +488,11 @@ class Config(_Section):
     def warnings(self) -> list[ConfigIssue]:
         """What is allowed but unwise, such as a secret written into the file."""
         return list(self._warnings)
+
+    @property
+    def agent_to_agent(self) -> AgentToAgent:
+        """`tools.agent_to_agent`, its defaults when the file has no `tools` section."""
+        return self.tools.agent_to_agent if self.tools is not None else AgentToAgent()
 
     def exec_for(self, agent_id: str) -> ExecConfig:
         """The agent's exec policy (`agents[].exec`)."""

@@ -141,7 +141,7 @@ class StoredSessions:
 
     @property
     def _access(self) -> AgentToAgent:
-        return self.config.tools.agent_to_agent if self.config.tools is not None else AgentToAgent()
+        return self.config.agent_to_agent
 
     def _may_see(self, viewer: str | None, agent: str) -> bool:
         return viewer is None or self._access.allows(viewer, agent)

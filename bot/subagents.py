@@ -260,14 +260,14 @@ class Subagents:
     # --- sessions_send ------------------------------------------------------------------------------------------
 
     async def send(self, run: RunInfo, session_key: str, message: str, *, wait_seconds: float) -> dict[str, Any]:
-        exchange = self.config.tools.agent_to_agent if self.config.tools else None
-        max_exchanges = exchange.max_exchanges if exchange else 5
+        exchange = self.config.agent_to_agent
+        max_exchanges = exchange.max_exchanges
         if session_key == run.session_key:
             raise ValueError("that is this conversation; answer in it instead")
         session = await self.store.get_session(session_key)
         if session is None:
             raise LookupError(f"no session {session_key!r} (sessions_list shows them)")
-        if session.agent != run.agent and not (exchange and exchange.allows(run.agent, session.agent)):
+        if not exchange.allows(run.agent, session.agent):
             raise ValueError(f"agent {run.agent} may not message agent {session.agent} (tools.agent_to_agent.allow)")
         if run.hops >= max_exchanges:
             raise ValueError(
@@ -348,8 +348,7 @@ class Subagents:
         scheduled = job.message.scheduled
         assert scheduled is not None and scheduled.reply_session is not None
         waiter = self._waiting.get(scheduled.job)
-        exchange = self.config.tools.agent_to_agent if self.config.tools else None
-        capped = scheduled.hops >= (exchange.max_exchanges if exchange else 5)
+        capped = scheduled.hops >= self.config.agent_to_agent.max_exchanges
         reply: InboundMessage | None = None
         if (waiter is None or waiter.done()) and answer.strip() and not capped:
             sender = await self.store.get_session(scheduled.reply_session)

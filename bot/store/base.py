@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
 from routing.errors import SwitchboardError
 
-__all__ = ["DEDUPE_SECONDS", "Clock", "Record", "StoreError"]
+__all__ = ["DEDUPE_SECONDS", "Clock", "Fence", "FencedOut", "Record", "StoreError", "current_fence", "fenced"]
 
 Clock = Callable[[], float]
 
@@ -23,3 +26,35 @@ class Record(BaseModel):
     """A stored row as the store hands it out: frozen, and JSON-able, so that any backend can hold it."""
 
     model_config = ConfigDict(frozen=True)
+
+
+class FencedOut(StoreError):
+    """Another process took over the session this work was for (its fence moved on): nothing was written, and the
+    new holder runs the work again."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The fencing token of one claim on a session (`lane`): `token` grows with each hand-over between processes."""
+
+    lane: str
+    token: int
+
+
+_FENCE: ContextVar[Fence | None] = ContextVar("switchboard_fence", default=None)
+
+
+def current_fence() -> Fence | None:
+    """The claim the running code works under (`fenced`), None outside a cluster's session."""
+    return _FENCE.get()
+
+
+@contextlib.contextmanager
+def fenced(fence: Fence) -> Iterator[None]:
+    """Work under `fence` until the block ends (tasks started inside inherit it): a store shared by several processes
+    refuses (FencedOut) the writes that finish a turn once the session's fence has moved past it."""
+    reset = _FENCE.set(fence)
+    try:
+        yield
+    finally:
+        _FENCE.reset(reset)

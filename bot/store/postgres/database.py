@@ -14,10 +14,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from bot.store.base import Clock, StoreError
+from bot.store.base import Clock, FencedOut, StoreError, current_fence
 from bot.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["CONNECT_TIMEOUT", "MIGRATION_LOCK", "PgDatabase", "PgPart", "PgTx"]
+__all__ = ["CONNECT_TIMEOUT", "MIGRATION_LOCK", "PgDatabase", "PgPart", "PgTx", "check_fence"]
 
 CONNECT_TIMEOUT = 30.0  # seconds `open` waits for the first connection
 # pg_advisory_xact_lock key held while migrating: two processes opening one database cannot both migrate it.
@@ -132,6 +132,19 @@ class PgTx:
 
     async def execute(self, sql: str, *params: object) -> int:
         return await _execute(self.connection, sql, params)
+
+
+async def check_fence(tx: PgTx) -> None:
+    """Inside a transaction that finishes work of a session: FencedOut when the session was handed to another process
+    since this one claimed it (the `fenced` claim the code runs under). The row stays share-locked until the
+    transaction ends, so no hand-over can slip in between the check and the writes. Nothing to check outside a
+    cluster's session."""
+    fence = current_fence()
+    if fence is None:
+        return
+    row = await tx.fetchone("SELECT fence FROM session_fences WHERE session_key = %s FOR SHARE", fence.lane)
+    if row is None or row["fence"] != fence.token:
+        raise FencedOut(f"session {fence.lane} was taken over by another process; nothing was written")
 
 
 class PgPart:

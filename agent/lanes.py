@@ -183,6 +183,7 @@ class Lanes(Generic[T]):
         self._running = 0
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
+        self.on_idle: Callable[[str], None] | None = None  # told each session key whose lane has emptied
 
     # --- intake -------------------------------------------------------------------------------------------------
 
@@ -243,6 +244,8 @@ class Lanes(Generic[T]):
             # Queued items stay on close (pending_items); otherwise an idle session leaves nothing behind.
             if not lane.queue and self._lanes.get(key) is lane:
                 del self._lanes[key]
+                if self.on_idle is not None:
+                    self.on_idle(key)
 
     async def _quiet(self, lane: _Lane[T]) -> None:
         """Wait until `debounce_ms` has passed since the newest arrival (later arrivals extend the wait)."""
@@ -328,6 +331,10 @@ class Lanes(Generic[T]):
         """Items waiting for the session's next turn (a folded summary is one item)."""
         lane = self._lanes.get(key)
         return len(lane.queue) if lane else 0
+
+    def active(self, key: str) -> bool:
+        """Whether the session has a turn running or items waiting."""
+        return key in self._lanes
 
     def busy(self, key: str) -> bool:
         """Whether a turn is running for the session right now."""

@@ -85,6 +85,8 @@ class Approvals:
         self.metrics: Metrics | None = None  # set by the gateway: each decision recorded here is counted
         self._showing: dict[str, asyncio.Event] = {}  # request id -> set once its cards are sent and recorded
         self._turn_asks: OrderedDict[str, int] = OrderedDict()  # turn -> requests it made in this process
+        # Set by the gateway of a cluster: tells every process of a decision made here (`wake` in each).
+        self.announce: Callable[[str], Awaitable[None]] | None = None
 
     # --- the exec tool's question -----------------------------------------------------------------------------
 
@@ -345,9 +347,17 @@ class Approvals:
         waiting = self._decided.get(approval_id)
         if waiting is not None:
             waiting.set()  # the waiting run shows the outcome
+        elif self.announce is not None:
+            await self.announce(approval_id)  # the run waiting in another process shows it
         else:  # a request held for a turn that has not run again yet: nobody else will show it
             await self._show_outcome(settled)
         return None
+
+    def wake(self, approval_id: str) -> None:
+        """Another process decided `approval_id`: a run waiting for it here goes on now (not at its next look)."""
+        waiting = self._decided.get(approval_id)
+        if waiting is not None:
+            waiting.set()
 
     async def on_command(self, args: str, who: str, name: str | None = None) -> str:
         """`/approve <id> allow-once|allow-always|deny` (an unambiguous prefix of the id is enough)."""

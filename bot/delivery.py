@@ -17,6 +17,7 @@ from routing.errors import ChannelError
 from tools.message import MessageTool
 
 if TYPE_CHECKING:
+    from bot.cluster import Cluster
     from bot.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,10 @@ MAX_SEND_ATTEMPTS = 8
 DEFAULT_LIMIT = 4000  # the length a reply is split to for an account that is not running (it is not sent anyway)
 MAX_ANSWER_SESSIONS = 1000  # answers still on their way whose messages are noted for the message tool
 SEND_WAIT_SECONDS = 60.0  # how long `send` waits behind the chat's earlier messages before it says "queued"
+# In a cluster, a process sends what it recorded; an entry another process recorded is sent here only once it is
+# this long overdue (that process died, or its chat is stuck behind it), and always in its chat's order.
+ORPHAN_SECONDS = 5.0
+ELSEWHERE_SECONDS = 0.2  # the wait before looking again at a chat another process is sending just now
 
 Adapters = Mapping[tuple[str, str], ChannelAdapter]
 
@@ -62,6 +67,9 @@ class Delivery:
         # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
         self._answer_sessions: OrderedDict[int, str] = OrderedDict()
         self._waiting: dict[int, asyncio.Future[str | None]] = {}  # outbox id -> the `send` waiting for it
+        self.cluster: Cluster | None = None  # set by the gateway of a cluster: chats are sent by one process at a time
+        self._mine: set[int] = set()  # in a cluster: the pending entries this process recorded
+        self._elsewhere = False  # the last flush met a chat another process was sending
 
     def adapter_for(self, channel: str, account: str) -> ChannelAdapter | None:
         """The running adapter of this channel account, None if there is none."""
@@ -160,6 +168,7 @@ class Delivery:
             for payload, key in zip(payloads, keys, strict=True)
         ]
         records = await self.store.enqueue_once(entries)
+        self._recorded(records)
         outcomes = [self._outcome(record) for record in records]
         self.wake()
         try:
@@ -229,9 +238,21 @@ class Delivery:
     ) -> None:
         """Record the replies and finish the messages' journal rows in one step (a crash leaves both or
         neither), then let the outbox send the replies."""
-        await self.store.finish_inbound(inbound_ids, status, error, session_key=session_key, replies=replies)
+        records = await self.store.finish_inbound(inbound_ids, status, error, session_key=session_key, replies=replies)
+        self._recorded(records)
         if replies:
             self._wake.set()
+
+    def _recorded(self, records: Sequence[OutboxRecord]) -> None:
+        if self.cluster is not None:
+            self._mine.update(record.id for record in records if record.status == "pending")
+
+    def _due_at(self, record: OutboxRecord) -> float:
+        """When this process should send `record`: at its retry time if it recorded it (or runs alone), else only
+        once it is ORPHAN_SECONDS overdue."""
+        if self.cluster is None or record.id in self._mine:
+            return record.retry_at
+        return record.retry_at + ORPHAN_SECONDS
 
     async def reply(self, message: InboundMessage, text: str) -> None:
         """A reply that answers no journaled message (a notice, a pairing confirmation)."""
@@ -259,9 +280,12 @@ class Delivery:
             await self._wake.wait()
             self._wake.clear()
             await self.flush()
+            await self._settle_waiting()
             due = await self.store.unsent_outbox()
             if due:  # what arrived meanwhile goes at once; what failed waits for its retry time
-                wait = min(record.retry_at for record in due) - self.clock()
+                wait = min(self._due_at(record) for record in due) - self.clock()
+                if self._elsewhere:
+                    wait = max(wait, ELSEWHERE_SECONDS)
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), wait)
@@ -272,15 +296,44 @@ class Delivery:
         chat's later entries wait behind it."""
         async with self._flush_lock:
             now = self.clock()
+            self._elsewhere = False
             chats: dict[str, list[OutboxRecord]] = {}
             for record in await self.store.unsent_outbox():
-                chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
-            await asyncio.gather(*(self._send_in_order(records, now) for records in chats.values()))
+                if self._due_at(record) <= now:
+                    chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+            await asyncio.gather(*(self._send_chat(records, now) for records in chats.values()))
+
+    async def _send_chat(self, records: list[OutboxRecord], now: float) -> None:
+        """Send a chat's entries in order; in a cluster, holding the chat (or leaving it to the process that does),
+        and sending every pending entry of it as it stands now, whoever recorded it."""
+        if self.cluster is None:
+            await self._send_in_order(records, now)
+            return
+        async with self.cluster.sending(records[0]) as current:
+            if current is None:
+                self._elsewhere = True
+                return
+            await self._send_in_order(current, now)
+
+    async def _settle_waiting(self) -> None:
+        """In a cluster: the `send`s waiting here for entries another process sent hear how it went."""
+        if self.cluster is None:
+            return
+        for record in await self.cluster.settled(list(self._waiting)):
+            self._mine.discard(record.id)
+            waiting = self._waiting.pop(record.id, None)
+            if waiting is None or waiting.done():
+                continue
+            if record.status == "sent":
+                waiting.set_result(record.platform_message_id)
+            else:
+                waiting.set_exception(SendFailed(record.error or "not delivered"))
 
     async def _send_in_order(self, records: list[OutboxRecord], now: float) -> None:
         for record in records:
             if record.retry_at > now or not await self._send(record):
                 return  # keep the chat's order: nothing after an entry that is waiting to retry
+            self._mine.discard(record.id)
 
     async def _send(self, record: OutboxRecord) -> bool:
         adapter = self.adapter_for(record.channel, record.account)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agent.lanes import Lanes
+from agent.lanes import Lanes, RunControl
 from bot.adapters import build_adapters
 from bot.approvals import Approvals
 from bot.channel_notices import ChannelNotices
@@ -28,10 +28,11 @@ from bot.scheduler import Scheduler
 from bot.session_book import StoredSessions
 from bot.session_commands import restore_queue_modes
 from bot.status import ChannelBoard, StatusWriter
-from bot.store import InboundRecord, Store
+from bot.store import ApprovalRecord, InboundRecord, Store
+from bot.store.base import fenced
 from bot.subagents import Subagents
 from bot.turns import Job, Turns, fold
-from channels.base import ActionEvent, ChannelAdapter, InboundMessage
+from channels.base import ActionEvent, ChannelAdapter, ElectedIngress, InboundMessage
 from tools.exec import ProcessTable
 from tools.message import MessageTool
 from tools.registry import ToolRegistry, ToolSetup
@@ -39,6 +40,7 @@ from tools.registry import ToolRegistry, ToolSetup
 if TYPE_CHECKING:
     from bot.admin import AdminServer
     from bot.app import App
+    from bot.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class Gateway:
         self.jobs = CronBook(store, config, app.clock)
         self.sessions = StoredSessions(store, config, app.state_dir, app.clock)
         self.lanes: Lanes[Job] = Lanes(
-            lambda key, jobs, control: self.turns.handle(key, jobs, control),
+            self._handle,
             fold=fold,
             notify=lambda key, job, text: self.intake.notice(key, job, text),
             max_concurrent=config.defaults.max_concurrent,
@@ -109,6 +111,47 @@ class Gateway:
         self._watch_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
         self._held_task: asyncio.Task[int] | None = None
+        self.cluster: Cluster | None = None  # several processes on one PostgreSQL database (bot.cluster)
+        if config.state.backend == "postgres":
+            self._join_cluster()
+
+    def _join_cluster(self) -> None:
+        """Serve as one of several processes: messages are offered to the process holding their session, chats
+        are sent by one process at a time, approvals decided anywhere reach the run waiting for them."""
+        from bot.cluster import Cluster  # psycopg, only for a database that other processes share
+        from bot.store.postgres.database import PgDatabase
+
+        db = getattr(self.store, "db", None)
+        assert isinstance(db, PgDatabase)
+        self.cluster = cluster = Cluster(
+            db, self.lanes, self._take, capacity=self.config.defaults.max_concurrent, adapters=lambda: self.adapters,
+            on_approval=self.approvals.wake,
+        )  # fmt: skip
+        self.lanes.on_idle = cluster.lane_idle
+        self.intake.offer = cluster.offer
+        self.delivery.cluster = cluster
+        self.approvals.announce = cluster.announce_approval
+
+    async def _handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
+        """A lane's turn; in a cluster under the session's fence, so that it writes nothing once taken over."""
+        with fenced(self.cluster.fence(key)) if self.cluster is not None else contextlib.nullcontext():
+            await self.turns.handle(key, jobs, control)
+
+    async def _take(self, record: InboundRecord, taken_over: bool) -> None:
+        """Run a journaled message this process claimed in a cluster; one of a lane just taken over may be a
+        leftover of a process that died: too old to run, already answered, or half streamed (as at a restart)."""
+        if taken_over:
+            kept = await drop_stale(
+                self.store, self.delivery, [record], max_age=self.config.recovery.max_age, now=self.app.clock(),
+                end_child=self.subagents.end_stale,
+            )  # fmt: skip
+            if not kept:
+                return
+            if await self.store.inbound_has_replies(record.id):
+                await self.delivery.close([record.id])  # answered; the outbox finishes the delivery
+                return
+            await self.turns.adopt_previews([record])
+        await self.intake.take(record, InboundMessage.model_validate(record.payload))
 
     async def on_message(self, message: InboundMessage) -> None:
         """What adapters call with a message (intake: journal first)."""
@@ -125,14 +168,18 @@ class Gateway:
 
             self.admin = AdminServer(self.config.admin.listen, self.metrics, lambda: read_gateway(self))
             await self.admin.start()
-        # Taken before any adapter runs: what arrives from now on is this process's own work, not a leftover
-        # (re-running it too would answer it twice).
-        leftovers = await drop_stale(
-            self.store, self.delivery, await self.store.unfinished_inbound(), max_age=self.config.recovery.max_age,
-            now=self.app.clock(), end_child=self.subagents.end_stale,
-        )  # fmt: skip
-        orphans = await self.store.pending_approvals()
-        await self.turns.keep_previews(leftovers)
+        leftovers: list[InboundRecord] = []
+        orphans: list[ApprovalRecord] = []
+        if self.cluster is None:
+            # Taken before any adapter runs: what arrives from now on is this process's own work, not a leftover
+            # (re-running it too would answer it twice). In a cluster the leftovers of a process that died come with
+            # the sessions taken over from it, and pending approvals may be other live processes' own.
+            leftovers = await drop_stale(
+                self.store, self.delivery, await self.store.unfinished_inbound(), max_age=self.config.recovery.max_age,
+                now=self.app.clock(), end_child=self.subagents.end_stale,
+            )  # fmt: skip
+            orphans = await self.store.pending_approvals()
+            await self.turns.keep_previews(leftovers)
         await restore_queue_modes(self.store, self.lanes)  # each session's /queue mode, before any message
         self.intake.accepting = True
         self.delivery.start()
@@ -148,11 +195,11 @@ class Gateway:
         if held:
             self._held_task = asyncio.create_task(self.approvals.expire_when_due(held), name="held approvals")
         await self._recover(leftovers)
+        if self.cluster is not None:
+            await self.cluster.start()
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
         if self.config.file is not None:
-            self.watch = ConfigWatch(
-                self.config.file, self.reload, load=lambda path: validated(path, self.app.plugins)
-            )
+            self.watch = ConfigWatch(self.config.file, self.reload, load=lambda path: validated(path, self.app.plugins))
             self._watch_task = asyncio.create_task(self.watch.run(), name="config watch")
         await self.status.start()
         self.notices.start()
@@ -198,7 +245,10 @@ class Gateway:
         self.delivery.wake()  # replies held for a restarted account go out on its new adapter
 
     async def _start_adapter(self, adapter: ChannelAdapter) -> None:
-        """Start `adapter`; one that cannot start is `degraded` and tried again in the background, with backoff."""
+        """Start `adapter`; one that cannot start is `degraded` and tried again in the background, with backoff. In
+        a cluster, a listener only one process may run waits until this process wins it."""
+        if self.cluster is not None and isinstance(adapter, ElectedIngress):
+            adapter.ingress_deferred = True
         await self.starter.start(adapter)
 
     async def idle(self) -> bool:
@@ -213,6 +263,8 @@ class Gateway:
         Adapters stop last: the runs that finish during the grace period still need them to deliver.
         """
         self.intake.accepting = False
+        if self.cluster is not None:
+            await self.cluster.stop()  # no more claims, and the elected listeners closed: another process takes them
         await self.notices.stop()
         for task in (self._watch_task, self._scheduler_task, self._prune_task, self._held_task):
             if task is not None:
@@ -228,6 +280,8 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await adapter.stop()
         await self.conversations.runner.aclose()
+        if self.cluster is not None:
+            await self.cluster.leave()  # its sessions' locks go last: the runs finished within the grace wrote first
         if self.admin is not None:
             await self.admin.stop()
         await self.status.stop()  # a clean stop leaves no status file behind

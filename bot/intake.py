@@ -28,7 +28,7 @@ from routing import Peer
 from tools.clock import envelope, zone
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from bot.app import App
     from bot.config import Config
@@ -73,6 +73,9 @@ class Intake:
         self.subagents: Subagents | None = None  # set by the gateway: `/subagents`
         self.metrics: Metrics | None = None  # set by the gateway
         self.health: Callable[[], list[HealthSnapshot]] | None = None  # set by the gateway: /status's channel lines
+        # Set by the gateway of a cluster (bot.cluster): a journaled message is offered under its lane, and `take`
+        # runs in whichever process holds that lane.
+        self.offer: Callable[[int, str], Awaitable[None]] | None = None
         self._pair_misses: dict[str, list[float]] = {}
 
     @property
@@ -140,8 +143,22 @@ class Intake:
         return None
 
     async def accept(self, record: InboundRecord, message: InboundMessage) -> None:
+        """Run a journaled message here, or, in a cluster, offer it to the process that holds its session."""
+        if self.offer is not None:
+            await self.offer(record.id, self.lane_of(message))
+            return
+        await self.take(record, message)
+
+    def lane_of(self, message: InboundMessage) -> str:
+        """The session key a message goes to: the one a scheduled turn names, else the one routing gives it."""
         if message.scheduled is not None:
-            await self.accept_scheduled(record.id, record.received, message)
+            return message.scheduled.session_key
+        return self.router.resolve(message.routing_input()).session_key
+
+    async def take(self, record: InboundRecord, message: InboundMessage) -> None:
+        """Run a journaled message in this process: access, commands, routing, then its session's lane."""
+        if message.scheduled is not None:
+            await self._take_scheduled(record.id, record.received, message)
             return
         adapter = self.delivery.adapter_for(message.channel, message.account)
         settings = adapter.settings if adapter is not None else AccountSettings()
@@ -171,6 +188,12 @@ class Intake:
     async def accept_scheduled(self, inbound_id: int, received: float, message: InboundMessage) -> None:
         """A turn the bot started itself, journaled by the scheduler or the subagents: no access check, command or
         routing (it names its agent and session); it joins that session's lane like any message."""
+        if self.offer is not None:
+            await self.offer(inbound_id, self.lane_of(message))
+            return
+        await self._take_scheduled(inbound_id, received, message)
+
+    async def _take_scheduled(self, inbound_id: int, received: float, message: InboundMessage) -> None:
         scheduled = message.scheduled
         assert scheduled is not None
         job = self._job(inbound_id, received, message, scheduled.agent, scheduled.session_key, owner=scheduled.owner)

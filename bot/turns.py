@@ -151,6 +151,14 @@ class Turns:
         self.unfinished_previews = {p.inbound_id: p for p in previews if p.inbound_id in unfinished}
         await self.previews.clear_previews([p.inbound_id for p in previews if p.inbound_id not in unfinished])
 
+    async def adopt_previews(self, records: list[InboundRecord]) -> None:
+        """The streamed messages of turns taken over from another process, for their new answers to be written into
+        (the others' previews stay theirs)."""
+        ids = {record.id for record in records}
+        for preview in await self.previews.previews():
+            if preview.inbound_id in ids:
+                self.unfinished_previews[preview.inbound_id] = preview
+
     async def handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
         """Answer a batch of messages for one session. A turn's answer goes to one place (the chat, a session that
         messaged this one, the parent of a subagent): a batch whose messages answer to different places runs as

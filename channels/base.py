@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -287,6 +287,28 @@ class ChannelAdapter(Protocol):
         """Start a thread named `name` in the chat (from message `message_id` where the platform starts threads
         from a message); returns the thread id, which a ChatTarget's `thread_id` then names. Only called where
         `capabilities.threads` says the channel has threads."""
+        ...
+
+
+@runtime_checkable
+class ElectedIngress(Protocol):
+    """An adapter whose listening may run in only one process of several serving the same bot from one database
+    (Telegram's long polling for a token, one Discord shard). When the gateway sets `ingress_deferred` before
+    `start()`, start connects for sending only; the gateway then opens a listener once this process has won its
+    election (an advisory lock per key) and closes it when the lock is lost. `ingress_keys()` names the listeners
+    (stable across processes, no secret in them: e.g. `telegram:<hash of the token>`); none when any process may
+    listen (a Telegram webhook, Slack)."""
+
+    ingress_deferred: bool
+
+    def ingress_keys(self) -> list[str]: ...
+
+    async def open_ingress(self, key: str) -> None:
+        """Begin listening as `key` (after `start()`); idempotent."""
+        ...
+
+    async def close_ingress(self, key: str) -> None:
+        """Stop listening as `key` (another process takes over); sending keeps working; idempotent."""
         ...
 
 

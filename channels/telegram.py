@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -484,6 +485,7 @@ class TelegramAdapter:
             rate_limiter=rate_limiter or (TelegramRateLimiter() if settings.rate_limit else None),
         )
         self._offset = 0
+        self.ingress_deferred = False  # in a cluster: poll only once elected (open_ingress)
         self._failures: dict[int, int] = {}  # update id -> times on_message raised for it
         self._album_wait = album_wait or (lambda: asyncio.sleep(MEDIA_GROUP_WAIT))
         self._waited_album: str | None = None  # the media group the poller last waited for
@@ -532,8 +534,24 @@ class TelegramAdapter:
                 log.warning("telegram %s: could not set the command menu: %s", self.account, error)
         if self.settings.mode == "webhook":
             await self._start_webhook()
-        else:
+        elif not self.ingress_deferred:
             await self._start_polling()
+
+    def ingress_keys(self) -> list[str]:
+        """Long polling is one process's per token (Telegram answers two pollers with 409); webhooks reach anyone."""
+        if self.settings.mode == "webhook":
+            return []
+        return [f"telegram:{hashlib.sha256(self.settings.token.encode()).hexdigest()[:16]}"]
+
+    async def open_ingress(self, key: str) -> None:
+        """Begin long polling (this process won the election for the token)."""
+        if self._task is None:
+            await self._start_polling()
+            log.info("telegram %s: polling (elected)", self.account)
+
+    async def close_ingress(self, key: str) -> None:
+        """Stop long polling, confirming what was taken: another process polls from there."""
+        await self._stop_polling()
 
     async def _start_polling(self) -> None:
         await self.bot.delete_webhook(drop_pending_updates=False)
@@ -546,6 +564,16 @@ class TelegramAdapter:
         self._task = asyncio.create_task(self._poll(), name=f"telegram:{self.account}")
 
     async def stop(self) -> None:
+        await self._stop_polling()
+        if self._webhook is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._webhook.cleanup(), 5)
+            self._webhook = None
+        with contextlib.suppress(Exception):
+            await self.bot.shutdown()
+        self.health.set("stopped")
+
+    async def _stop_polling(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -554,13 +582,6 @@ class TelegramAdapter:
             # As python-telegram-bot does: one last getUpdates, so Telegram learns the final offset.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.bot.raw_updates(self._offset, 0), 5)
-        if self._webhook is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._webhook.cleanup(), 5)
-            self._webhook = None
-        with contextlib.suppress(Exception):
-            await self.bot.shutdown()
-        self.health.set("stopped")
 
     # --- receiving ----------------------------------------------------------------------------------------------
 

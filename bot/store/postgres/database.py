@@ -23,6 +23,10 @@ CONNECT_TIMEOUT = 30.0  # seconds `open` waits for the first connection
 # pg_advisory_xact_lock key held while migrating: two processes opening one database cannot both migrate it.
 MIGRATION_LOCK = 0x5357_4244  # "SWBD"
 
+# TCP keepalives on a connection of its own: when its machine vanishes (no FIN ever comes), the server notices within
+# about 10 s and releases the advisory locks that connection held, so that another process can take over.
+KEEPALIVE: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2, "keepalives_count": 3}
+
 _Connection = AsyncConnection[DictRow]
 
 
@@ -35,8 +39,9 @@ class PgDatabase:
     DOUBLE PRECISION seconds from `clock()`.
     """
 
-    def __init__(self, pool: AsyncConnectionPool[_Connection], clock: Clock, key: bytes) -> None:
+    def __init__(self, pool: AsyncConnectionPool[_Connection], clock: Clock, key: bytes, url: str = "") -> None:
         self.clock = clock
+        self.url = url  # for connections of their own (a cluster member's locks and notifications)
         self.key = key  # seals approval decisions (the `store_keys` row 'decision')
         self._pool: AsyncConnectionPool[_Connection] | None = pool
 
@@ -67,7 +72,7 @@ class PgDatabase:
             if isinstance(error, PoolTimeout):
                 raise StoreError(f"cannot connect to PostgreSQL within {CONNECT_TIMEOUT:g} s") from error
             raise
-        return cls(pool, clock, key)
+        return cls(pool, clock, key, url)
 
     async def close(self) -> None:
         """Close the pool (waiting for connections in use to come back). Closing twice is fine."""
@@ -79,6 +84,13 @@ class PgDatabase:
     @property
     def closed(self) -> bool:
         return self._pool is None
+
+    async def connect(self) -> _Connection:
+        """A connection of its own, outside the pool (autocommit, rows as dicts): for session-level advisory locks
+        and LISTEN, which live as long as it does. The caller closes it."""
+        if self._pool is None:
+            raise StoreError("the store is closed")
+        return await AsyncConnection.connect(self.url, row_factory=dict_row, autocommit=True, **KEEPALIVE)
 
     def _connection(self) -> AbstractAsyncContextManager[_Connection]:
         if self._pool is None:

@@ -9,7 +9,7 @@ from bot.store.base import DEDUPE_SECONDS
 from bot.store.database import dumps, loads
 from bot.store.journal import InboundRecord, InboundStatus, JournalEntry
 from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_row
-from bot.store.postgres.database import PgDatabase, PgPart, PgTx
+from bot.store.postgres.database import PgDatabase, PgPart, PgTx, check_fence
 from bot.store.postgres.outbox import insert_outbox
 from bot.store.postgres.previews import delete_previews
 
@@ -34,7 +34,9 @@ class PgJournal(PgPart):
         """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
         if status not in ("pending", "running", "done", "failed"):
             raise ValueError(f"not an inbound status: {status!r}")
-        await mark_inbound(self._db, inbound_id, status, error, self._db.clock())
+        async with self._db.transaction() as tx:
+            await check_fence(tx)
+            await mark_inbound(tx, inbound_id, status, error, self._db.clock())
 
     async def finish_inbound(
         self,
@@ -53,6 +55,7 @@ class PgJournal(PgPart):
         ids = list(inbound_ids)
         now = self._db.clock()
         async with self._db.transaction() as tx:
+            await check_fence(tx)  # a process whose session was taken over writes nothing more for it
             if ids:  # lock the messages in one order, so that two processes finishing overlapping sets cannot deadlock
                 await tx.fetch("SELECT id FROM inbound WHERE id = ANY(%s) ORDER BY id FOR UPDATE", ids)
             records = [await insert_outbox(tx, row, now) for row in rows]

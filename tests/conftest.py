@@ -9,5 +9,6 @@ pytest_plugins = [
     "fakes.discord",
     "leaks",
     "postgres",
+    "stores",
     "pytester",
 ]

@@ -1,100 +1,66 @@
-"""The SQLite state store, on a real file: sessions, the inbound journal, the outbox, crashes and concurrency."""
+"""The state store's roles, each test run on both backends (tests/stores.py: `[sqlite]` on a real file, `[postgres]` on
+a throwaway server): sessions and usage, the inbound journal, the outbox, previews, pairing, approvals, jobs,
+subagents, pruning; and several stores (several processes) on one database. What only one backend has is in
+tests/test_store_sqlite.py and tests/test_store_postgres.py."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-import sqlite3
-import sys
-import textwrap
-import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from helpers import WAIT, FakeClock, eventually
+from helpers import FakeClock
+from stores import NOW, AnyStore, Backend
 
 from agent.messages import Usage
-from bot.store import SCHEMA_VERSION, InboundRecord, OutboxEntry, SqliteStore, Store, StoreError
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_000_000.0)
-
-
-@pytest.fixture
-async def store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
-    opened = await SqliteStore.open(tmp_path, clock=clock)
-    yield opened
-    await opened.close()
-
+from bot.store import InboundRecord, OutboxEntry, StoreError
+from bot.store.approvals import ApprovalRecord
+from bot.store.journal import JournalEntry
+from bot.store.sessions import UsageRow
+from bot.store.subagents import SubagentRecord
 
 TARGET = {"chat_id": "42", "thread_id": None}
 
 
-async def inbound(store: Store, message_id: str, chat: str = "42", account: str = "default") -> InboundRecord:
+async def inbound(store: AnyStore, message_id: str, chat: str = "42", account: str = "default") -> InboundRecord:
     record = await store.record_inbound("telegram", account, chat, message_id, {"text": f"message {message_id}"})
     assert record is not None
     return record
 
 
-# --- opening ---------------------------------------------------------------------------------------------------
+def reply(inbound_id: int | None, text: str, key: str | None = None) -> OutboxEntry:
+    return OutboxEntry(
+        inbound_id=inbound_id, channel="telegram", account="default", target=TARGET, payload={"t": text}, key=key
+    )
 
 
-async def test_open_creates_state_db_in_wal_mode_with_the_schema_version(tmp_path: Path) -> None:
-    state_dir = tmp_path / "state"  # does not exist yet
-    async with await SqliteStore.open(state_dir) as store:
-        assert store.path == state_dir / "state.db"
-        await inbound(store, "1")
-    with sqlite3.connect(state_dir / "state.db") as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 1
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"sessions", "inbound", "outbox"} <= tables
+def entry(message_id: str, text: str = "task") -> JournalEntry:
+    return JournalEntry(channel="internal", account="default", chat="c", message_id=message_id, payload={"t": text})
 
 
-async def test_a_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
-    await (await SqliteStore.open(tmp_path)).close()
-    with sqlite3.connect(tmp_path / "state.db") as db:
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(StoreError, match="newer"):
-        await SqliteStore.open(tmp_path)
+def approval(approval_id: str, created: float, **fields: object) -> ApprovalRecord:
+    values: dict[str, object] = {
+        "id": approval_id, "agent": "main", "session_key": "s", "command": "ls", "cwd": ".",
+        "approvers": ["telegram:1"], "created": created, "expires": created + 60, "status": "pending",
+    }  # fmt: skip
+    return ApprovalRecord.model_validate(values | fields)
 
 
-async def test_a_new_database_can_give_the_space_of_deleted_rows_back(tmp_path: Path) -> None:
-    await (await SqliteStore.open(tmp_path)).close()
-    with contextlib.closing(sqlite3.connect(tmp_path / "state.db")) as db:
-        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+# --- opening and closing -------------------------------------------------------------------------------------------
 
 
-async def test_a_database_from_before_incremental_vacuum_is_converted_once_when_opened(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path) as store:
-        await inbound(store, "1")
-    with contextlib.closing(sqlite3.connect(tmp_path / "state.db", isolation_level=None)) as db:
-        db.execute("PRAGMA auto_vacuum = NONE")  # as earlier versions made it
-        db.execute("VACUUM")
-        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
-    async with await SqliteStore.open(tmp_path) as store:
-        assert [record.message_id for record in await store.unfinished_inbound()] == ["1"]
-    with contextlib.closing(sqlite3.connect(tmp_path / "state.db")) as db:
-        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-
-
-async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(tmp_path: Path) -> None:
-    store = await SqliteStore.open(tmp_path)
+async def test_a_closed_store_refuses_calls_and_closing_twice_is_fine(store: AnyStore) -> None:
     await store.close()
     await store.close()
     with pytest.raises(StoreError, match="closed"):
         await store.count_sessions()
 
 
-# --- sessions --------------------------------------------------------------------------------------------------
+# --- sessions and usage --------------------------------------------------------------------------------------------
 
 
-async def test_ensure_session_creates_once_then_returns_the_same_session(store: SqliteStore, clock: FakeClock) -> None:
+async def test_ensure_session_creates_once_then_returns_the_same_session(store: AnyStore, clock: FakeClock) -> None:
     assert await store.get_session("agent:main:telegram:direct:7") is None
     created = await store.ensure_session("agent:main:telegram:direct:7", "main")
     assert created.agent == "main"
@@ -111,7 +77,7 @@ async def test_ensure_session_creates_once_then_returns_the_same_session(store: 
     assert await store.count_sessions() == 2
 
 
-async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store: SqliteStore, clock: FakeClock) -> None:
+async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store: AnyStore, clock: FakeClock) -> None:
     await store.ensure_session("k", "main")
     clock.advance(10)
     first = await store.touch_session(
@@ -138,15 +104,46 @@ async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store:
     assert record.updated == clock.now > record.created
 
 
-async def test_touching_a_missing_session_or_negative_usage_is_an_error(store: SqliteStore) -> None:
-    with pytest.raises(KeyError):
-        await store.touch_session("nobody", usage=Usage(input_tokens=1, output_tokens=1))
+async def test_each_touch_with_usage_records_a_usage_row_and_old_rows_are_pruned(
+    store: AnyStore, clock: FakeClock
+) -> None:
     await store.ensure_session("k", "main")
+    clock.advance(10)
+    first = await store.touch_session(
+        "k", model="openai/gpt-x", usage=Usage(input_tokens=100, output_tokens=20), channel="telegram",
+        account="default", target=TARGET,
+    )  # fmt: skip
+    assert (first.input_tokens, first.output_tokens, first.updated) == (100, 20, clock.now)
+    clock.advance(10)
+    await store.touch_session("k", channel="slack")  # no usage: no row
+    cached = Usage(input_tokens=1000, output_tokens=2, cache_read_tokens=900, cache_write_tokens=90)
+    await store.touch_session("k", usage=cached, model="anthropic/claude-y")
+    record = await store.get_session("k")
+    assert record is not None
+    assert (record.input_tokens, record.output_tokens) == (1100, 22)
+    assert (record.cache_read_tokens, record.cache_write_tokens) == (900, 90)
+    assert (record.model, record.last_channel, record.last_account, record.last_target) == (
+        "anthropic/claude-y", "slack", "default", TARGET,
+    )  # fmt: skip
+    assert await store.usage_since(0) == [
+        UsageRow(at=NOW + 10, session_key="k", agent="main", model="openai/gpt-x", input_tokens=100,
+                 output_tokens=20),
+        UsageRow(at=NOW + 20, session_key="k", agent="main", model="anthropic/claude-y", input_tokens=1000,
+                 output_tokens=2, cache_read_tokens=900, cache_write_tokens=90),
+    ]  # fmt: skip
+    assert [row.at for row in await store.usage_since(NOW + 11, "k")] == [NOW + 20]
+    assert await store.usage_since(0, "other") == []
+    with pytest.raises(KeyError):  # no session: neither the totals nor a row
+        await store.touch_session("nobody", usage=Usage(input_tokens=1, output_tokens=1))
     with pytest.raises(ValueError, match="negative"):
         await store.touch_session("k", usage=Usage(input_tokens=-1, output_tokens=0))
+    assert len(await store.usage_since(0)) == 2
+    clock.advance(100)
+    assert await store.prune_usage(105) == 1  # before NOW + 15
+    assert [row.at for row in await store.usage_since(0)] == [NOW + 20]
 
 
-async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: SqliteStore, clock: FakeClock) -> None:
+async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: AnyStore, clock: FakeClock) -> None:
     old = await store.ensure_session("k", "main")
     used = Usage(input_tokens=500, output_tokens=60, cache_read_tokens=400, cache_write_tokens=50)
     await store.touch_session("k", usage=used, channel="telegram", target=TARGET)
@@ -162,38 +159,83 @@ async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: SqliteStore
         await store.reset_session("nobody")
 
 
-async def test_sessions_survive_a_reopen(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path) as store:
-        created = await store.ensure_session("k", "main")
-        touched = await store.touch_session("k", usage=Usage(input_tokens=3, output_tokens=4), target=TARGET)
-    async with await SqliteStore.open(tmp_path) as store:
-        assert await store.get_session("k") == touched
-        assert touched.session_id == created.session_id
+async def test_sessions_survive_a_reopen(backend: Backend, store: AnyStore) -> None:
+    created = await store.ensure_session("k", "main")
+    touched = await store.touch_session("k", usage=Usage(input_tokens=3, output_tokens=4), target=TARGET)
+    store = await backend.reopen(store)
+    assert await store.get_session("k") == touched
+    assert touched.session_id == created.session_id
+
+
+async def test_overrides_are_stored_merged_cleared_and_kept_across_new(store: AnyStore) -> None:
+    assert await store.get_session("k") is None
+    made = await store.set_overrides("k", "main", model="fake/big")  # the session is made on first use
+    assert made.overrides == {"model": "fake/big"} and made.agent == "main"
+    both = await store.set_overrides("k", "main", thinking="high", queue="steer")
+    assert both.overrides == {"model": "fake/big", "thinking": "high", "queue": "steer"}
+    assert (await store.reset_session("k")).overrides == both.overrides
+    assert (await store.set_overrides("k", "main", model=None, thinking=None)).overrides == {"queue": "steer"}
+    await store.ensure_session("other", "main")
+    assert await store.all_overrides() == {"k": {"queue": "steer"}}
+    await store.set_overrides("k", "main", queue=None)
+    cleared = await store.get_session("k")
+    assert cleared is not None and cleared.overrides == {}
+    assert await store.all_overrides() == {}
+    with pytest.raises(ValueError, match="unknown session overrides"):
+        await store.set_overrides("k", "main", colour="red")
+
+
+async def test_sessions_are_listed_newest_first_by_agent_time_and_limit(store: AnyStore, clock: FakeClock) -> None:
+    for key, agent in (("b", "main"), ("a", "main"), ("r", "research"), ("o", "ops")):
+        await store.ensure_session(key, agent)
+    clock.advance(10)
+    await store.touch_session("r")
+    assert [r.session_key for r in await store.list_sessions()] == ["r", "a", "b", "o"]  # ties: by key
+    assert [r.session_key for r in await store.list_sessions(["main", "ops"], limit=2)] == ["a", "b"]
+    assert [r.session_key for r in await store.list_sessions(since=clock.now)] == ["r"]
+    assert await store.list_sessions([]) == []
+
+
+async def test_two_processes_setting_overrides_at_once_merge_them(backend: Backend) -> None:
+    one, two = await backend.open(), await backend.open()
+    await asyncio.gather(
+        one.set_overrides("k", "main", model="m"),
+        two.set_overrides("k", "main", thinking="high"),
+        one.set_overrides("k", "main", queue="steer"),
+    )
+    record = await two.get_session("k")
+    assert record is not None and record.overrides == {"model": "m", "thinking": "high", "queue": "steer"}
 
 
 # --- inbound journal -------------------------------------------------------------------------------------------
 
 
-async def test_the_same_message_twice_is_a_duplicate(store: SqliteStore, clock: FakeClock) -> None:
-    first = await store.record_inbound("telegram", "default", "42", "1001", {"text": "hi", "from": {"id": 7}})
+async def test_a_message_is_journaled_once_and_elsewhere_is_not_a_duplicate(store: AnyStore, clock: FakeClock) -> None:
+    first = await store.record_inbound("telegram", "default", "42", "1001", {"text": "hi", "n": [1, "é"]})
     assert first is not None
-    assert (first.status, first.received, first.payload) == ("pending", clock.now, {"text": "hi", "from": {"id": 7}})
-    assert await store.record_inbound("telegram", "default", "42", "1001", {"text": "hi again"}) is None
+    assert (first.status, first.received, first.updated) == ("pending", clock.now, clock.now)
+    assert first.payload == {"text": "hi", "n": [1, "é"]}
+    assert await store.record_inbound("telegram", "default", "42", "1001", {"text": "again"}) is None
     assert [record.id for record in await store.unfinished_inbound()] == [first.id]
-
-
-async def test_same_message_id_elsewhere_is_not_a_duplicate(store: SqliteStore) -> None:
-    base = await inbound(store, "1001")
     others = [
         await store.record_inbound("telegram", "second-bot", "42", "1001", {}),  # another account
         await store.record_inbound("telegram", "default", "43", "1001", {}),  # another chat
         await store.record_inbound("discord", "default", "42", "1001", {}),  # another channel
     ]
     assert all(record is not None for record in others)
-    assert len({base.id, *(record.id for record in others if record)}) == 4
+    assert len({first.id, *(record.id for record in others if record)}) == 4
 
 
-async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteStore, clock: FakeClock) -> None:
+async def test_two_processes_journaling_one_message_keep_it_once(backend: Backend) -> None:
+    stores = [await backend.open() for _ in range(2)]
+    results = await asyncio.gather(
+        *(store.record_inbound("telegram", "default", "42", str(n), {}) for n in range(20) for store in stores)
+    )
+    assert sum(result is not None for result in results) == 20
+    assert len(await stores[0].unfinished_inbound()) == 20
+
+
+async def test_inbound_status_moves_forward_and_finished_is_final(store: AnyStore, clock: FakeClock) -> None:
     record = await inbound(store, "1")
     await store.mark_inbound(record.id, "running")
     clock.advance(3)
@@ -207,12 +249,11 @@ async def test_inbound_status_moves_forward_and_finished_is_final(store: SqliteS
         await store.mark_inbound(record.id, "bogus")  # type: ignore[arg-type]
 
 
-def reply(inbound_id: int | None, text: str) -> OutboxEntry:
-    return OutboxEntry(inbound_id=inbound_id, channel="telegram", account="default", target=TARGET, payload={"t": text})
-
-
-async def test_finishing_messages_records_their_replies_in_the_same_step(store: SqliteStore) -> None:
+async def test_finishing_records_the_replies_and_forgets_previews_in_one_step(
+    backend: Backend, store: AnyStore
+) -> None:
     first, second = await inbound(store, "1"), await inbound(store, "2")
+    await store.set_preview(second.id, "telegram", "default", TARGET, "m-7")
     recorded = await store.finish_inbound(
         [first.id, second.id], "done", session_key="s-1", replies=[reply(second.id, "a"), reply(second.id, "b")]
     )
@@ -222,91 +263,52 @@ async def test_finishing_messages_records_their_replies_in_the_same_step(store: 
     ]
     assert [entry.id for entry in await store.unsent_outbox()] == [entry.id for entry in recorded]
     assert await store.unfinished_inbound() == []
-    with sqlite3.connect(store.path) as db:
-        rows = db.execute("SELECT status, session_key FROM inbound ORDER BY id").fetchall()
+    assert await store.previews() == []
+    rows = await backend.query("SELECT status, session_key FROM inbound ORDER BY id")
     assert rows == [("done", "s-1"), ("done", "s-1")]
     await store.finish_inbound([], "done", replies=[reply(None, "a notice")])  # a reply that answers nothing
     assert len(await store.unsent_outbox()) == 3
 
 
-async def test_finishing_is_all_or_nothing(store: SqliteStore) -> None:
+async def test_finishing_is_all_or_nothing(store: AnyStore) -> None:
     first, second = await inbound(store, "1"), await inbound(store, "2")
+    await store.set_preview(first.id, "telegram", "default", TARGET, "m-1")
     await store.mark_inbound(second.id, "done")
     with pytest.raises(ValueError, match="already done"):
         await store.finish_inbound([first.id, second.id], "failed", "boom", replies=[reply(first.id, "sorry")])
     with pytest.raises(KeyError):
         await store.finish_inbound([first.id, 9999], "done", replies=[reply(first.id, "hello")])
-    assert await store.unsent_outbox() == []  # neither attempt left a reply behind
+    with pytest.raises(KeyError):  # a reply to an unknown message
+        await store.finish_inbound([first.id], "done", replies=[reply(9999, "hello")])
+    assert await store.unsent_outbox() == []  # no attempt left a reply behind
     assert [record.id for record in await store.unfinished_inbound()] == [first.id]
+    assert [preview.inbound_id for preview in await store.previews()] == [first.id]
 
 
-async def test_unfinished_inbound_comes_back_in_order_after_reopen(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path) as store:
-        records = [await inbound(store, str(number)) for number in range(1, 6)]
-        await store.mark_inbound(records[0].id, "running")
-        await store.mark_inbound(records[0].id, "done")
-        await store.mark_inbound(records[1].id, "running")
-        await store.mark_inbound(records[2].id, "running")
-        await store.mark_inbound(records[2].id, "failed", error="boom")
-        await store.mark_inbound(records[4].id, "running")
-    async with await SqliteStore.open(tmp_path) as store:
-        unfinished = await store.unfinished_inbound()
-    assert [(record.message_id, record.status) for record in unfinished] == [
-        ("2", "running"),
-        ("4", "pending"),
-        ("5", "running"),
-    ]
+async def test_unfinished_inbound_comes_back_in_arrival_order_to_another_process_and_after_reopen(
+    backend: Backend, store: AnyStore
+) -> None:
+    records = [await inbound(store, str(number)) for number in range(1, 6)]
+    await store.mark_inbound(records[0].id, "running")
+    await store.mark_inbound(records[0].id, "done")
+    await store.mark_inbound(records[1].id, "running")
+    await store.mark_inbound(records[2].id, "running")
+    await store.mark_inbound(records[2].id, "failed", error="boom")
+    await store.mark_inbound(records[4].id, "running")
+    expected = [("2", "running"), ("4", "pending"), ("5", "running")]
+    assert [(r.message_id, r.status) for r in await (await backend.open()).unfinished_inbound()] == expected
+    store = await backend.reopen(store)
+    unfinished = await store.unfinished_inbound()
+    assert [(record.message_id, record.status) for record in unfinished] == expected
     assert unfinished[1].payload == {"text": "message 4"}
 
 
-CRASHING_CHILD = textwrap.dedent(
-    """
-    import asyncio, os, signal, sys
-    from pathlib import Path
-    from bot.store import SqliteStore
-
-    async def main() -> None:
-        store = await SqliteStore.open(Path(sys.argv[1]))
-        done, running, pending = [
-            await store.record_inbound("telegram", "default", "42", str(n), {"n": n}) for n in (1, 2, 3)
-        ]
-        await store.mark_inbound(done.id, "running")
-        await store.mark_inbound(done.id, "done")
-        await store.mark_inbound(running.id, "running")
-        await store.enqueue_outbox(
-            inbound_id=running.id, channel="telegram", account="default", target={}, payload={"text": "half"}
-        )
-        os.kill(os.getpid(), signal.SIGKILL)  # no close(), no checkpoint: the process just dies
-
-    asyncio.run(main())
-    """
-)
-
-
-async def test_a_killed_process_leaves_its_unfinished_work_to_the_next_start(tmp_path: Path) -> None:
-    child = await asyncio.create_subprocess_exec(sys.executable, "-c", CRASHING_CHILD, str(tmp_path))
-    try:
-        assert await asyncio.wait_for(child.wait(), timeout=60) == -signal.SIGKILL
-    finally:
-        if child.returncode is None:  # only when it hung: the test does not leave it running
-            child.kill()
-            await child.wait()
-    assert (tmp_path / "state.db-wal").stat().st_size > 0  # the rows live only in the write-ahead log
-
-    async with await SqliteStore.open(tmp_path) as store:
-        unfinished = await store.unfinished_inbound()
-        assert [(record.message_id, record.status) for record in unfinished] == [("2", "running"), ("3", "pending")]
-        assert await store.inbound_has_replies(unfinished[0].id)
-        assert not await store.inbound_has_replies(unfinished[1].id)
-        assert [entry.payload for entry in await store.unsent_outbox()] == [{"text": "half"}]
-        assert await store.record_inbound("telegram", "default", "42", "1", {}) is None  # dedupe survived too
-
-
-async def test_prune_drops_only_old_finished_messages_and_frees_their_keys(
-    store: SqliteStore, clock: FakeClock
+async def test_prune_drops_only_old_finished_messages_frees_their_keys_and_unlinks_their_replies(
+    store: AnyStore, clock: FakeClock
 ) -> None:
     old_done, old_failed, old_pending, new_done = [await inbound(store, str(number)) for number in range(4)]
-    await store.mark_inbound(old_done.id, "done")
+    await store.set_preview(old_done.id, "telegram", "default", TARGET, "m-0")
+    [sent] = await store.finish_inbound([old_done.id], "done", replies=[reply(old_done.id, "hi")])
     await store.mark_inbound(old_failed.id, "failed", error="x")
     clock.advance(23 * 3600)
     await store.mark_inbound(new_done.id, "done")
@@ -318,150 +320,158 @@ async def test_prune_drops_only_old_finished_messages_and_frees_their_keys(
     assert again.id > new_done.id  # ids are never reused, so nothing old can point at the new row
     assert await store.record_inbound("telegram", "default", "42", "3", {}) is None  # still deduplicated
     assert [record.id for record in await store.unfinished_inbound()] == [old_pending.id, again.id]
+    [kept] = await store.unsent_outbox()
+    assert (kept.id, kept.inbound_id) == (sent.id, None)  # the reply stays, pointing at nothing
+    assert await store.previews() == []
+    assert await store.outbox_for_inbound(again.id) == []
     with pytest.raises(ValueError):
         await store.prune_inbound(-1)
-
-
-def size_on_disk(state_dir: Path) -> int:
-    """state.db and its write-ahead log, in bytes."""
-    files = (state_dir / "state.db", state_dir / "state.db-wal")
-    return sum(path.stat().st_size for path in files if path.exists())
-
-
-async def test_released_space_leaves_the_files_at_once_after_a_prune(store: SqliteStore, clock: FakeClock) -> None:
-    for number in range(300):
-        record = await store.record_inbound("telegram", "default", "42", str(number), {"text": "x" * 2000})
-        assert record is not None
-        await store.mark_inbound(record.id, "done")
-    full = size_on_disk(store.path.parent)
-    assert full > 600_000
-    clock.advance(25 * 3600)
-    assert await store.prune_inbound() == 300
-    assert await store.release_space() > 100  # pages
-    assert size_on_disk(store.path.parent) < full / 10  # while the store is still open
-    assert await store.release_space() == 0  # nothing more to give back
-    assert await store.record_inbound("telegram", "default", "42", "300", {}) is not None  # and it goes on working
 
 
 # --- outbox ----------------------------------------------------------------------------------------------------
 
 
-async def test_outbox_lifecycle_with_a_retry_in_the_future(store: SqliteStore, clock: FakeClock) -> None:
+async def test_outbox_lifecycle_with_a_retry_in_the_future(store: AnyStore, clock: FakeClock) -> None:
     message = await inbound(store, "1")
     assert not await store.inbound_has_replies(message.id)
-    entry = await store.enqueue_outbox(
-        inbound_id=message.id, channel="telegram", account="default", target=TARGET, payload={"text": "hello"}
+    first = await store.enqueue_outbox(
+        inbound_id=message.id, channel="telegram", account="default", target=TARGET, payload={"text": "one"}
     )
-    assert (entry.status, entry.kind, entry.attempts, entry.retry_at) == ("pending", "send", 0, clock.now)
+    second = await store.enqueue_outbox(
+        inbound_id=None, channel="telegram", account="default", target=TARGET, payload={"text": "two"}, kind="edit"
+    )
+    assert (first.status, first.attempts, first.retry_at, first.kind, second.kind) == (
+        "pending", 0, clock.now, "send", "edit"
+    )  # fmt: skip
     assert await store.inbound_has_replies(message.id)
-    assert await store.due_outbox() == [entry]
+    assert await store.due_outbox() == [first, second]
 
-    await store.mark_send_failed(entry.id, "429 Too Many Requests", retry_at=clock.now + 30)
-    assert await store.due_outbox() == []
+    await store.mark_send_failed(first.id, "429 Too Many Requests", retry_at=clock.now + 30)
+    assert [entry.id for entry in await store.due_outbox()] == [second.id]
+    assert [entry.id for entry in await store.due_outbox(clock.now + 30)] == [first.id, second.id]  # `now` wins
+    await store.mark_sent(second.id, "m-2")
     clock.advance(29)
     assert await store.due_outbox() == []
-    assert await store.due_outbox(now=clock.now + 1) != []  # an explicit `now` wins over the clock
+    assert [entry.id for entry in await store.due_outbox(now=clock.now + 1)] == [first.id]
     clock.advance(1)
-    (due,) = await store.due_outbox()
-    assert (due.id, due.attempts, due.error) == (entry.id, 1, "429 Too Many Requests")
+    [due] = await store.due_outbox()
+    assert (due.id, due.attempts, due.error) == (first.id, 1, "429 Too Many Requests")
 
-    await store.mark_sent(entry.id, "msg-555")
+    await store.mark_sent(first.id, "msg-555")
     assert await store.due_outbox(now=clock.now + 10_000) == []
     assert await store.unsent_outbox() == []
-    (sent,) = await store.outbox_for_inbound(message.id)
+    [sent] = await store.outbox_for_inbound(message.id)
     assert (sent.status, sent.platform_message_id, sent.target, sent.payload) == (
         "sent",
         "msg-555",
         TARGET,
-        {"text": "hello"},
+        {"text": "one"},
     )
     with pytest.raises(ValueError, match="already sent"):
-        await store.mark_send_failed(entry.id, "late", retry_at=clock.now)
-
-
-async def test_dead_entries_are_never_due_and_unknown_ids_are_errors(store: SqliteStore, clock: FakeClock) -> None:
-    message = await inbound(store, "1")
-    entry = await store.enqueue_outbox(
-        inbound_id=message.id, channel="slack", account="T1", target={"channel": "C1"}, payload={}, kind="edit"
-    )
-    assert entry.kind == "edit"
-    await store.mark_dead(entry.id, "channel_not_found")
-    assert await store.due_outbox(now=clock.now + 10_000) == []
-    assert await store.unsent_outbox() == []
-    (dead,) = await store.outbox_for_inbound(message.id)
-    assert (dead.status, dead.error, dead.attempts) == ("dead", "channel_not_found", 0)
-    with pytest.raises(ValueError, match="already dead"):
-        await store.mark_sent(entry.id, None)
+        await store.mark_send_failed(first.id, "late", retry_at=clock.now)
+    with pytest.raises(ValueError, match="already sent"):
+        await store.mark_dead(first.id, "late")
     with pytest.raises(KeyError):
         await store.mark_sent(9999, None)
+    with pytest.raises(KeyError):
+        await store.enqueue_outbox(inbound_id=9999, channel="telegram", account="d", target={}, payload={})
+
+
+async def test_dead_entries_are_never_due_and_unknown_ids_are_errors(store: AnyStore, clock: FakeClock) -> None:
+    message = await inbound(store, "1")
+    dead = await store.enqueue_outbox(
+        inbound_id=message.id, channel="slack", account="T1", target={"channel": "C1"}, payload={}, kind="edit"
+    )
+    assert dead.kind == "edit"
+    await store.mark_dead(dead.id, "channel_not_found")
+    assert await store.due_outbox(now=clock.now + 10_000) == []
+    assert await store.unsent_outbox() == []
+    [stored] = await store.outbox_for_inbound(message.id)
+    assert (stored.status, stored.error, stored.attempts) == ("dead", "channel_not_found", 0)
+    with pytest.raises(ValueError, match="already dead"):
+        await store.mark_sent(dead.id, None)
+    with pytest.raises(KeyError):
+        await store.mark_dead(9999, "gone")
+    with pytest.raises(KeyError):
+        await store.mark_send_failed(9999, "gone", retry_at=clock.now)
     with pytest.raises(KeyError):
         await store.enqueue_outbox(inbound_id=9999, channel="slack", account="T1", target={}, payload={})
 
 
-async def test_due_and_unsent_outbox_keep_creation_order_across_a_reopen(tmp_path: Path, clock: FakeClock) -> None:
-    async with await SqliteStore.open(tmp_path, clock=clock) as store:
-        message = await inbound(store, "1")
-        entries = [
-            await store.enqueue_outbox(
-                inbound_id=message.id, channel="telegram", account="default", target=TARGET, payload={"part": part}
-            )
-            for part in range(4)
-        ]
-        await store.mark_sent(entries[0].id, "m0")
-        await store.mark_send_failed(entries[1].id, "timeout", retry_at=clock.now + 60)
-    async with await SqliteStore.open(tmp_path, clock=clock) as store:
-        assert [entry.payload["part"] for entry in await store.unsent_outbox()] == [1, 2, 3]
-        assert [entry.payload["part"] for entry in await store.due_outbox()] == [2, 3]
-        assert [entry.payload["part"] for entry in await store.outbox_for_inbound(message.id)] == [0, 1, 2, 3]
-
-
-async def test_prune_outbox_drops_old_sent_and_dead_entries(store: SqliteStore, clock: FakeClock) -> None:
-    def send(text: str) -> dict[str, str]:
-        return {"text": text}
-
+async def test_prune_outbox_drops_old_sent_and_dead_entries(store: AnyStore, clock: FakeClock) -> None:
     sent, dead, pending = [
-        await store.enqueue_outbox(inbound_id=None, channel="t", account="a", target={}, payload=send(text))
-        for text in ("sent", "dead", "pending")
+        await store.enqueue_outbox(inbound_id=None, channel="telegram", account="d", target={}, payload={"n": n})
+        for n in range(3)
     ]
-    await store.mark_sent(sent.id, "1")
-    await store.mark_dead(dead.id, "gone")
-    clock.advance(25 * 3600)
+    await store.mark_sent(sent.id, "m")
+    await store.mark_dead(dead.id, "403 blocked")
+    assert [entry.id for entry in await store.due_outbox(clock.now + 10**6)] == [pending.id]
+    clock.advance(23 * 3600)
+    assert await store.prune_outbox() == 0  # nothing finished a whole day ago yet
+    clock.advance(2 * 3600)
     assert await store.prune_outbox() == 2
     assert [entry.id for entry in await store.unsent_outbox()] == [pending.id]
 
 
-async def test_pruned_messages_leave_their_outbox_entries_unlinked(store: SqliteStore, clock: FakeClock) -> None:
+async def test_due_and_unsent_outbox_keep_creation_order_across_a_reopen(
+    backend: Backend, store: AnyStore, clock: FakeClock
+) -> None:
     message = await inbound(store, "1")
-    entry = await store.enqueue_outbox(inbound_id=message.id, channel="t", account="a", target={}, payload={})
-    await store.mark_inbound(message.id, "done")
-    clock.advance(25 * 3600)
-    assert await store.prune_inbound() == 1
-    (still_pending,) = await store.unsent_outbox()
-    assert (still_pending.id, still_pending.inbound_id) == (entry.id, None)
+    entries = [
+        await store.enqueue_outbox(
+            inbound_id=message.id, channel="telegram", account="default", target=TARGET, payload={"part": part}
+        )
+        for part in range(4)
+    ]
+    await store.mark_sent(entries[0].id, "m0")
+    await store.mark_send_failed(entries[1].id, "timeout", retry_at=clock.now + 60)
+    store = await backend.reopen(store)
+    assert [entry.payload["part"] for entry in await store.unsent_outbox()] == [1, 2, 3]
+    assert [entry.payload["part"] for entry in await store.due_outbox()] == [2, 3]
+    assert [entry.payload["part"] for entry in await store.outbox_for_inbound(message.id)] == [0, 1, 2, 3]
 
 
-# --- streamed answers still being written ------------------------------------------------------------------------
+async def test_enqueue_once_records_a_key_once_and_hands_back_the_first_record(store: AnyStore) -> None:
+    first = await store.enqueue_once([reply(None, "card", key="k-1"), reply(None, "plain"), reply(None, "x", "k-1")])
+    assert [entry.dedupe_key for entry in first] == ["k-1", None, "k-1"]
+    assert first[0] == first[2]
+    await store.mark_sent(first[0].id, "m-1")
+    again = await store.enqueue_once([reply(None, "card again", key="k-1"), reply(None, "new", key="k-2")])
+    assert (again[0].id, again[0].status, again[0].payload) == (first[0].id, "sent", {"t": "card"})
+    assert [entry.payload for entry in await store.unsent_outbox()] == [{"t": "plain"}, {"t": "new"}]
 
 
-async def test_previews_are_kept_across_a_reopen_until_cleared(tmp_path: Path, clock: FakeClock) -> None:
-    async with await SqliteStore.open(tmp_path, clock=clock) as store:
-        first, second, third = [await inbound(store, str(number)) for number in (1, 2, 3)]
-        await store.set_preview(first.id, "telegram", "main", TARGET, "501")
-        clock.advance(1)
-        await store.set_preview(second.id, "telegram", "main", TARGET, "502")
-        await store.set_preview(second.id, "telegram", "main", TARGET, "503")  # one per message: the latest
-    async with await SqliteStore.open(tmp_path, clock=clock) as store:
-        kept = await store.previews()
-        assert [(p.inbound_id, p.message_id, p.target) for p in kept] == [
-            (first.id, "501", TARGET),
-            (second.id, "503", TARGET),
-        ]
-        await store.clear_previews([first.id, third.id])  # a message without one is fine
-        await store.clear_previews([])
-        assert [p.inbound_id for p in await store.previews()] == [second.id]
+async def test_two_processes_enqueueing_one_key_record_it_once(backend: Backend) -> None:
+    stores = [await backend.open() for _ in range(2)]
+    batches = await asyncio.gather(
+        *(store.enqueue_once([reply(None, f"{n}", key=f"k-{n}")]) for n in range(10) for store in stores)
+    )
+    assert len({batch[0].id for batch in batches}) == 10
+    assert len(await stores[0].unsent_outbox()) == 10
 
 
-async def test_finishing_a_message_forgets_its_preview(store: SqliteStore) -> None:
+# --- streamed answers still being written (previews) ----------------------------------------------------------------
+
+
+async def test_previews_are_kept_replaced_and_seen_by_another_process_and_after_reopen_until_cleared(
+    backend: Backend, store: AnyStore, clock: FakeClock
+) -> None:
+    first, second, third = [await inbound(store, str(number)) for number in (1, 2, 3)]
+    await store.set_preview(first.id, "telegram", "main", TARGET, "501")
+    clock.advance(1)
+    await store.set_preview(second.id, "telegram", "main", {"chat_id": "43"}, "502")
+    clock.advance(1)
+    await store.set_preview(first.id, "telegram", "main", TARGET, "503")  # one per message: the latest
+    expected = [(second.id, "502", {"chat_id": "43"}), (first.id, "503", TARGET)]
+    assert [(p.inbound_id, p.message_id, p.target) for p in await (await backend.open()).previews()] == expected
+    store = await backend.reopen(store)
+    assert [(p.inbound_id, p.message_id, p.target) for p in await store.previews()] == expected
+    await store.clear_previews([])
+    await store.clear_previews([second.id, third.id, 9999])  # a message without one is fine
+    assert [p.inbound_id for p in await store.previews()] == [first.id]
+
+
+async def test_finishing_a_message_forgets_its_preview_only(store: AnyStore) -> None:
     answered, other = await inbound(store, "1"), await inbound(store, "2")
     await store.set_preview(answered.id, "telegram", "main", TARGET, "501")
     await store.set_preview(other.id, "telegram", "main", TARGET, "502")
@@ -469,7 +479,7 @@ async def test_finishing_a_message_forgets_its_preview(store: SqliteStore) -> No
     assert [p.inbound_id for p in await store.previews()] == [other.id]
 
 
-async def test_a_pruned_message_takes_its_preview_with_it(store: SqliteStore, clock: FakeClock) -> None:
+async def test_a_pruned_message_takes_its_preview_with_it(store: AnyStore, clock: FakeClock) -> None:
     message = await inbound(store, "1")
     await store.set_preview(message.id, "telegram", "main", TARGET, "501")
     await store.mark_inbound(message.id, "done")
@@ -478,10 +488,352 @@ async def test_a_pruned_message_takes_its_preview_with_it(store: SqliteStore, cl
     assert await store.previews() == []
 
 
+# --- pairing and allowlists ----------------------------------------------------------------------------------------
+
+
+async def test_a_sender_keeps_one_pairing_code_and_new_senders_always_get_one(
+    store: AnyStore, clock: FakeClock
+) -> None:
+    async def ask(sender: str) -> str:
+        return (await store.request_pairing("telegram", "main", sender, None, ttl=3600, max_pending=3)).code
+
+    first = await ask("stranger1")
+    assert await ask("stranger1") == first  # asking again is the same request
+    for number in (2, 3):
+        clock.advance(1)
+        await ask(f"stranger{number}")
+    clock.advance(1)
+    newcomer = await ask("newcomer")  # three are waiting: the oldest makes room, nobody is turned away
+    waiting = {record.sender_id: record.code for record in await store.pending_pairings("telegram")}
+    assert waiting == {"stranger2": waiting["stranger2"], "stranger3": waiting["stranger3"], "newcomer": newcomer}
+    assert await store.approve_pairing("telegram", first, "telegram:1") is None  # the dropped code is void
+    approved = await store.approve_pairing("telegram", f" {newcomer.lower()} ", "telegram:1")
+    assert approved is not None and (approved.sender_id, approved.status) == ("newcomer", "approved")
+    assert await store.is_allowed_sender("telegram", "main", "newcomer")
+    assert not await store.is_allowed_sender("telegram", "other", "newcomer")
+    assert await store.approve_pairing("telegram", newcomer, "telegram:1") is None  # once
+    clock.advance(3600)
+    assert await store.pending_pairings() == []  # expired
+    assert await store.approve_pairing("telegram", waiting["stranger2"], "telegram:1") is None
+
+
+async def test_the_store_revokes_one_senders_pairing_in_one_account_or_all(store: AnyStore) -> None:
+    for account in ("main", "spare"):
+        request = await store.request_pairing("telegram", account, "7", "Ann", ttl=60, max_pending=5)
+        assert await store.approve_pairing("telegram", request.code, "cli") is not None
+    await store.request_pairing("telegram", "main", "8", "Bo", ttl=60, max_pending=5)
+    assert [(r.account, r.sender_id, r.sender_name, r.approved_by) for r in await store.allowed_senders()] == [
+        ("main", "7", "Ann", "cli"), ("spare", "7", "Ann", "cli"),
+    ]  # fmt: skip
+    assert await store.revoke_pairing("telegram", "7", "spare") == (1, 0)
+    assert [r.account for r in await store.allowed_senders("telegram")] == ["main"]
+    assert await store.is_allowed_sender("telegram", "main", "7")
+    assert not await store.is_allowed_sender("telegram", "spare", "7")
+    assert await store.revoke_pairing("discord", "8") == (0, 0)  # another channel: Bo's request stays
+    assert [r.sender_id for r in await store.pending_pairings()] == ["8"]
+    assert await store.revoke_pairing("telegram", "8") == (0, 1)
+    assert await store.revoke_pairing("telegram", "7") == (1, 0)
+    assert await store.allowed_senders() == [] and await store.pending_pairings() == []
+
+
+async def test_two_processes_asking_for_one_sender_give_one_code(backend: Backend) -> None:
+    one, two = await backend.open(), await backend.open()
+    requests = await asyncio.gather(
+        *(store.request_pairing("telegram", "main", "7", None, ttl=60, max_pending=3) for store in (one, two) * 5)
+    )
+    assert len({request.code for request in requests}) == 1
+    assert len(await one.pending_pairings()) == 1
+
+
+# --- approvals -----------------------------------------------------------------------------------------------------
+
+
+async def test_an_approval_is_found_by_prefix_and_decided_once(store: AnyStore, clock: FakeClock) -> None:
+    await store.create_approval(approval("abc1", clock.now, turn="t1", offer_always=False, requester="Ann"))
+    clock.advance(1)
+    await store.create_approval(approval("abc2", clock.now))
+    await store.create_approval(approval("xyz", clock.now))
+    stored = await store.get_approval("abc1")
+    assert stored == approval("abc1", NOW, turn="t1", offer_always=False, requester="Ann")
+    assert [r.id for r in await store.find_approvals("abc")] == ["abc2", "abc1"]  # newest first
+    assert [r.id for r in await store.pending_approvals()] == ["abc1", "abc2", "xyz"]
+    decided = await store.decide_approval("abc1", "allowed", "allow-once", "telegram:1")
+    assert decided is not None and (decided.status, decided.decision, decided.decided_by) == (
+        "allowed", "allow-once", "telegram:1",
+    )  # fmt: skip
+    assert await store.decide_approval("abc1", "denied", "deny", "telegram:2") is None  # decided once
+    assert await store.decide_approval("nope", "denied", "deny", None) is None
+    assert await store.get_approval("abc1") == decided
+    assert [r.id for r in await store.find_approvals("abc")] == ["abc2"]
+    assert [r.id for r in await store.find_approvals("abc", pending_only=False)] == ["abc2", "abc1"]
+    assert [r.id for r in await store.find_approvals("%", pending_only=False)] == []  # no pattern
+    clock.advance(100)
+    assert await store.prune_approvals(50) == 1  # the decided one; pending ones stay, however old
+    assert [r.id for r in await store.find_approvals("", pending_only=False)] == ["abc2", "xyz"]
+
+
+async def test_the_store_knows_an_approval_card_by_its_chat_and_message(store: AnyStore) -> None:
+    await store.create_approval(approval("abc123", 1.0))
+    target = {"channel": "telegram", "account": "main", "peer": {"kind": "direct", "id": "1"}, "thread_id": None}
+    await store.add_approval_message("abc123", {"target": target, "message_id": "7"})
+    await store.add_approval_message("abc123", {"target": target, "message_id": "7"})  # shown again: once
+    await store.add_approval_message("missing", {"target": target, "message_id": "9"})
+    record = await store.get_approval("abc123")
+    assert record is not None and record.messages == [{"target": target, "message_id": "7"}]
+    assert await store.is_approval_message("telegram", "main", "direct", "1", "7")
+    await store.decide_approval("abc123", "denied", "deny", "telegram:1")
+    assert await store.is_approval_message("telegram", "main", "direct", "1", "7")  # decided: still a card
+    assert not await store.is_approval_message("telegram", "main", "direct", "2", "7")  # same id, other chat
+    assert not await store.is_approval_message("telegram", "other", "direct", "1", "7")
+    assert not await store.is_approval_message("telegram", "main", "direct", "1", "8")
+
+
+async def test_the_store_lists_and_revokes_allow_always_rules_by_a_stable_id(store: AnyStore) -> None:
+    await store.allow_command("main", "/usr/bin/ls", ("-la",), "Ann")
+    await store.allow_command("ops", "/usr/bin/python3", ("build.py",), "Bo", "aa" * 32)
+    await store.allow_command("ops", "/usr/bin/python3", ("build.py",), "Bo", "bb" * 32)  # rewritten: replaced
+    rules = await store.allowed_rules()
+    assert [(r.agent, r.executable, r.args, r.sha256) for r in rules] == [
+        ("main", "/usr/bin/ls", ("-la",), None), ("ops", "/usr/bin/python3", ("build.py",), "bb" * 32),
+    ]  # fmt: skip
+    assert len({rule.id for rule in rules}) == 2 and all(len(rule.id) == 10 for rule in rules)
+    assert [r.id for r in await store.allowed_rules("ops")] == [rules[1].id]
+    assert await store.revoke_allowed_rule(rules[1])
+    assert not await store.revoke_allowed_rule(rules[1])
+    assert await store.allowed_commands("ops") == []
+    assert await store.allowed_commands("main") == [("/usr/bin/ls", ("-la",), None)]
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        "UPDATE approvals SET status = 'allowed', decision = 'allow-once', decided_by = 'telegram:1' WHERE id = %s",
+        "UPDATE approvals SET status = 'allowed', decision = 'allow-always', decided_by = NULL WHERE id = %s",
+        "UPDATE approvals SET status = 'allowed', decision = 'allow-once', seal = 'ab12' WHERE id = %s",
+    ],
+    ids=["decided_by", "no-decider", "made-up-seal"],
+)
+async def test_a_decision_written_behind_the_stores_back_is_no_decision(
+    backend: Backend, store: AnyStore, forgery: str
+) -> None:
+    await store.create_approval(approval("a1", 1.0))
+    await backend.execute(forgery, "a1")
+    record = await store.get_approval("a1")
+    assert record is not None and (record.status, record.decision, record.decided_by) == ("expired", None, None)
+
+
+async def test_a_real_decisions_seal_does_not_carry_over_to_another_request(backend: Backend, store: AnyStore) -> None:
+    await store.create_approval(approval("a1", 1.0))
+    await store.create_approval(approval("a2", 2.0))
+    assert await store.decide_approval("a1", "allowed", "allow-once", "telegram:1") is not None
+    await backend.execute(
+        "UPDATE approvals SET (status, decision, decided_by, seal) ="
+        " (SELECT status, decision, decided_by, seal FROM approvals WHERE id = %s) WHERE id = %s",
+        "a1",
+        "a2",
+    )
+    record = await store.get_approval("a2")
+    assert record is not None and record.status == "expired"
+
+
+async def test_two_processes_share_decisions_and_settle_each_request_once(backend: Backend) -> None:
+    one, two = await backend.open(), await backend.open()
+    for number in range(20):
+        await one.create_approval(approval(f"a{number}", float(number)))
+    outcomes = await asyncio.gather(
+        *(store.decide_approval(f"a{n}", "allowed", "allow-once", who) for n in range(20)
+          for store, who in ((one, "one"), (two, "two")))
+    )  # fmt: skip
+    winners = [outcome for outcome in outcomes if outcome is not None]
+    assert sorted(record.id for record in winners) == sorted(f"a{n}" for n in range(20))  # each exactly once
+    for record in winners:  # a decision sealed in one process counts in the other
+        assert await two.get_approval(record.id) == record == await one.get_approval(record.id)
+
+
+# --- jobs and their runs -------------------------------------------------------------------------------------------
+
+
+async def test_jobs_are_saved_replaced_listed_and_removed(store: AnyStore, clock: FakeClock) -> None:
+    saved = await store.save_job({"id": "daily", "cron": "0 9 * * *"}, created_by="owner")
+    clock.advance(5)
+    await store.save_job({"id": "hourly", "every": "1h"})
+    replaced = await store.save_job({"id": "daily", "cron": "0 10 * * *"}, created_by="someone else")
+    assert (replaced.created_by, replaced.created, replaced.updated) == ("owner", saved.created, clock.now)
+    assert replaced.job == {"id": "daily", "cron": "0 10 * * *"}
+    assert [job.id for job in await store.list_jobs()] == ["daily", "hourly"]
+    assert await store.get_job("daily") == replaced
+    assert await store.remove_job("daily")
+    assert not await store.remove_job("daily")
+    assert await store.get_job("daily") is None
+
+
+async def test_a_tick_is_recorded_once_with_its_journal_row(store: AnyStore, clock: FakeClock) -> None:
+    run = await store.start_job_run("daily", 5000.0, inbound=entry("cron:daily:5000"))
+    assert run is not None and run.inbound_id is not None
+    assert (run.status, run.tick, run.started, run.ended, run.manual) == ("running", 5000.0, clock.now, None, False)
+    assert [record.id for record in await store.unfinished_inbound()] == [run.inbound_id]
+    assert await store.start_job_run("daily", 5000.0, inbound=entry("cron:daily:5000b")) is None
+    skipped = await store.start_job_run("daily", 6000.0, "skipped", "the bot was down")
+    assert skipped is not None and (skipped.status, skipped.ended, skipped.detail) == (
+        "skipped", clock.now, "the bot was down"
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="already holds"):  # its journal row exists: the run is rolled back too
+        await store.start_job_run("daily", 7000.0, inbound=entry("cron:daily:5000"))
+    assert await store.last_job_ticks() == {"daily": 6000.0}
+    assert [r.tick for r in await store.job_runs("daily")] == [6000.0, 5000.0]
+    assert [r.id for r in await store.open_job_runs()] == [run.id]
+
+
+async def test_two_processes_starting_one_tick_run_it_once(backend: Backend) -> None:
+    stores = [await backend.open() for _ in range(3)]
+    runs = await asyncio.gather(
+        *(store.start_job_run("daily", 5000.0, inbound=entry(f"cron:{n}")) for n, store in enumerate(stores))
+    )
+    assert sum(run is not None for run in runs) == 1
+    assert len(await stores[0].unfinished_inbound()) == 1  # the losers journaled nothing
+
+
+async def test_a_requested_run_is_claimed_once_and_keeps_its_first_ending(backend: Backend, store: AnyStore) -> None:
+    other = await backend.open()
+    first, second = await store.request_job_run("daily"), await store.request_job_run("daily")  # one clock reading
+    assert first.id != second.id and first.manual and first.status == "requested"
+    claims = await asyncio.gather(
+        store.claim_job_run(first.id, entry("run:1")), other.claim_job_run(first.id, entry("run:1b"))
+    )
+    [claimed] = [claim for claim in claims if claim is not None]
+    assert claimed.status == "running" and claimed.inbound_id is not None
+    assert len(await store.unfinished_inbound()) == 1
+    await store.finish_job_run(first.id, "ok", message_ids=["m-1"])
+    await store.finish_job_run(first.id, "error", "too late")
+    await store.finish_job_run(second.id, "skipped", "asked twice")
+    with pytest.raises(ValueError, match="final"):
+        await store.finish_job_run(second.id, "running")
+    runs = {run.id: run for run in await store.job_runs()}
+    assert (runs[first.id].status, runs[first.id].message_ids) == ("ok", ["m-1"])
+    assert runs[second.id].status == "skipped"
+    assert await store.claim_job_run(second.id, entry("run:2")) is None
+    assert await store.open_job_runs() == []
+    assert await store.last_job_ticks() == {}  # requested runs are not ticks of the schedule
+
+
+async def test_settling_ends_runs_whose_answer_has_left_the_outbox(
+    backend: Backend, store: AnyStore, clock: FakeClock
+) -> None:
+    other = await backend.open()
+    runs = [await store.start_job_run(f"job-{n}", 100.0, inbound=entry(f"cron:{n}")) for n in range(5)]
+    ids = [run.inbound_id for run in runs if run is not None and run.inbound_id is not None]
+    assert len(ids) == 5
+    ok, quiet, dead, failed, waiting = ids
+    [sent] = await store.finish_inbound([ok], "done", replies=[reply(ok, "hello")])
+    await store.mark_sent(sent.id, "m-9")
+    await store.finish_inbound([quiet], "done")
+    [lost] = await store.finish_inbound([dead], "done", replies=[reply(dead, "hello")])
+    await store.mark_dead(lost.id, "403 blocked")
+    await store.finish_inbound([failed], "failed", "provider down")
+    await store.finish_inbound([waiting], "done", replies=[reply(waiting, "hello")])  # still pending in the outbox
+    clock.advance(7)
+    settled = [*(await asyncio.gather(store.settle_job_runs(), other.settle_job_runs()))]
+    ended = sorted((run for batch in settled for run in batch), key=lambda run: run.id)
+    assert [(run.job_id, run.status, run.detail, run.message_ids, run.ended) for run in ended] == [
+        ("job-0", "ok", None, ["m-9"], clock.now),
+        ("job-1", "ok", "nothing sent (NO_REPLY or HEARTBEAT_OK)", [], clock.now),
+        ("job-2", "undeliverable", "403 blocked", [], clock.now),
+        ("job-3", "error", "provider down", [], clock.now),
+    ]  # each ended by one process only
+    assert [run.job_id for run in await store.open_job_runs()] == ["job-4"]
+    assert await store.settle_job_runs() == []
+
+
+async def test_prune_job_runs_keeps_open_runs_and_each_jobs_latest(store: AnyStore, clock: FakeClock) -> None:
+    for tick in (1.0, 2.0, 3.0):
+        await store.start_job_run("daily", tick, "ok")
+    await store.start_job_run("other", 1.0, "error", "x")
+    running = await store.start_job_run("daily", 4.0)
+    clock.advance(100)
+    assert await store.prune_job_runs(50) == 3  # daily's latest is the one running; other's only run stays
+    assert [run.tick for run in await store.job_runs("daily")] == [4.0]
+    assert running is not None and [run.id for run in await store.open_job_runs()] == [running.id]
+    assert await store.last_job_ticks() == {"daily": 4.0, "other": 1.0}
+
+
+# --- subagents -----------------------------------------------------------------------------------------------------
+
+
+def announce(calls: list[SubagentRecord]) -> Callable[[SubagentRecord], JournalEntry]:
+    def announcement(record: SubagentRecord) -> JournalEntry:
+        calls.append(record)
+        return entry(f"announce:{record.id}", f"{record.status}: {record.result}")
+
+    return announcement
+
+
+async def start(store: AnyStore, run_id: str, parent: str = "parent") -> InboundRecord:
+    origin: dict[str, Any] = {"chat": "42", "depth": 1}
+    return await store.start_subagent(run_id, parent, f"child:{run_id}", "main", None, "do it", origin, entry(run_id))
+
+
+async def test_a_child_is_journaled_with_its_task_and_announced_once(store: AnyStore, clock: FakeClock) -> None:
+    task = await start(store, "r1")
+    [child] = await store.subagents("parent", open_only=True)
+    assert (child.id, child.status, child.inbound_id, child.origin, child.ended) == (
+        "r1", "running", task.id, {"chat": "42", "depth": 1}, None
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="already holds"):  # its task is journaled already: no second child either
+        await store.start_subagent("r2", "parent", "child:r2", "main", "label", "t", {}, entry("r1"))
+    assert await store.subagent("r2") is None
+    clock.advance(5)
+    calls: list[SubagentRecord] = []
+    announced = await store.end_subagent("r1", "done", "all good", [task.id], announce(calls))
+    assert announced is not None and announced.payload == {"t": "done: all good"}
+    assert [(call.status, call.result, call.ended) for call in calls] == [("done", "all good", clock.now)]
+    assert [record.id for record in await store.unfinished_inbound()] == [announced.id]  # the task row is done
+    assert await store.end_subagent("r1", "failed", "again", [task.id], announce(calls)) is None
+    assert len(calls) == 1
+    assert await store.kill_subagent("r1") is None
+    assert await store.subagents("parent", open_only=True) == []
+    assert [child.id for child in await store.subagents()] == ["r1"]
+
+
+async def test_a_kill_wins_over_the_status_the_child_ends_with(backend: Backend, store: AnyStore) -> None:
+    task = await start(store, "r1")
+    await store.mark_inbound(task.id, "failed", error="cut short")
+    killed = await store.kill_subagent("r1")
+    assert killed is not None and (killed.status, killed.ended) == ("killed", None)
+    calls: list[SubagentRecord] = []
+    assert await store.end_subagent("r1", "done", "partial", [task.id], announce(calls)) is not None
+    assert [call.status for call in calls] == ["killed"]
+    rows = await backend.query("SELECT status, session_key FROM inbound ORDER BY id")
+    assert rows == [("failed", None), ("pending", None)]  # a finished row keeps its ending
+    assert await store.kill_subagent("nobody") is None
+
+
+async def test_two_processes_ending_one_child_announce_it_once(backend: Backend) -> None:
+    stores = [await backend.open() for _ in range(3)]
+    task = await start(stores[0], "r1")
+    calls: list[SubagentRecord] = []
+    ends = await asyncio.gather(
+        *(store.end_subagent("r1", "done", f"by {n}", [task.id], announce(calls)) for n, store in enumerate(stores))
+    )
+    assert sum(end is not None for end in ends) == 1
+    assert len(await stores[0].unfinished_inbound()) == 1  # the one announcement
+
+
+async def test_children_are_listed_per_parent_and_pruned_once_ended(store: AnyStore, clock: FakeClock) -> None:
+    for run_id, parent in (("a", "p1"), ("b", "p2"), ("c", "p1")):
+        await start(store, run_id, parent)
+        clock.advance(1)
+    assert [child.id for child in await store.subagents("p1")] == ["a", "c"]
+    await store.end_subagent("a", "timed_out", "slow", [], announce([]))
+    assert [child.id for child in await store.subagents("p1", open_only=True)] == ["c"]
+    clock.advance(100)
+    assert await store.prune_subagents(50) == 1
+    assert [child.id for child in await store.subagents()] == ["b", "c"]
+
+
 # --- concurrency and the event loop ----------------------------------------------------------------------------
 
 
-async def test_many_concurrent_calls_all_land_once(store: SqliteStore) -> None:
+async def test_many_concurrent_calls_all_land_once(store: AnyStore) -> None:
     # 200 distinct messages, each delivered twice, all at once.
     calls = [
         store.record_inbound("telegram", "default", str(number % 7), str(number), {"n": number})
@@ -503,48 +855,7 @@ async def test_many_concurrent_calls_all_land_once(store: SqliteStore) -> None:
     assert (record.input_tokens, record.output_tokens) == (100, 200)
 
 
-async def test_sqlite_runs_on_one_worker_thread_never_the_loops(store: SqliteStore) -> None:
-    threads: set[int] = set()
-
-    def trace(statement: str) -> None:
-        threads.add(threading.get_ident())
-
-    # Private parts, because only the connection can say where its statements execute. It belongs to the worker:
-    assert store._connection is not None
-    with pytest.raises(sqlite3.ProgrammingError, match="same thread"):
-        store._connection.execute("SELECT 1")
-    await store._call(sqlite3.Connection.set_trace_callback, trace)
-    await asyncio.gather(*(inbound(store, str(number)) for number in range(50)))
-    await store.ensure_session("k", "main")
-    assert len(threads) == 1
-    assert threading.get_ident() not in threads
-
-
-async def test_a_write_waiting_on_a_locked_database_does_not_block_the_loop(store: SqliteStore) -> None:
-    loop = asyncio.get_running_loop()
-    executing = asyncio.Event()
-
-    def trace(statement: str) -> None:  # called where the store's statements execute
-        loop.call_soon_threadsafe(executing.set)
-
-    await store._call(sqlite3.Connection.set_trace_callback, trace)  # private: see the test above
-    other = sqlite3.connect(store.path, isolation_level=None)
-    try:
-        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock; the store waits (busy timeout)
-        write = asyncio.create_task(store.record_inbound("telegram", "default", "42", "1", {}))
-        await eventually(executing.is_set, "the write to start")
-        # The write has started and cannot finish while the lock is held (the busy timeout is 5 s, far longer than
-        # this step). That this test runs meanwhile shows it waits off the loop: on the loop, it would have blocked
-        # the loop until the busy timeout gave up, and be done (failed) by now.
-        assert not write.done()
-        other.execute("COMMIT")
-    finally:
-        other.close()
-    assert await asyncio.wait_for(write, timeout=WAIT) is not None
-    await store._call(sqlite3.Connection.set_trace_callback, None)
-
-
-async def test_a_ticker_keeps_ticking_during_500_writes(store: SqliteStore) -> None:
+async def test_a_ticker_keeps_ticking_during_500_writes(store: AnyStore) -> None:
     ticks = 0
     stop = asyncio.Event()
 
@@ -562,25 +873,3 @@ async def test_a_ticker_keeps_ticking_during_500_writes(store: SqliteStore) -> N
     # Were the writes run on the loop, the ticker could not run between them; off the loop it runs during each.
     assert ticks >= 500
     assert len(await store.unfinished_inbound()) == 500
-
-
-# --- pairing ------------------------------------------------------------------------------------------------------
-
-
-async def test_a_sender_keeps_one_pairing_code_and_new_senders_always_get_one(
-    store: SqliteStore, clock: FakeClock
-) -> None:
-    async def ask(sender: str) -> str:
-        return (await store.request_pairing("telegram", "main", sender, None, ttl=3600, max_pending=3)).code
-
-    first = await ask("stranger1")
-    assert await ask("stranger1") == first  # asking again is the same request
-    for number in (2, 3):
-        clock.advance(1)
-        await ask(f"stranger{number}")
-    clock.advance(1)
-    newcomer = await ask("newcomer")  # three are waiting: the oldest makes room, nobody is turned away
-    waiting = {record.sender_id: record.code for record in await store.pending_pairings("telegram")}
-    assert waiting == {"stranger2": waiting["stranger2"], "stranger3": waiting["stranger3"], "newcomer": newcomer}
-    assert await store.approve_pairing("telegram", first, "telegram:1") is None  # the dropped code is void
-    assert await store.approve_pairing("telegram", newcomer, "telegram:1") is not None

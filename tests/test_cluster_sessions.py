@@ -1,0 +1,135 @@
+"""Two gateways on one PostgreSQL database, in one process, each with its own door to the same chat account: a
+message that arrives through one for a session the other is running is run by the other, as one process would (its
+queue mode, its /stop); a process whose session was taken over writes nothing more for it (the fence)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm import FakeLLM, Reply
+from helpers import eventually
+
+from bot.app import App
+from bot.config import parse_config
+from bot.gateway import Gateway
+from bot.store import OutboxEntry
+from bot.store.base import Fence, FencedOut, fenced
+from bot.store.postgres import PostgresStore
+from bot.store.postgres.cluster import LockKind, PgMember
+from channels import MemoryChannel
+
+
+def make_app(tmp_path: Path, llm: FakeLLM, chat: MemoryChannel, url: str, **extra: Any) -> App:
+    config = {
+        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
+        "state": {"backend": "postgres", "url": url},
+        **extra,
+        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), **extra.get("defaults", {})},
+    }
+    return App(parse_config(json.dumps(config)), tmp_path / "state", adapters=[chat])
+
+
+@asynccontextmanager
+async def two_gateways(
+    tmp_path: Path, llm: FakeLLM, url: str, **extra: Any
+) -> AsyncIterator[tuple[MemoryChannel, Gateway, MemoryChannel, Gateway]]:
+    first, second = MemoryChannel(), MemoryChannel()
+    async with AsyncExitStack() as stack:
+        one = await stack.enter_async_context(make_app(tmp_path / "one", llm, first, url, **extra).running())
+        two = await stack.enter_async_context(make_app(tmp_path / "two", llm, second, url, **extra).running())
+        yield first, one, second, two
+
+
+async def test_a_message_for_a_session_running_elsewhere_joins_it_there_in_collect_mode(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    fake_llm.script(Reply.held("First answer."), "Both later ones.")
+    async with two_gateways(tmp_path, fake_llm, postgres_url, session={"queue": {"debounce_ms": 0}}) as gateways:
+        first, one, second, two = gateways
+        await first.say("one", sender="alice")
+        await eventually(lambda: fake_llm.holding == 1, "the first turn to run in the first process")
+        key = next(iter(one.cluster.held)) if one.cluster else ""
+        await second.say("two", sender="alice")  # arrives through the other process
+        await second.say("three", sender="alice")
+        await eventually(lambda: one.lanes.depth(key) == 2, "both to be queued behind the running turn, there")
+        fake_llm.release()
+        assert [sent.text for sent in await first.replies(2)] == ["First answer.", "Both later ones."]
+    assert second.sent == []  # the process holding the chat sent it all
+    last = fake_llm.requests[-1].body["messages"][-1]["content"]
+    assert "two" in json.dumps(last) and "three" in json.dumps(last)  # one turn for both (collect)
+
+
+async def test_stop_sent_through_another_process_stops_the_turn_where_it_runs(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    fake_llm.script(Reply.held("Never finished."))
+    async with two_gateways(tmp_path, fake_llm, postgres_url) as (first, one, second, two):
+        await first.say("a long one", sender="alice")
+        await eventually(lambda: fake_llm.holding == 1, "the turn to run in the first process")
+        await second.say("/stop", sender="alice")
+        [stopped] = await first.replies(1)
+        assert stopped.text == "Stopped."
+        await eventually(lambda: one.lanes.lane_count() == 0, "the turn to end")
+    assert second.sent == []
+
+
+async def test_the_sessions_spread_over_the_processes_and_each_chat_keeps_its_order(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    people = [f"p{n}" for n in range(6)]
+    for person in people:
+        fake_llm.script_for(f"{person} m0", *(f"{person} a{n}" for n in range(3)))
+    extra = {"defaults": {"max_concurrent": 1}, "session": {"queue": {"mode": "followup"}}}
+    async with two_gateways(tmp_path, fake_llm, postgres_url, **extra) as (first, one, second, two):
+        for n in range(3):
+            for person in people:
+                await first.say(f"{person} m{n}", sender=person)
+        await eventually(lambda: len(first.sent) + len(second.sent) == 18, "every message answered")
+    for person in people:
+        said = [sent.text for sent in [*first.sent, *second.sent] if sent.target.peer.id == person]
+        assert sorted(said) == [f"{person} a{n}" for n in range(3)]
+        for channel in (first, second):
+            mine = [sent.text for sent in channel.sent if sent.target.peer.id == person]
+            assert mine == sorted(mine)  # in order wherever sent
+    assert first.sent and second.sent  # both processes ran sessions
+
+
+async def test_a_process_whose_session_was_taken_over_writes_nothing_more_for_it(postgres_url: str) -> None:
+    async with await PostgresStore.open(postgres_url) as store:
+        record = await store.record_inbound("memory", "default", "direct:alice", "m1", {"text": "hi"})
+        assert record is not None
+        lost, taker = PgMember(store.db, "lost"), PgMember(store.db, "taker")
+        await lost.connect()
+        await taker.connect()
+        try:
+            await lost.set_lane(record.id, "lane")
+            assert await lost.try_lock(LockKind.LANE, "lane")
+            old = await lost.next_fence("lane")
+            assert [claimed.id for claimed in await lost.claim("lane", taken_over=True)] == [record.id]
+            assert not await taker.try_lock(LockKind.LANE, "lane")  # held
+
+            await lost.connect()  # its connection went (a network cut): its locks with it
+            assert await taker.try_lock(LockKind.LANE, "lane")
+            new = await taker.next_fence("lane")
+            assert [claimed.id for claimed in await taker.claim("lane", taken_over=True)] == [record.id]
+
+            reply = OutboxEntry(
+                inbound_id=record.id, channel="memory", account="default", target={}, payload={"text": "late"}
+            )
+            with fenced(Fence("lane", old)), pytest.raises(FencedOut):
+                await store.finish_inbound([record.id], "done", replies=[reply])
+            with fenced(Fence("lane", old)), pytest.raises(FencedOut):
+                await store.mark_inbound(record.id, "failed", "cut off")
+            assert await store.outbox_for_inbound(record.id) == []  # nothing of the old holder's was written
+
+            with fenced(Fence("lane", new)):
+                await store.finish_inbound([record.id], "done", replies=[reply])
+            assert [entry.payload for entry in await store.outbox_for_inbound(record.id)] == [{"text": "late"}]
+        finally:
+            await lost.close()
+            await taker.close()

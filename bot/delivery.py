@@ -299,9 +299,9 @@ class Delivery:
             self._elsewhere = False
             chats: dict[str, list[OutboxRecord]] = {}
             for record in await self.store.unsent_outbox():
-                if self._due_at(record) <= now:
-                    chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
-            await asyncio.gather(*(self._send_chat(records, now) for records in chats.values()))
+                chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+            due = [records for records in chats.values() if any(self._due_at(r) <= now for r in records)]
+            await asyncio.gather(*(self._send_chat(records, now) for records in due))
 
     async def _send_chat(self, records: list[OutboxRecord], now: float) -> None:
         """Send a chat's entries in order; in a cluster, holding the chat (or leaving it to the process that does),

@@ -1,5 +1,7 @@
 """The gateway's status: each channel account's health, running turns, queues, approvals, the outbox and today's
-usage, written to `<state_dir>/status.json` every few seconds for `bot status`, removed at a clean stop."""
+usage, written to `<state_dir>/status.json` every few seconds for `bot status`, removed at a clean stop. A process of
+a cluster (several processes on one PostgreSQL database) also publishes it, with what it holds, in the database's
+`processes` table, where `bot status` sees every process."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,6 +28,7 @@ __all__ = [
     "STATUS_FILE",
     "STATUS_INTERVAL",
     "ChannelBoard",
+    "ClusterMember",
     "OutboxBacklog",
     "QueueDepth",
     "StatusReport",
@@ -155,9 +159,22 @@ class ChannelBoard:
         return found
 
 
+class ClusterMember(Protocol):
+    """What the status needs of `gateway.cluster` (None unless several processes share a PostgreSQL database): this
+    process run's id among them, when it started, and what it holds now (e.g. `{"sessions": [...], "ingress":
+    [...]}`: the sessions it runs, the listeners it won)."""
+
+    member_id: str
+    started: float
+
+    def holdings(self) -> dict[str, list[str]]: ...
+
+
 class StatusWriter:
     """Keeps `<state_dir>/status.json` up to date for `gateway`: once at `start()`, then every `interval` seconds;
-    `stop()` removes it (a file left behind belongs to a process that did not stop cleanly)."""
+    `stop()` removes it (a file left behind belongs to a process that did not stop cleanly). In a cluster each write
+    also publishes the status, with what the process holds, as its row in the database's `processes` table (rows
+    long gone are pruned at `start()`); `stop()` removes the row. A failed publish is logged, never fatal."""
 
     def __init__(self, gateway: Gateway, *, interval: float = STATUS_INTERVAL) -> None:
         self.gateway = gateway
@@ -166,6 +183,7 @@ class StatusWriter:
         self._started_at = gateway.app.clock()
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._publish_failing = False
 
     async def report(self) -> StatusReport:
         """The status now."""
@@ -203,16 +221,49 @@ class StatusWriter:
 
     async def write(self) -> None:
         """Write the status now: to a temporary file, then renamed over the old one, so a reader never sees half."""
+        report = None
         try:
+            report = await self.report()
             # Written in the loop's thread (a few kilobytes): a write still going on in another thread could put the
             # file back after `stop()` removed it.
-            self._replace((await self.report()).model_dump_json(indent=2))
+            self._replace(report.model_dump_json(indent=2))
         except Exception:
             if not self._failing:  # one line per spell of failures, not one every interval
                 log.exception("could not write %s", self.path)
             self._failing = True
         else:
             self._failing = False
+        if report is not None:
+            await self.publish(report)
+
+    def _cluster(self) -> tuple[ClusterMember, Any] | None:
+        """This process's cluster membership and the database it publishes to; None outside a cluster."""
+        cluster: ClusterMember | None = getattr(self.gateway, "cluster", None)
+        if cluster is None:
+            return None
+        return cluster, getattr(self.gateway.store, "db", None)
+
+    async def publish(self, report: StatusReport) -> None:
+        """In a cluster: `report`, with what this process holds, as its row of `processes` (nothing otherwise)."""
+        member = self._cluster()
+        if member is None:
+            return
+        from bot.store.postgres.processes import publish_process
+
+        cluster, db = member
+        try:
+            if db is None:
+                raise TypeError("the store has no PostgreSQL database to publish to")
+            status = {**report.model_dump(mode="json"), "holds": cluster.holdings()}
+            await publish_process(db, cluster.member_id, socket.gethostname(), os.getpid(), cluster.started, status)
+        except Exception:
+            if not self._publish_failing:  # one line per spell of failures, as for the file
+                log.exception("could not publish this process's status to the database")
+            self._publish_failing = True
+        else:
+            if self._publish_failing:
+                log.info("this process's status is published to the database again")
+            self._publish_failing = False
 
     def _replace(self, data: str) -> None:
         temporary = self.path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
@@ -222,7 +273,20 @@ class StatusWriter:
     async def start(self) -> None:
         """Write the file once, then keep it fresh."""
         await self.write()
+        await self._prune()
         self._task = asyncio.create_task(self._keep_writing(), name="status")
+
+    async def _prune(self) -> None:
+        """In a cluster: remove the rows of processes gone for long (a killed process cannot remove its own)."""
+        member = self._cluster()
+        if member is None or member[1] is None:
+            return
+        from bot.store.postgres.processes import prune_processes
+
+        try:
+            await prune_processes(member[1])
+        except Exception:
+            log.warning("could not prune old rows of the processes table", exc_info=True)
 
     async def _keep_writing(self) -> None:
         while True:
@@ -230,8 +294,18 @@ class StatusWriter:
             await self.write()
 
     async def stop(self) -> None:
-        """Stop writing and remove the file."""
+        """Stop writing and remove the file (and, in a cluster, this process's row)."""
         await cancel_and_wait(self._task)
         self._task = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        member = self._cluster()
+        if member is None or member[1] is None:
+            return
+        from bot.store.postgres.processes import remove_process
+
+        cluster, db = member
+        try:
+            await remove_process(db, cluster.member_id)
+        except Exception:
+            log.warning("could not remove this process's row from the processes table", exc_info=True)

@@ -2,13 +2,15 @@
 into InboundMessage / ActionEvent; buttons are persistent components whose custom_id is the button's value; files
 come in as attachment URLs fetched from Discord's CDN and go out as multipart uploads; polls and threads are native.
 The account's `health` follows the gateway: stalled when it goes silent (discord.py then reconnects), degraded in a
-reconnect storm, whose further connections ReconnectGate spaces with exponential backoff."""
+reconnect storm, whose further connections ReconnectGate spaces with exponential backoff. Listening is elected per
+gateway shard (channels.base.ElectedIngress): several processes on one token each send, one listens per shard."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import copy
+import hashlib
 import logging
 import os
 import random
@@ -43,7 +45,7 @@ from channels.base import (
     Poll,
     within,
 )
-from channels.health import ChannelHealth
+from channels.health import UNHEALTHY, ChannelHealth
 from channels.start_errors import StartError, StartErrorKind, mask, why_unreachable
 from routing import Peer
 from routing.errors import ChannelError
@@ -280,12 +282,82 @@ class _ActionButton(discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], 
             await client.adapter._on_click(interaction, self.value)
 
 
+class _Link:
+    """One gateway connection's watchdog state (the adapter's own client's, or one shard listener's): its storm gate,
+    when it last heard a frame, whether it was connected before (READY again then counts as a reconnect), and
+    `stopping`, which cuts a storm's wait short. Connection events land in the account's one `health`."""
+
+    def __init__(self, adapter: DiscordAdapter, shard_id: int | None = None) -> None:
+        self.adapter = adapter
+        self.shard_id = shard_id  # None: the account is not sharded
+        settings = adapter.settings
+        self.gate = ReconnectGate(settings.storm_reconnects, settings.storm_minutes * 60)
+        self.last_heard = time.perf_counter()  # discord.py's watchdog keeps time on the same clock
+        self.connected_before = False
+        self.stopping = asyncio.Event()
+        self.ready = asyncio.Event()  # READY on this link's client
+        self.client: _Client | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def heard(self) -> None:
+        """The gateway sent a frame: an event, a heartbeat ACK, a HELLO."""
+        self.last_heard = time.perf_counter()
+        self.adapter.health.heard()
+
+    def connected(self) -> None:
+        """READY or RESUMED: the account is connected (again)."""
+        if self.connected_before:
+            self.adapter.health.reconnected()
+        self.connected_before = True
+        self.gate.connected()
+        self.adapter.health.set("connected")
+
+    def disconnected(self) -> None:
+        """A gateway connection ended (discord.py makes a new one unless stopping). After `stall_seconds` of
+        silence, it was discord.py's watchdog that closed it: the account stalled."""
+        adapter = self.adapter
+        silence = time.perf_counter() - self.last_heard
+        if self.stopping.is_set() or silence < adapter.stall_seconds:
+            log.debug("discord %s: gateway disconnected", adapter.account)
+            return
+        adapter.health.set("stalled", f"no heartbeat ACK or event from the gateway for {silence:.0f}s; reconnecting")
+
+    async def before_connect(self) -> None:
+        """Every new gateway connection passes here: in a reconnect storm it waits its turn, the account degraded."""
+        adapter = self.adapter
+        delay = self.gate.attempt()
+        if delay > 0:
+            minutes = adapter.settings.storm_minutes
+            adapter.health.set(
+                "degraded",
+                f"{self.gate.recent} gateway connections within {minutes:g} min (reconnect storm); "
+                f"the next in {delay:.1f}s",
+            )
+            log.debug("discord %s: reconnect storm, waiting %.1fs", adapter.account, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), delay)
+        if self.stopping.is_set():
+            raise aiohttp.ClientConnectionError("the adapter is stopping")
+        self.last_heard = time.perf_counter()  # a new connection's silence counts from its start, as discord.py's
+
+
 class _Client(discord.Client):
-    """discord.Client with this adapter's servers, guarded event parsers, and the adapter's handlers."""
+    """discord.Client with this adapter's servers, guarded event parsers, and the adapter's handlers; its gateway
+    connection watched by `link` (the adapter's own by default), as one shard of `link`'s when sharded."""
 
     def __init__(
-        self, adapter: DiscordAdapter, api_base: str | None, gateway: str | None, guild_ready_timeout: float
+        self,
+        adapter: DiscordAdapter,
+        api_base: str | None,
+        gateway: str | None,
+        guild_ready_timeout: float,
+        *,
+        link: _Link | None = None,
     ) -> None:
+        link = link or adapter._main
+        shard: dict[str, Any] = {}
+        if link.shard_id is not None:
+            shard = {"shard_id": link.shard_id, "shard_count": adapter.settings.shard_count}
         intents = discord.Intents.none()
         intents.guilds = True
         intents.guild_messages = True
@@ -299,33 +371,35 @@ class _Client(discord.Client):
             # closed and replaced; `disconnect` then finds the silence and reports the stall.
             heartbeat_timeout=adapter.stall_seconds,
             enable_debug_events=True,  # `socket_raw_receive` for every frame, heartbeat ACKs included (see dispatch)
+            **shard,
         )
         self.adapter = adapter
+        self.link = link
         http = _RoutedHTTPClient(
-            self.loop, api_base, gateway, health=adapter.health, before_connect=adapter._before_connect
+            self.loop, api_base, gateway, health=adapter.health, before_connect=link.before_connect
         )
         _reach_into_the_client(self, http, adapter.account)
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         # The raw frames are only counted as signs of life, here and synchronously, never as one task per frame.
         if event == "socket_raw_receive":
-            self.adapter._heard()
+            self.link.heard()
             return
         if event == "socket_raw_send":
             return
         if event == "disconnect":  # here, before discord.py's loop goes on to the next connection
-            self.adapter._on_disconnect()
+            self.link.disconnected()
         super().dispatch(event, *args, **kwargs)
 
     async def setup_hook(self) -> None:
         self.add_dynamic_items(_ActionButton)
 
     async def on_ready(self) -> None:
-        self.adapter._on_ready()
+        self.adapter._on_ready(self)
 
     async def on_resumed(self) -> None:
         log.info("discord %s: gateway session resumed", self.adapter.account)
-        self.adapter._on_connected()
+        self.link.connected()
 
     async def on_message(self, message: discord.Message) -> None:
         self.adapter._queue_message(message)
@@ -488,7 +562,12 @@ def _view(message: OutboundMessage) -> discord.ui.View | None:
 
 class DiscordAdapter:
     """One Discord bot account: DMs, guild text channels and threads in, with their files; send (text, files, polls),
-    edit, delete, react, typing and thread creation out."""
+    edit, delete, react, typing and thread creation out.
+
+    Its listening is elected (channels.base.ElectedIngress): one key per gateway shard. Started as usual, the
+    adapter's client logs in and connects the gateway (shard 0, the others on clients of their own). With
+    `ingress_deferred`, it only logs in (REST: sending, editing, downloads), and each shard listens on a client of
+    its own between `open_ingress` and `close_ingress`."""
 
     channel = "discord"
     capabilities = CAPABILITIES
@@ -498,7 +577,8 @@ class DiscordAdapter:
     ) -> None:
         self.account = account
         self.settings = settings
-        self._sleep = sleep  # how start() waits out ready_timeout
+        self.ingress_deferred = False  # set by the gateway before start(): then start() connects for sending only
+        self._sleep = sleep  # how start() and open_ingress() wait out ready_timeout
         self.bot_username: str | None = None
         self.bot_user_id: str | None = None
         api_base = settings.api_base_url.rstrip("/") + API_PATH if settings.api_base_url else None
@@ -514,41 +594,63 @@ class DiscordAdapter:
         self._cdn: aiohttp.ClientSession | None = None  # attachment downloads, over discord.py's connection pool
         self.health = ChannelHealth("discord", account, secrets=[settings.token])
         self.stall_seconds = self._stall_seconds(account, settings)
-        self._gate = ReconnectGate(settings.storm_reconnects, settings.storm_minutes * 60)
-        self._last_heard = time.perf_counter()  # discord.py's watchdog keeps time on the same clock
-        self._connected_before = False
-        self._stopping = asyncio.Event()  # cuts a storm's wait short
+        # The adapter's own client's gateway connection (shard 0 when sharded; never connected when deferred).
+        self._main = _Link(self, 0 if settings.shard_count > 1 else None)
+        self._listeners: dict[str, _Link] = {}  # ingress key -> the shard listening on a client of its own
+        self._ingress_lock = asyncio.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
     async def start(self, on_message: OnMessage, on_action: OnAction) -> None:
+        """Log in and connect the gateway (every shard); with `ingress_deferred`, log in only: `open_ingress`
+        connects a shard's listener."""
         self._on_message, self._on_action = on_message, on_action
         self._ready.clear()
-        self._stopping.clear()
+        self._main.stopping.clear()
         self._client = _Client(self, self._api_base, self.settings.gateway_url, self.settings.guild_ready_timeout)
         self._worker = asyncio.create_task(self._deliver(), name=f"discord:{self.account}:deliver")
-        self._task = asyncio.create_task(self._run(self._client), name=f"discord:{self.account}")
-        ready = asyncio.create_task(self._ready.wait())
+        self._task = asyncio.create_task(
+            self._run(self._client, connect=not self.ingress_deferred), name=f"discord:{self.account}"
+        )
+        if await self._until_ready(self._ready, self._task):
+            self._cdn = self._cdn_session(self._client)
+            if not self.ingress_deferred:
+                try:
+                    for key in self.ingress_keys()[1:]:  # the other shards, on clients of their own
+                        await self.open_ingress(key)
+                except BaseException:
+                    await self.stop()
+                    raise
+            return
+        failure = self._failure(self._task)
+        await self.stop()
+        raise self._not_ready(failure) from failure
+
+    async def _until_ready(self, ready: asyncio.Event, task: asyncio.Task[None]) -> bool:
+        """Whether `ready` is set before `task` ends and within `ready_timeout`."""
+        waiting = asyncio.create_task(ready.wait())
         timeout = asyncio.ensure_future(self._sleep(self.settings.ready_timeout))
         try:
-            await asyncio.wait({ready, timeout, self._task}, return_when="FIRST_COMPLETED")
+            await asyncio.wait({waiting, timeout, task}, return_when="FIRST_COMPLETED")
         finally:
-            ready.cancel()
+            waiting.cancel()
             timeout.cancel()
-        if self._ready.is_set():
-            self._cdn = self._cdn_session(self._client)
-            return
-        failure: BaseException | None = None
-        if self._task.done() and not self._task.cancelled():
-            failure = self._task.exception()
-        await self.stop()
+        return ready.is_set()
+
+    @staticmethod
+    def _failure(task: asyncio.Task[None]) -> BaseException | None:
+        return task.exception() if task.done() and not task.cancelled() else None
+
+    def _not_ready(self, failure: BaseException | None) -> DiscordStartError:
+        """The error for a client that got no READY (or no login), noted in `health`."""
         if failure is not None:
             start_error = self._start_error(failure)
             self.health.failed(start_error.reason)
-            raise start_error from failure
-        error = f"no READY from the gateway within {self.settings.ready_timeout:g}s"
+            return start_error
+        what = "login" if self.ingress_deferred and not self._ready.is_set() else "READY from the gateway"
+        error = f"no {what} within {self.settings.ready_timeout:g}s"
         self.health.failed(error)
-        raise DiscordStartError(error, account=self.account)
+        return DiscordStartError(error, account=self.account)
 
     def _start_error(self, failure: BaseException) -> DiscordStartError:
         """A failed login told straight: a refused token (401), a wrong api_base_url (404), no answer at all."""
@@ -570,20 +672,27 @@ class DiscordAdapter:
         reason = mask(f"could not connect to {where}: {type(failure).__name__}: {failure}", [self.settings.token])
         return DiscordStartError(reason, account=self.account)
 
-    async def _run(self, client: _Client) -> None:
+    async def _run(self, client: _Client, *, connect: bool = True) -> None:
         # Interaction callbacks go through discord.py's webhook adapter, found in a context variable; set here,
         # it is inherited by every task the client creates, and by no other client.
         async_context.set(_RoutedWebhookAdapter(self._api_base, self.health))
         async with client:
-            await client.start(self.settings.token, reconnect=True)
+            if connect:
+                await client.start(self.settings.token, reconnect=True)
+                return
+            await client.login(self.settings.token)  # REST only: no gateway connection until open_ingress
+            self._logged_in(client, gateway=False)
+            await client.link.stopping.wait()
 
     async def stop(self) -> None:
+        for key in list(self._listeners):
+            await self.close_ingress(key)
         if self._cdn is not None:  # before the client, which closes the connector under it
             await self._cdn.close()
             self._cdn = None
         # Set just before the client closes (which marks it closed at once): a storm's wait cut short then finds the
         # client closed, and discord.py's connect loop ends quietly.
-        self._stopping.set()
+        self._main.stopping.set()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
@@ -597,20 +706,116 @@ class DiscordAdapter:
         self._task = self._worker = None
         self.health.set("stopped")
 
-    def _on_ready(self) -> None:
-        client = self._client
-        if client is not None and client.user is not None:
+    def _logged_in(self, client: _Client, *, gateway: bool) -> None:
+        """The adapter's own client is ready to send: READY on its gateway, or (deferred) its login."""
+        if client.user is not None:
             self.bot_username = client.user.name
             self.bot_user_id = str(client.user.id)
-            log.info(
-                "discord %s: ready as %s (%s) in %d guilds",
-                self.account,
-                client.user,
-                client.user.id,
-                len(client.guilds),
-            )
+            if gateway:
+                log.info(
+                    "discord %s: ready as %s (%s) in %d guilds",
+                    self.account,
+                    client.user,
+                    client.user.id,
+                    len(client.guilds),
+                )
+            else:
+                log.info(
+                    "discord %s: logged in as %s (%s); listening when elected",
+                    self.account,
+                    client.user,
+                    client.user.id,
+                )
         self._ready.set()
-        self._on_connected()
+        if not gateway:
+            self.health.set("connected")
+
+    def _on_ready(self, client: _Client) -> None:
+        if client is self._client:
+            self._logged_in(client, gateway=True)
+        else:
+            log.info(
+                "discord %s: listening as shard %s of %d",
+                self.account,
+                client.link.shard_id,
+                self.settings.shard_count,
+            )
+        client.link.ready.set()
+        client.link.connected()
+
+    # --- elected listening (channels.base.ElectedIngress) ----------------------------------------------------
+
+    def ingress_keys(self) -> list[str]:
+        """One key per gateway shard, `discord:<sha256 of the token, 16 hex digits>:shard:<i>/<count>`: the same in
+        every process on this bot token, and no secret."""
+        digest = hashlib.sha256(self.settings.token.encode()).hexdigest()[:16]
+        count = self.settings.shard_count
+        return [f"discord:{digest}:shard:{index}/{count}" for index in range(count)]
+
+    def _shard_of(self, key: str) -> int:
+        try:
+            return self.ingress_keys().index(key)
+        except ValueError:
+            raise ValueError(f"discord {self.account}: no ingress key {key!r}") from None
+
+    async def open_ingress(self, key: str) -> None:
+        """Connect the gateway as this key's shard, on a client of its own, and return once it got READY (after
+        `start()`); idempotent. DiscordStartError when it gets no READY within `ready_timeout` (nothing stays
+        open then)."""
+        shard = self._shard_of(key)
+        async with self._ingress_lock:
+            if key in self._listeners or (shard == 0 and not self.ingress_deferred):
+                return  # already listening (undeferred, shard 0 is the adapter's own client's)
+            self._require_client()
+            link = _Link(self, shard if self.settings.shard_count > 1 else None)
+            link.client = _Client(
+                self, self._api_base, self.settings.gateway_url, self.settings.guild_ready_timeout, link=link
+            )
+            link.task = asyncio.create_task(self._run(link.client), name=f"discord:{self.account}:shard:{shard}")
+            self._listeners[key] = link
+            if await self._until_ready(link.ready, link.task):
+                link.task.add_done_callback(lambda task: self._listener_ended(link, task))
+                return
+            failure = self._failure(link.task)
+            del self._listeners[key]
+            await self._close_link(link)
+            raise self._not_ready(failure) from failure
+
+    async def close_ingress(self, key: str) -> None:
+        """Close this key's gateway connection cleanly (code 1000, no resume, no reconnect; its watchdog and storm
+        count go with it); sending keeps working; idempotent. Undeferred, shard 0 stays with the adapter's own
+        client until `stop()`."""
+        self._shard_of(key)
+        async with self._ingress_lock:
+            link = self._listeners.pop(key, None)
+            if link is None:
+                return
+            await self._close_link(link)
+            log.info("discord %s: stopped listening as %s", self.account, key)
+            if not self._listeners and self.ingress_deferred and self.health.state in UNHEALTHY:
+                self.health.set("connected")  # what was unwell was the listener; sending is fine
+
+    def _listener_ended(self, link: _Link, task: asyncio.Task[None]) -> None:
+        """A listener's client gave up on its own (discord.py does on a gateway close it cannot resume: a revoked
+        token, an intent not allowed): the account hears nothing on that shard while still holding it."""
+        if link.stopping.is_set() or task.cancelled():
+            return
+        error = task.exception()
+        reason = f"the gateway listener of shard {link.shard_id or 0} ended"
+        if error is not None:
+            reason += f": {type(error).__name__}: {error}"
+        log.error("discord %s: %s", self.account, mask(reason, [self.settings.token]))
+        self.health.set("stalled", reason)
+
+    @staticmethod
+    async def _close_link(link: _Link) -> None:
+        link.stopping.set()  # first: a storm's wait ends, and the disconnect is not taken for a stall
+        if link.client is not None:
+            with contextlib.suppress(Exception):
+                await link.client.close()
+        if link.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(link.task, 10)
 
     # --- the connection's health -------------------------------------------------------------------------------
 
@@ -627,45 +832,6 @@ class DiscordAdapter:
             MIN_STALL_SECONDS,
         )
         return MIN_STALL_SECONDS
-
-    def _heard(self) -> None:
-        """The gateway sent a frame: an event, a heartbeat ACK, a HELLO."""
-        self._last_heard = time.perf_counter()
-        self.health.heard()
-
-    def _on_connected(self) -> None:
-        """READY or RESUMED: the account is connected (again)."""
-        if self._connected_before:
-            self.health.reconnected()
-        self._connected_before = True
-        self._gate.connected()
-        self.health.set("connected")
-
-    def _on_disconnect(self) -> None:
-        """A gateway connection ended (discord.py makes a new one unless stopping). After `stall_seconds` of
-        silence, it was discord.py's watchdog that closed it: the account stalled."""
-        silence = time.perf_counter() - self._last_heard
-        if self._stopping.is_set() or silence < self.stall_seconds:
-            log.debug("discord %s: gateway disconnected", self.account)
-            return
-        self.health.set("stalled", f"no heartbeat ACK or event from the gateway for {silence:.0f}s; reconnecting")
-
-    async def _before_connect(self) -> None:
-        """Every new gateway connection passes here: in a reconnect storm it waits its turn, the account degraded."""
-        delay = self._gate.attempt()
-        if delay > 0:
-            minutes = self.settings.storm_minutes
-            self.health.set(
-                "degraded",
-                f"{self._gate.recent} gateway connections within {minutes:g} min (reconnect storm); "
-                f"the next in {delay:.1f}s",
-            )
-            log.debug("discord %s: reconnect storm, waiting %.1fs", self.account, delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
-        if self._stopping.is_set():
-            raise aiohttp.ClientConnectionError("the adapter is stopping")
-        self._last_heard = time.perf_counter()  # a new connection's silence counts from its start, as discord.py's
 
     @staticmethod
     def _cdn_session(client: _Client) -> aiohttp.ClientSession:
@@ -867,7 +1033,7 @@ class DiscordAdapter:
         thread's channel id, which is how a ChatTarget's `thread_id` names a Discord thread (messages in it come
         with the thread as peer and as thread_id, and sends go to the thread_id)."""
         client = self._require_client()
-        channel_id = self._thread_parent(client, target)
+        channel_id = self._thread_parent(target)
         title = name.strip()[:MAX_THREAD_NAME]
         if not title:
             raise ChannelError("discord: a thread needs a name")
@@ -881,13 +1047,15 @@ class DiscordAdapter:
             )
         return str(data["id"])
 
-    @staticmethod
-    def _thread_parent(client: _Client, target: ChatTarget) -> int:
+    def _thread_parent(self, target: ChatTarget) -> int:
         """The guild channel a new thread goes in; ChannelError where Discord has no threads (DMs, threads)."""
         peer_id = target.peer.id
         if target.peer.kind == "direct" or peer_id is None:
             raise ChannelError("discord: threads start in a guild channel; direct messages have no threads")
-        if target.thread_id or isinstance(client.get_channel(int(peer_id)), discord.Thread):
+        # The channel as the gateway described it: the adapter's own client's cache, or (deferred) a listener's.
+        clients = [self._client, *(link.client for link in self._listeners.values())]
+        known = [client.get_channel(int(peer_id)) for client in clients if client is not None]
+        if target.thread_id or any(isinstance(channel, discord.Thread) for channel in known):
             raise ChannelError("discord: a thread cannot start inside a thread; start it in the parent channel")
         return int(peer_id)
 

@@ -25,7 +25,8 @@ threads the bot starts (from a message, or in a channel) are in `threads` and an
 A bad gateway: `stop_acking()` makes it a zombie (heartbeats unanswered, events held back, the open connections never
 heal) until `ack_again()`, after which new connections work and a RESUME replays the held events, as Discord's does;
 `close_new_connections = True` closes every connection right after its IDENTIFY or RESUME. `connections` counts the
-gateway connections made; `heartbeat_interval_ms` is what HELLO asks for.
+gateway connections made, `open_connections` those open now; `heartbeat_interval_ms` is what HELLO asks for. A sharded
+bot gets each event on the shard Discord would send it on (see `dispatch`).
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class _Session:
     sequence: int = 0
     identified: asyncio.Event = field(default_factory=asyncio.Event)
     silent: bool = False  # a zombie connection: it answers nothing and gets no events
+    shard: tuple[int, int] | None = None  # IDENTIFY's [shard_id, num_shards], when the bot is sharded
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -295,6 +297,8 @@ class FakeDiscord:
                     await ws.send_json({"op": 11})
                 elif op == 2:
                     self.identifies.append(payload["d"])
+                    if payload["d"].get("shard"):
+                        session.shard = (int(payload["d"]["shard"][0]), int(payload["d"]["shard"][1]))
                     if self.send_ready:
                         await self._ready(session)
                 elif op == 6:
@@ -337,13 +341,21 @@ class FakeDiscord:
         await eventually(lambda: bool(self._identified()), "a bot connected to the fake Discord gateway")
         return self._identified()
 
-    async def dispatch(self, event: str, data: Any) -> None:
-        """Send one gateway event (anything, malformed included) to every connected bot (held while silent)."""
+    @property
+    def open_connections(self) -> int:
+        """The gateway connections open now (`connections` counts all ever made)."""
+        return len(self._sessions)
+
+    async def dispatch(self, event: str, data: Any, *, wait: bool = True) -> None:
+        """Send one gateway event (anything, malformed included) to every connected bot (held while silent); to a
+        sharded bot, on the shard Discord would use (a guild's: `(guild_id >> 22) % num_shards`; DMs: shard 0).
+        `wait=False`: to the bots connected now, none if none is (a bot without a gateway connection misses it)."""
         if not self._acking:
             self._held.append((event, data))
             return
-        for session in await self._connected():
-            await self._send(session, event, data)
+        for session in await self._connected() if wait else self._identified():
+            if _on_shard(session, data):
+                await self._send(session, event, data)
 
     def stop_acking(self) -> None:
         """The gateway goes silent: no heartbeat ACKs, no events (they are held for a RESUME), nothing answered, on
@@ -356,10 +368,11 @@ class FakeDiscord:
         """New connections work again; the silent ones stay silent (a zombie connection does not heal)."""
         self._acking = True
 
-    async def drop_connection(self) -> None:
-        """Close the gateway connections abruptly (discord.py reconnects and resumes)."""
+    async def drop_connection(self, code: int = 4000) -> None:
+        """Close the gateway connections abruptly (discord.py reconnects and resumes; not after a `code` such as
+        4004, authentication failed)."""
         for session in list(self._sessions):
-            await session.ws.close(code=4000, message=b"fake reset")
+            await session.ws.close(code=code, message=b"fake reset")
 
     # --- injecting messages ----------------------------------------------------------------------------------
 
@@ -539,7 +552,7 @@ class FakeDiscord:
         entry.status = response.status
         self.requests.append(entry)  # in the same step as the change it made: a test sees both or neither
         for event, data in events:  # e.g. the bot's own message, back over the gateway before the answer to its post
-            await self.dispatch(event, data)
+            await self.dispatch(event, data, wait=False)
         return response
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
@@ -766,6 +779,15 @@ class FakeDiscord:
 
     async def wait_for_posts(self, count: int, channel_id: str | None = None, timeout: float = WAIT) -> None:
         await eventually(lambda: len(self.posts(channel_id)) >= count, f"{count} posted messages", timeout)
+
+
+def _on_shard(session: _Session, data: Any) -> bool:
+    """Whether Discord sends this event on the session's shard."""
+    if session.shard is None:
+        return True
+    shard_id, num_shards = session.shard
+    guild_id = data.get("guild_id") if isinstance(data, dict) else None
+    return (int(guild_id) >> 22) % num_shards == shard_id if guild_id else shard_id == 0
 
 
 def _parsed(raw: bytes) -> Any:

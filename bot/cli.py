@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, cli_state, load_or_exit, state_dir_for
 from bot.log_format import LogFormat, log_options
 
 _Command = Callable[..., Any]
@@ -356,10 +356,8 @@ def pairing_list(config_path: str, state_dir: str | None, channel: str | None) -
     """Show pending pairing requests, then the senders already approved."""
     import asyncio
 
-    from bot.store import SqliteStore
-
     async def pending() -> list[str]:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             rows = await store.pending_pairings(channel.strip().lower() if channel else None)
         return [f"{r.channel}/{r.account}  {r.code}  {r.sender_name or ''} ({r.sender_id})" for r in rows]
 
@@ -381,10 +379,8 @@ def pairing_approve(config_path: str, state_dir: str | None, channel: str, code:
     """Let the sender who got CODE on CHANNEL talk to the bot."""
     import asyncio
 
-    from bot.store import SqliteStore
-
     async def approve() -> str | None:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             record = await store.approve_pairing(channel.strip().lower(), code, "cli")
         return None if record is None else (record.sender_name or record.sender_id)
 
@@ -410,10 +406,9 @@ def approvals_list(config_path: str, state_dir: str | None, show_all: bool) -> N
     from datetime import datetime
 
     from bot.approval_text import shown_command
-    from bot.store import SqliteStore
 
     async def rows() -> list[str]:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             found = await store.find_approvals("", pending_only=not show_all)
         lines = []
         for r in found:
@@ -432,10 +427,8 @@ def approvals_list(config_path: str, state_dir: str | None, show_all: bool) -> N
 def _decide_from_cli(config_path: str, state_dir: str | None, approval_id: str, decision: ApprovalDecision) -> None:
     import asyncio
 
-    from bot.store import SqliteStore
-
     async def decide() -> str:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             found = await store.find_approvals(approval_id.strip().lower())
             if len(found) != 1:
                 return "none" if not found else "ambiguous"

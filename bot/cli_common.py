@@ -3,8 +3,9 @@ and loading the config or exiting with its errors. Only click at import, so `bot
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +13,10 @@ import click
 
 if TYPE_CHECKING:
     from bot.config import Config
+    from bot.store import SqliteStore
+    from bot.store.postgres import PostgresStore
 
-__all__ = ["CONFIG_OPTION", "STATE_OPTION", "load_or_exit", "state_dir_for"]
+__all__ = ["CONFIG_OPTION", "STATE_OPTION", "cli_state", "database_url", "load_or_exit", "state_dir_for"]
 
 _Command = Callable[..., Any]
 
@@ -59,3 +62,39 @@ def load_or_exit(config_path: str, state_dir: Path | None = None) -> Config:
         click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
         sys.exit(1)
     return config
+
+
+def database_url(config_path: str) -> str | None:
+    """The PostgreSQL URL when the config keeps the state there; None for SQLite (or no readable config: the state
+    folder is all there is then, as for `--state-dir` alone). Only a config that asks for PostgreSQL is loaded (the
+    URL is usually ${DATABASE_URL}, perhaps from the .env beside it), and it must load, or its errors are printed
+    and the command exits 1."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    state = raw.get("state") if isinstance(raw, dict) else None
+    if not isinstance(state, dict) or state.get("backend", "sqlite") == "sqlite":
+        return None
+    config = load_or_exit(config_path)
+    return config.state.url if config.state.backend == "postgres" else None
+
+
+@contextlib.asynccontextmanager
+async def cli_state(config_path: str, state_dir: str | None) -> AsyncIterator[SqliteStore | PostgresStore]:
+    """The state a command works on, as the running bot keeps it: the PostgreSQL database the config names, else
+    state.db in the state folder. Closed when the block ends."""
+    url = database_url(config_path)
+    store: SqliteStore | PostgresStore
+    if url is not None:
+        from bot.store.postgres import PostgresStore
+
+        store = await PostgresStore.open(url)
+    else:
+        from bot.store import SqliteStore
+
+        store = await SqliteStore.open(state_dir_for(config_path, state_dir))
+    async with store:
+        yield store

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, cli_state, load_or_exit
 
 if TYPE_CHECKING:
     from bot.cron_book import CronBook
@@ -23,12 +23,11 @@ def _with_book(config_path: str, state_dir: str | None, use: Callable[[CronBook]
     import time
 
     from bot.cron_book import CronBook
-    from bot.store import SqliteStore
 
     config = load_or_exit(config_path)
 
     async def go() -> _T:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             return await use(CronBook(store, config, time.time))
 
     try:

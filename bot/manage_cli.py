@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bot.cli_common import CONFIG_OPTION, STATE_OPTION, load_or_exit, state_dir_for
+from bot.cli_common import CONFIG_OPTION, STATE_OPTION, cli_state, load_or_exit
 
 if TYPE_CHECKING:
     from bot.config import Config
@@ -164,10 +164,8 @@ def pairing_revoke(config_path: str, state_dir: str | None, account: str | None,
     next message as a stranger's. Senders in allow_from or owners are in the config, not here."""
     import asyncio
 
-    from bot.store import SqliteStore
-
     async def revoke() -> tuple[int, int]:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             where = channel.strip().lower()
             return await store.revoke_pairing(where, sender_id.strip(), account.strip() if account else None)
 
@@ -185,10 +183,8 @@ def approved_lines(config_path: str, state_dir: str | None, channel: str | None)
     import asyncio
     from datetime import datetime
 
-    from bot.store import SqliteStore
-
     async def allowed() -> list[str]:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             rows = await store.allowed_senders(channel.strip().lower() if channel else None)
         return [
             f"{r.channel}/{r.account}  {r.sender_id}  {r.sender_name or ''}  approved by {r.approved_by or '?'} "
@@ -210,10 +206,8 @@ def approval_rules() -> None:
 def _rules(config_path: str, state_dir: str | None, agent: str | None) -> list[AllowedRule]:
     import asyncio
 
-    from bot.store import SqliteStore
-
     async def listed() -> list[AllowedRule]:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             return await store.allowed_rules(agent.strip().lower() if agent else None)
 
     return asyncio.run(listed())
@@ -257,8 +251,6 @@ def rules_revoke(config_path: str, state_dir: str | None, rule_id: str) -> None:
     from its next run of it."""
     import asyncio
 
-    from bot.store import SqliteStore
-
     wanted = rule_id.strip().lower()
     found = [rule for rule in _rules(config_path, state_dir, None) if rule.id.startswith(wanted)] if wanted else []
     if not found:
@@ -270,7 +262,7 @@ def rules_revoke(config_path: str, state_dir: str | None, rule_id: str) -> None:
     [rule] = found
 
     async def revoke() -> bool:
-        async with await SqliteStore.open(state_dir_for(config_path, state_dir)) as store:
+        async with cli_state(config_path, state_dir) as store:
             return await store.revoke_allowed_rule(rule)
 
     if not asyncio.run(revoke()):

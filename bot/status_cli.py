@@ -11,12 +11,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from bot.cli_common import CONFIG_OPTION, load_or_exit, state_dir_for
+from bot.cli_common import CONFIG_OPTION, database_url, state_dir_for
 
 if TYPE_CHECKING:
     from bot.status import StatusReport
@@ -101,7 +100,7 @@ def _status(config_path: str, state_dir: str | None, as_json: bool) -> None:
     each holds (exit 2 when none is alive, or the database cannot be reached)."""
     from bot.status import STATUS_FILE, read_report, stale_after
 
-    url = _database_url(config_path)
+    url = database_url(config_path)
     if url is not None:
         _cluster_status(url, as_json)
     folder = state_dir_for(config_path, state_dir)
@@ -125,23 +124,6 @@ def _status(config_path: str, state_dir: str | None, as_json: bool) -> None:
 
 
 # --- several processes on one PostgreSQL database ------------------------------------------------------------------
-
-
-def _database_url(config_path: str) -> str | None:
-    """The PostgreSQL URL when the config keeps the state there; None for SQLite (or no readable config: the status
-    file is all there is then, as for `--state-dir` alone). A config that asks for PostgreSQL must load, or its
-    errors are printed and `bot status` exits 1."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    state = raw.get("state") if isinstance(raw, dict) else None
-    if not isinstance(state, dict) or state.get("backend", "sqlite") == "sqlite":
-        return None
-    config = load_or_exit(config_path)  # the URL is usually ${DATABASE_URL}, perhaps from the .env beside it
-    return config.state.url if config.state.backend == "postgres" else None
 
 
 def _process_view(record: ProcessRecord, now: float) -> dict[str, Any]:

@@ -50,7 +50,7 @@ async def test_a_message_for_a_session_running_elsewhere_joins_it_there_in_colle
 ) -> None:
     fake_llm.script(Reply.held("First answer."), "Both later ones.")
     async with two_gateways(tmp_path, fake_llm, postgres_url, session={"queue": {"debounce_ms": 0}}) as gateways:
-        first, one, second, two = gateways
+        first, one, second, _two = gateways
         await first.say("one", sender="alice")
         await eventually(lambda: fake_llm.holding == 1, "the first turn to run in the first process")
         key = next(iter(one.cluster.held)) if one.cluster else ""
@@ -68,7 +68,7 @@ async def test_stop_sent_through_another_process_stops_the_turn_where_it_runs(
     tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
 ) -> None:
     fake_llm.script(Reply.held("Never finished."))
-    async with two_gateways(tmp_path, fake_llm, postgres_url) as (first, one, second, two):
+    async with two_gateways(tmp_path, fake_llm, postgres_url) as (first, one, second, _two):
         await first.say("a long one", sender="alice")
         await eventually(lambda: fake_llm.holding == 1, "the turn to run in the first process")
         await second.say("/stop", sender="alice")
@@ -85,7 +85,7 @@ async def test_the_sessions_spread_over_the_processes_and_each_chat_keeps_its_or
     for person in people:
         fake_llm.script_for(f"{person} m0", *(f"{person} a{n}" for n in range(3)))
     extra = {"defaults": {"max_concurrent": 1}, "session": {"queue": {"mode": "followup"}}}
-    async with two_gateways(tmp_path, fake_llm, postgres_url, **extra) as (first, one, second, two):
+    async with two_gateways(tmp_path, fake_llm, postgres_url, **extra) as (first, _one, second, _two):
         for n in range(3):
             for person in people:
                 await first.say(f"{person} m{n}", sender=person)

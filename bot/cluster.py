@@ -106,8 +106,9 @@ class Cluster:
         self._wake.set()
 
     def fence(self, lane: str) -> Fence:
-        """The fence work for `lane` runs under here (token 0, which no write passes, once the lane is lost)."""
-        return Fence(lane, self.held.get(lane, 0))
+        """The fence work for `lane` runs under here: its token while held here, and this process's lock connection,
+        which must still hold the lane (token 0, which no write passes, once the lane is given up)."""
+        return Fence(lane, self.held.get(lane, 0), self.member.holder)
 
     def lane_idle(self, lane: str) -> None:
         """The lanes say `lane` has nothing running or queued here any more: give it back soon."""

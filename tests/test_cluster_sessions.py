@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from fakes.llm import FakeLLM, Reply
 from helpers import eventually
@@ -133,3 +134,26 @@ async def test_a_process_whose_session_was_taken_over_writes_nothing_more_for_it
         finally:
             await lost.close()
             await taker.close()
+
+
+async def test_a_process_that_loses_its_database_connection_leaves_its_session_to_the_other_answered_once(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    fake_llm.script(Reply.held("Cut off."), "Answered by the other.")
+    async with two_gateways(tmp_path, fake_llm, postgres_url) as (first, one, second, two):
+        assert one.cluster is not None and two.cluster is not None
+        await first.say("hello", sender="alice")
+        await eventually(lambda: fake_llm.holding == 1, "the turn to run in the first process")
+        with psycopg.connect(postgres_url, autocommit=True) as admin:  # the first process's lock connection dies
+            admin.execute("SELECT pg_terminate_backend(%s)", (one.cluster.member.holder,))
+        await eventually(lambda: len(fake_llm.requests) == 2, "the second process to run the message again")
+        [answer] = await second.replies(1)
+        assert answer.text == "Answered by the other."
+        fake_llm.release()  # the cut-off turn may go on: whatever it finishes is refused
+        await eventually(lambda: one.lanes.lane_count() == 0, "the cut-off turn to end")
+        await eventually(lambda: not two.cluster.held, "the second process to give the idle session back")
+        async with await PostgresStore.open(postgres_url) as store:
+            assert [record.status for record in await store.unfinished_inbound()] == []
+            [row] = await store.db.fetch("SELECT status, claimed_by FROM inbound")
+    assert row == {"status": "done", "claimed_by": two.cluster.member_id}
+    assert [sent.text for sent in first.sent] == []  # nothing of the first process's was said

@@ -35,10 +35,14 @@ class FencedOut(StoreError):
 
 @dataclass(frozen=True)
 class Fence:
-    """The fencing token of one claim on a session (`lane`): `token` grows with each hand-over between processes."""
+    """The fencing token of one claim on a session (`lane`): `token` grows with each hand-over between processes;
+    `holder` names the lock's owner where the backend can tell whether it still holds it (PostgreSQL: the backend
+    pid of the process's lock connection), so that a process that lost its lock writes nothing even before another
+    process has taken the session over."""
 
     lane: str
     token: int
+    holder: int | None = None
 
 
 _FENCE: ContextVar[Fence | None] = ContextVar("switchboard_fence", default=None)

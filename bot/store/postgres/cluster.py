@@ -88,6 +88,11 @@ class PgMember:
 
     # --- locks ------------------------------------------------------------------------------------------------------
 
+    @property
+    def holder(self) -> int | None:
+        """The backend pid of the lock connection: what a Fence names as the holder of this process's locks."""
+        return None if self._locks is None else self._locks.info.backend_pid
+
     async def try_lock(self, kind: LockKind, name: str) -> bool:
         """Take the lock if nobody holds it; True when this process holds it now (taking it twice counts twice)."""
         row = await self._one("SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS taken", int(kind), name)

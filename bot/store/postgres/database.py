@@ -146,6 +146,14 @@ class PgTx:
         return await _execute(self.connection, sql, params)
 
 
+# A row when the backend `pid` holds the advisory lock of lane `%s` (bot.store.postgres.cluster.LockKind.LANE = 1;
+# pg_locks shows the second key of a two-key lock as an unsigned oid).
+LANE_HELD_BY = (
+    "SELECT 1 AS held FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = 1"
+    " AND objid = hashtext(%s)::bigint::bit(32)::bigint::oid AND pid = %s"
+)
+
+
 async def check_fence(tx: PgTx) -> None:
     """Inside a transaction that finishes work of a session: FencedOut when the session was handed to another process
     since this one claimed it (the `fenced` claim the code runs under). The row stays share-locked until the
@@ -157,6 +165,8 @@ async def check_fence(tx: PgTx) -> None:
     row = await tx.fetchone("SELECT fence FROM session_fences WHERE session_key = %s FOR SHARE", fence.lane)
     if row is None or row["fence"] != fence.token:
         raise FencedOut(f"session {fence.lane} was taken over by another process; nothing was written")
+    if fence.holder is not None and not await tx.fetchone(LANE_HELD_BY, fence.lane, fence.holder):
+        raise FencedOut(f"this process lost its hold on session {fence.lane}; nothing was written")
 
 
 class PgPart:

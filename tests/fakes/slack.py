@@ -127,6 +127,9 @@ class FakeSlack:
         self.reactions: list[tuple[str, str, str]] = []  # (channel, ts, name)
         self.connections = 0  # socket connections accepted so far
         self.max_open_sockets = 0  # the most socket connections that were open at once
+        # Which live socket gets the frames, by opening order (-1: the newest), as Slack spreads events over the
+        # connections of several processes.
+        self.deliver_to = -1
         self.opened_at: list[float] = []  # when each socket connection came in (the event loop's clock)
         self.pings = 0  # WebSocket pings the client sent
         self.files: dict[str, FakeFile] = {}
@@ -626,7 +629,7 @@ class FakeSlack:
         if not live:
             self._queued.append(frame)  # sent when a live socket opens
             return
-        socket = live[-1]
+        socket = live[self.deliver_to if -len(live) <= self.deliver_to < len(live) else -1]
         await (socket.send_str(frame) if isinstance(frame, str) else socket.send_json(frame))
 
     async def send_envelope(self, kind: str, payload: Any, *, envelope_id: str | None = None) -> str:

@@ -43,8 +43,9 @@ Take = Callable[[InboundRecord, bool], Awaitable[None]]
 
 class Cluster:
     """This process's part in a cluster. `take(record, taken_over)` runs a claimed journal row here (taken_over: it
-    came with a lane taken from another process, which may have left it half done); at most `capacity` lanes are
-    held at once (a busy process leaves new sessions to the others)."""
+    came with a lane taken from another process, which may have left it half done); `adopt(lane)` readies a lane
+    just taken (what another process may have changed about it meanwhile); at most `capacity` lanes are held at once
+    (a busy process leaves new sessions to the others)."""
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class Cluster:
         capacity: int,
         adapters: Callable[[], Mapping[tuple[str, str], ChannelAdapter]],
         on_approval: Callable[[str], None],
+        adopt: Callable[[str], Awaitable[None]],
     ) -> None:
         self.member_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.member = PgMember(db, self.member_id)
@@ -64,6 +66,7 @@ class Cluster:
         self._take = take
         self._adapters = adapters
         self._on_approval = on_approval
+        self._adopt = adopt
         self.held: dict[str, int] = {}  # lane -> its fence while this process holds it
         self.listening: dict[str, ChannelAdapter] = {}  # elected listener key -> the adapter listening as it
         self._wanted: dict[str, bool] = {}  # lanes to look at, -> whether the offer came from this process
@@ -184,6 +187,7 @@ class Cluster:
         if len(self.held) >= self.capacity or not await self.member.try_lock(LockKind.LANE, lane):
             return False
         self.held[lane] = await self.member.next_fence(lane)
+        await self._adopt(lane)
         await self._feed(lane, taken_over=True)
         self._idle.add(lane)  # looked at on the next pass: nothing may have been left to run
         return True

@@ -26,7 +26,8 @@ from bot.reload import ConfigWatch, changed_accounts, needs_restart, validated
 from bot.retention import keep_pruning
 from bot.scheduler import Scheduler
 from bot.session_book import StoredSessions
-from bot.session_commands import restore_queue_modes
+from bot.session_commands import restore_queue_mode, restore_queue_modes
+from bot.state import transcripts_for
 from bot.status import ChannelBoard, StatusWriter
 from bot.store import ApprovalRecord, InboundRecord, Store
 from bot.store.base import fenced
@@ -63,7 +64,7 @@ class Gateway:
         self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
         self.processes = ProcessTable(hide=own)
         self.jobs = CronBook(store, config, app.clock)
-        self.sessions = StoredSessions(store, config, app.state_dir, app.clock)
+        self.sessions = StoredSessions(store, config, transcripts_for(config, store, app.state_dir), app.clock)
         self.lanes: Lanes[Job] = Lanes(
             self._handle,
             fold=fold,
@@ -92,7 +93,9 @@ class Gateway:
         message_tool = registry.get("message")
         self.delivery.message_tool = message_tool if isinstance(message_tool, MessageTool) else None
         hooks = counted_hooks(app.hooks, self.metrics)
-        conversations = Conversations(config, store, app.state_dir, app.runner, registry, hooks, metrics=self.metrics)
+        conversations = Conversations(
+            config, store, app.state_dir, self.sessions.transcripts, app.runner, registry, hooks, metrics=self.metrics
+        )
         self.conversations = conversations
         self.turns = Turns(
             app, conversations, self.delivery, store, self.delivery.message_tool, closing=lambda: self.lanes.closed
@@ -125,7 +128,7 @@ class Gateway:
         assert isinstance(db, PgDatabase)
         self.cluster = cluster = Cluster(
             db, self.lanes, self._take, capacity=self.config.defaults.max_concurrent, adapters=lambda: self.adapters,
-            on_approval=self.approvals.wake,
+            on_approval=self.approvals.wake, adopt=lambda lane: restore_queue_mode(self.store, self.lanes, lane),
         )  # fmt: skip
         self.lanes.on_idle = cluster.lane_idle
         self.intake.offer = cluster.offer

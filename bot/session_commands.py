@@ -24,6 +24,7 @@ __all__ = [
     "dollars",
     "model_command",
     "queue_command",
+    "restore_queue_mode",
     "restore_queue_modes",
     "settings_line",
     "start_of_day",
@@ -143,11 +144,22 @@ async def restore_queue_modes(store: SessionStore, lanes: Lanes[Job]) -> int:
     """Give the lanes every session's stored `/queue` mode (at start); how many sessions have one."""
     restored = 0
     for key, overrides in (await store.all_overrides()).items():
-        mode = next((item for item in QUEUE_MODES if item == overrides.get("queue")), None)
+        mode = _queue_mode(overrides)
         if mode is not None:
             lanes.set_mode(key, mode)
             restored += 1
     return restored
+
+
+async def restore_queue_mode(store: SessionStore, lanes: Lanes[Job], key: str) -> None:
+    """Give the lanes one session's stored `/queue` mode as it stands now (a session taken over from another
+    process of a cluster, where `/queue` may have changed it since this process started)."""
+    session = await store.get_session(key)
+    lanes.set_mode(key, _queue_mode(session.overrides) if session is not None else None)
+
+
+def _queue_mode(overrides: dict[str, str]) -> QueueMode | None:
+    return next((item for item in QUEUE_MODES if item == overrides.get("queue")), None)
 
 
 def settings_line(session: SessionRecord | None) -> str:

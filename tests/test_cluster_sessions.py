@@ -157,3 +157,21 @@ async def test_a_process_that_loses_its_database_connection_leaves_its_session_t
             [row] = await store.db.fetch("SELECT status, claimed_by FROM inbound")
     assert row == {"status": "done", "claimed_by": two.cluster.member_id}
     assert [sent.text for sent in first.sent] == []  # nothing of the first process's was said
+
+
+async def test_a_session_taken_by_another_process_keeps_the_queue_mode_set_with_queue_meanwhile(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    fake_llm.script(Reply.held("Hello."))
+    async with two_gateways(tmp_path, fake_llm, postgres_url) as (first, one, second, two):
+        assert one.cluster is not None and two.cluster is not None
+        await first.say("/queue interrupt", sender="alice")  # both processes were running already
+        [changed] = await first.replies(1)
+        assert "interrupt" in changed.text
+        await eventually(lambda: not one.cluster.held, "the first process to give the idle session back")
+        await second.say("hello", sender="alice")
+        await eventually(lambda: fake_llm.holding == 1, "the turn to run in the second process")
+        [key] = two.cluster.held
+        assert two.lanes.mode(key) == "interrupt"
+        fake_llm.release()
+        await second.replies(1)

@@ -72,7 +72,7 @@ async def append_compaction(path: Path, summary: str, kept: Sequence[Message]) -
 
 def load_transcript(path: Path) -> list[Message]:
     """read_transcript for callers already off the event loop."""
-    return _as_messages(_parse(path, _read(path)))
+    return as_messages(_parse(path, _read(path)))
 
 
 def load_history(path: Path) -> list[Message]:
@@ -81,12 +81,23 @@ def load_history(path: Path) -> list[Message]:
     starting a run costs what the model is sent, not what the file has gathered since the session began. A record
     torn by a crash is skipped, and the history starts at the one before. Call it off the event loop."""
     tail, offset = _tail(path)
-    return _as_messages(_parse(path, tail, offset))
+    return as_messages(_parse(path, tail, offset))
+
+
+def encode_line(record: Message | Compaction) -> bytes:
+    """One line of a transcript, without its newline: JSON with no line break in it, NUL and every other control
+    character escaped (so it also fits a PostgreSQL TEXT column)."""
+    return _LINE.dump_json(record)
+
+
+def decode_line(line: bytes | str) -> Message | Compaction:
+    """One line of a transcript as its record; ValidationError when it is not one."""
+    return _LINE.validate_json(line)
 
 
 async def _append_lines(path: Path, lines: Sequence[Message | Compaction]) -> None:
     if lines:
-        data = b"".join(_LINE.dump_json(line) + b"\n" for line in lines)
+        data = b"".join(encode_line(line) + b"\n" for line in lines)
         await asyncio.to_thread(_append, path, data)
 
 
@@ -171,6 +182,6 @@ def _parse(path: Path, data: bytes, offset: int = 0) -> list[Message | Compactio
     return records
 
 
-def _as_messages(records: Sequence[Message | Compaction]) -> list[Message]:
+def as_messages(records: Sequence[Message | Compaction]) -> list[Message]:
     """The records as the model is shown them: a compaction record becomes its summary message."""
     return [summary_message(record.summary) if isinstance(record, Compaction) else record for record in records]

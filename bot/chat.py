@@ -24,7 +24,7 @@ from bot.assemble import SetupError, candidates
 from bot.commands import parse_command, use_skill
 from bot.config import own_files
 from bot.conversation import Conversations
-from bot.state import open_state
+from bot.state import open_state, transcripts_for
 from bot.store import ApprovalDecision, ApprovalRecord
 from channels.base import CONSOLE
 from channels.console import console_user
@@ -72,7 +72,8 @@ async def open_session(app: App, agent: str | None = None, user: str | None = No
     own = own_files(config, app.state_dir)
     approvals = Approvals(config, store, terminal=terminal, own_files=own)
     registry = app.registry(ToolSetup(None, approvals.authorize, ProcessTable(hide=own)))
-    conversations = Conversations(config, store, app.state_dir, app.runner, registry, app.hooks)
+    transcripts = transcripts_for(config, store, app.state_dir)
+    conversations = Conversations(config, store, app.state_dir, transcripts, app.runner, registry, app.hooks)
     return ChatSession(conversations, agent, session_key, run, peer)
 
 

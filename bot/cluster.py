@@ -90,8 +90,7 @@ class Cluster:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        await self._close_listeners()
-        for key in list(self.listening):
+        for key in await self._close_listeners():
             with contextlib.suppress(psycopg.Error):
                 await self.member.unlock(LockKind.INGRESS, key)
 
@@ -258,7 +257,8 @@ class Cluster:
         self.listening[key] = adapter
         log.info("cluster: listening as %s (elected)", key)
 
-    async def _close_listeners(self) -> None:
+    async def _close_listeners(self) -> list[str]:
+        """Close every listener this process opened; their keys (the locks are still held)."""
         listening, self.listening = self.listening, {}
         for key, adapter in listening.items():
             assert isinstance(adapter, ElectedIngress)
@@ -266,3 +266,4 @@ class Cluster:
                 await adapter.close_ingress(key)
             except Exception:
                 log.exception("cluster: closing listener %s failed", key)
+        return list(listening)

@@ -17,7 +17,7 @@ from agent.messages import Message, UserMessage
 from agent.prompt import load_bootstrap
 from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
-from agent.sessions import append_compaction, append_transcript, load_history, transcript_for
+from agent.transcripts import Transcripts
 from bot.assemble import build_turn, candidates, skill_report
 from bot.config import Config, own_files
 from bot.metrics import Metrics
@@ -35,11 +35,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Conversations:
-    """What every turn shares: the config, the store, the runner, the tools and hooks."""
+    """What every turn shares: the config, the store, the transcripts, the runner, the tools and hooks."""
 
     config: Config
     store: Store
     state_dir: Path
+    transcripts: Transcripts  # bot.state.transcripts_for: files in `state_dir`, or the store's PostgreSQL database
     runner: Runner
     registry: ToolRegistry
     hooks: Hooks = field(default_factory=Hooks)
@@ -66,9 +67,9 @@ class Conversations:
         existing = await self.store.get_session(run.session_key)
         models = candidates(self.config, run.agent, existing.overrides if existing else None)  # /model, /think
         session = await self.store.ensure_session(run.session_key, run.agent)
-        transcript = transcript_for(self.state_dir, session.session_id)
+        session_id = session.session_id
         history, bootstrap, skills = await asyncio.to_thread(
-            _read_inputs, transcript, run, self.config.media.image_turns, self.skills
+            _read_inputs, await self.transcripts.history(session_id), run, self.config.media.image_turns, self.skills
         )
         run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
         stop = cancel or asyncio.Event()
@@ -81,7 +82,7 @@ class Conversations:
             )  # fmt: skip
 
         async def on_compacted(summary: str, kept: list[Message]) -> None:
-            await append_compaction(transcript, summary, kept)  # the compaction record, then the turns it kept
+            await self.transcripts.append_compaction(session_id, summary, kept)  # the record, then the turns kept
 
         started = time.monotonic()
         outcome = await self.runner.run(
@@ -103,7 +104,7 @@ class Conversations:
                 self.metrics.used(run.agent, outcome.model_ref, usage)
         if not record(outcome):
             return outcome
-        await append_transcript(transcript, outcome.messages)
+        await self.transcripts.append(session_id, outcome.messages)
         if usage is not None:
             log.info(
                 "run %s (%s, %s): %d tokens in (%d read from the cache, %d written to it), %d out",
@@ -126,11 +127,11 @@ class Conversations:
 
 
 def _read_inputs(
-    transcript: Path, run: RunInfo, image_turns: int, skills: Callable[[str], SkillReport]
+    history: list[Message], run: RunInfo, image_turns: int, skills: Callable[[str], SkillReport]
 ) -> tuple[list[Message], list[tuple[str, str]], SkillReport]:
-    """What a turn reads from disk, in one trip off the event loop: the session's history (its transcript from the
-    latest compaction summary on, the images of the user turns among the latest `image_turns` read back from their
-    files), the bootstrap files of the agent's workspace, even when the run works in a non-owner's own folder of it
+    """What a turn reads from disk, in one trip off the event loop: the images of the user turns among the latest
+    `image_turns` of the session's `history` (its transcript from the latest compaction summary on) read back from
+    their files, the bootstrap files of the agent's workspace, even when the run works in a non-owner's own folder of it
     (created on first use, as the workspace is), and the report of the agent's `skills` (Conversations.skills)."""
     bootstrap: list[tuple[str, str]] = []
     agent_workspace = run.agent_workspace or run.workspace
@@ -139,4 +140,4 @@ def _read_inputs(
         bootstrap = load_bootstrap(Path(agent_workspace))
         prepare_root(run)
     # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
-    return load_recent_images(load_history(transcript), image_turns - 1), bootstrap, skills(run.agent)
+    return load_recent_images(history, image_turns - 1), bootstrap, skills(run.agent)

@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from agent.messages import AssistantMessage, Message, TextBlock, UserMessage
-from agent.sessions import load_history, transcript_for
+from agent.transcripts import Transcripts
 from bot.store.base import Clock
 from bot.store.sessions import SessionRecord, SessionStore
 from channels.base import ChatTarget
@@ -129,14 +127,14 @@ def shown_messages(messages: Sequence[Message], limit: int) -> tuple[list[ShownM
 
 
 class StoredSessions:
-    """The session book on the store's session index and the transcripts in `state_dir`. Read by a run (`list`,
-    `history`) it shows what that run's agent may see; read with `viewer=None` (`bot sessions`, the owner at the
-    shell) every agent's sessions."""
+    """The session book on the store's session index and `transcripts` (bot.state.transcripts_for). Read by a run
+    (`list`, `history`) it shows what that run's agent may see; read with `viewer=None` (`bot sessions`, the owner at
+    the shell) every agent's sessions."""
 
-    def __init__(self, store: SessionStore, config: Config, state_dir: Path, clock: Clock) -> None:
+    def __init__(self, store: SessionStore, config: Config, transcripts: Transcripts, clock: Clock) -> None:
         self.store = store
         self.config = config
-        self.state_dir = state_dir
+        self.transcripts = transcripts
         self.clock = clock
 
     @property
@@ -199,7 +197,7 @@ class StoredSessions:
             raise LookupError(f"no session {key!r}")
         if viewer is not None and not self._may_see(viewer, record.agent):
             raise LookupError(self._refusal(viewer, record.agent))
-        messages = await asyncio.to_thread(load_history, transcript_for(self.state_dir, record.session_id))
+        messages = await self.transcripts.history(record.session_id)
         shown, notes = shown_messages(messages, limit)
         return SessionHistory(
             session_key=record.session_key,

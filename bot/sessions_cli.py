@@ -46,14 +46,17 @@ def _with_book(config_path: str, state_dir: str | None, use: Callable[[StoredSes
     import time
 
     from bot.session_book import StoredSessions
-    from bot.store import SqliteStore
+    from bot.state import open_state, transcripts_for
 
     config = load_or_exit(config_path)
     state = state_dir_for(config_path, state_dir)
 
     async def go() -> _T:
-        async with await SqliteStore.open(state) as store:
-            return await use(StoredSessions(store, config, state, time.time))
+        store = await open_state(config, state)  # SQLite in `state`, or the PostgreSQL database of `state.url`
+        try:
+            return await use(StoredSessions(store, config, transcripts_for(config, store, state), time.time))
+        finally:
+            await store.close()
 
     try:
         return asyncio.run(go())

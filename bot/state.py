@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent.transcripts import FileTranscripts, Transcripts
 from bot.store import Clock, Store
 
 if TYPE_CHECKING:
     from bot.config import Config
 
-__all__ = ["open_state"]
+__all__ = ["open_state", "transcripts_for"]
 
 
 async def open_state(config: Config, state_dir: Path, *, clock: Clock = time.time) -> Store:
@@ -26,3 +27,15 @@ async def open_state(config: Config, state_dir: Path, *, clock: Clock = time.tim
 
     state_dir.mkdir(parents=True, exist_ok=True)
     return await SqliteStore.open(state_dir, clock=clock)
+
+
+def transcripts_for(config: Config, store: Store, state_dir: Path) -> Transcripts:
+    """Where the transcripts of `store`'s sessions are kept: beside the sessions in PostgreSQL (`state.backend:
+    postgres`, `store` from open_state), else as files in `state_dir`."""
+    if config.state.backend == "postgres":
+        from bot.store.postgres import PostgresStore
+        from bot.store.postgres.transcripts import PgTranscripts
+
+        assert isinstance(store, PostgresStore)  # open_state opened it
+        return PgTranscripts(store.db)
+    return FileTranscripts(state_dir)

@@ -22,6 +22,7 @@ from helpers import FakeClock
 
 from agent.messages import AssistantMessage, ImageBlock, Message, TextBlock, ToolCall, ToolResultMessage, UserMessage
 from agent.sessions import append_compaction, append_transcript, transcript_for
+from agent.transcripts import FileTranscripts
 from bot.assemble import policy_for
 from bot.cli import cli
 from bot.config import Config, parse_config
@@ -109,7 +110,7 @@ async def store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
 
 
 def book(store: SqliteStore, clock: FakeClock, cfg: Config | None = None) -> StoredSessions:
-    return StoredSessions(store, cfg or config(), store.path.parent, clock)
+    return StoredSessions(store, cfg or config(), FileTranscripts(store.path.parent), clock)
 
 
 async def listed(tool_book: StoredSessions, viewer: str = "main", **args: Any) -> ToolResult:

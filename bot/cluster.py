@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 APPROVALS_CHANNEL = "switchboard_approvals"  # NOTIFY payload: the id of an approval request just decided
 SWEEP_SECONDS = 1.0  # how often a process looks for lanes nobody holds, listeners to win, idle lanes to give back
 RECONNECT_SECONDS = 2.0  # the wait before opening a lost lock connection again
+UNROUTED_BATCH = 100  # journaled messages without a lane given one per pass
 
 Take = Callable[[InboundRecord, bool], Awaitable[None]]
 
@@ -44,8 +45,9 @@ Take = Callable[[InboundRecord, bool], Awaitable[None]]
 class Cluster:
     """This process's part in a cluster. `take(record, taken_over)` runs a claimed journal row here (taken_over: it
     came with a lane taken from another process, which may have left it half done); `adopt(lane)` readies a lane
-    just taken (what another process may have changed about it meanwhile); at most `capacity` lanes are held at once
-    (a busy process leaves new sessions to the others)."""
+    just taken (what another process may have changed about it meanwhile); `route(record)` is the lane of a journaled
+    message nobody offered; at most `capacity` lanes are held at once (a busy process leaves new sessions to the
+    others)."""
 
     def __init__(
         self,
@@ -57,6 +59,7 @@ class Cluster:
         adapters: Callable[[], Mapping[tuple[str, str], ChannelAdapter]],
         on_approval: Callable[[str], None],
         adopt: Callable[[str], Awaitable[None]],
+        route: Callable[[InboundRecord], str],
     ) -> None:
         self.member_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.member = PgMember(db, self.member_id)
@@ -67,6 +70,7 @@ class Cluster:
         self._adapters = adapters
         self._on_approval = on_approval
         self._adopt = adopt
+        self._route = route
         self.held: dict[str, int] = {}  # lane -> its fence while this process holds it
         self.listening: dict[str, ChannelAdapter] = {}  # elected listener key -> the adapter listening as it
         self._wanted: dict[str, bool] = {}  # lanes to look at, -> whether the offer came from this process
@@ -170,6 +174,8 @@ class Cluster:
         win listeners nobody holds."""
         await self.member.alive()
         await self._give_back()
+        for record in await self.member.unrouted(UNROUTED_BATCH):
+            await self.member.set_lane(record.id, self._route(record))
         wanted, self._wanted = self._wanted, {}
         for lane, ours in wanted.items():
             if lane in self.held:

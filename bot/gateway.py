@@ -129,6 +129,7 @@ class Gateway:
         self.cluster = cluster = Cluster(
             db, self.lanes, self._take, capacity=self.config.defaults.max_concurrent, adapters=lambda: self.adapters,
             on_approval=self.approvals.wake, adopt=lambda lane: restore_queue_mode(self.store, self.lanes, lane),
+            route=lambda record: self.intake.lane_of(InboundMessage.model_validate(record.payload)),
         )  # fmt: skip
         self.lanes.on_idle = cluster.lane_idle
         self.intake.offer = cluster.offer

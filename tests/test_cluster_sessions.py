@@ -23,6 +23,8 @@ from bot.store.base import Fence, FencedOut, fenced
 from bot.store.postgres import PostgresStore
 from bot.store.postgres.cluster import LockKind, PgMember
 from channels import MemoryChannel
+from channels.base import InboundMessage
+from routing import Peer
 
 
 def make_app(tmp_path: Path, llm: FakeLLM, chat: MemoryChannel, url: str, **extra: Any) -> App:
@@ -175,3 +177,18 @@ async def test_a_session_taken_by_another_process_keeps_the_queue_mode_set_with_
         assert two.lanes.mode(key) == "interrupt"
         fake_llm.release()
         await second.replies(1)
+
+
+async def test_a_message_journaled_by_a_process_that_died_before_offering_it_is_answered(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    fake_llm.script("Found it.")
+    async with two_gateways(tmp_path, fake_llm, postgres_url) as (first, _one, second, _two):
+        left = InboundMessage(
+            channel="memory", account="default", peer=Peer("direct", "alice"), sender_id="alice", text="anyone?",
+            message_id="orphan-1",
+        )  # fmt: skip
+        async with await PostgresStore.open(postgres_url) as store:  # journaled, then the process was gone
+            await store.record_inbound("memory", "default", "direct:alice", "orphan-1", left.model_dump(mode="json"))
+        await eventually(lambda: len(first.sent) + len(second.sent) == 1, "the orphan to be answered")
+    assert [sent.text for sent in [*first.sent, *second.sent]] == ["Found it."]

@@ -122,6 +122,14 @@ class PgMember:
         """Note the lane (session key) a journaled message is routed to, so that any process can claim it."""
         await self.db.execute("UPDATE inbound SET lane = %s WHERE id = %s AND lane IS NULL", lane, inbound_id)
 
+    async def unrouted(self, limit: int) -> list[InboundRecord]:
+        """Unfinished messages nobody gave a lane yet (journaled by a process that died, or stopped, before it
+        offered them), oldest first."""
+        rows = await self.db.fetch(
+            f"SELECT * FROM inbound WHERE lane IS NULL AND {_UNFINISHED} ORDER BY id LIMIT %s", limit
+        )
+        return [inbound_record(row) for row in rows]
+
     async def claim(self, lane: str, *, taken_over: bool) -> list[InboundRecord]:
         """Claim the lane's unfinished messages for this process, in arrival order: those nobody claimed yet, or,
         right after taking the lane over (`taken_over`), every one (a previous holder's are its leftovers). Rows

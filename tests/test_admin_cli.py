@@ -17,9 +17,7 @@ import pytest
 import yaml
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
-from helpers import FakeClock, bot_run, eventually
-
-from bot.store import SqliteStore
+from helpers import bot_run, eventually
 
 OWNER = 4242
 STRANGER = 555
@@ -134,43 +132,6 @@ def test_config_show_refuses_a_broken_config_like_config_check(tmp_path: Path) -
     result = bot("config", "show", "--config", str(path))
     assert result.returncode == 1 and result.stdout == ""
     assert "bindings.yaml:3" in result.stderr
-
-
-# --- the store's side ---------------------------------------------------------------------------------------------
-
-
-async def test_the_store_revokes_one_senders_pairing_in_one_account_or_all(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path, clock=FakeClock()) as store:
-        for account in ("main", "spare"):
-            request = await store.request_pairing("telegram", account, "7", "Ann", ttl=60, max_pending=5)
-            assert await store.approve_pairing("telegram", request.code, "cli") is not None
-        await store.request_pairing("telegram", "main", "8", "Bo", ttl=60, max_pending=5)
-        assert [(r.account, r.sender_id, r.sender_name) for r in await store.allowed_senders("telegram")] == [
-            ("main", "7", "Ann"), ("spare", "7", "Ann"),
-        ]  # fmt: skip
-        assert await store.revoke_pairing("telegram", "7", "spare") == (1, 0)
-        assert await store.is_allowed_sender("telegram", "main", "7")
-        assert not await store.is_allowed_sender("telegram", "spare", "7")
-        assert await store.revoke_pairing("telegram", "7") == (1, 0)
-        assert await store.allowed_senders() == []
-        assert await store.revoke_pairing("discord", "8") == (0, 0)  # another channel: Bo's request stays
-        assert [r.sender_id for r in await store.pending_pairings()] == ["8"]
-
-
-async def test_the_store_lists_and_revokes_allow_always_rules_by_a_stable_id(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path, clock=FakeClock()) as store:
-        await store.allow_command("main", "/usr/bin/ls", ("-la",), "Ann")
-        await store.allow_command("ops", "/usr/bin/python3", ("build.py",), "Bo", "aa" * 32)
-        rules = await store.allowed_rules()
-        assert [(r.agent, r.executable, r.args, r.sha256) for r in rules] == [
-            ("main", "/usr/bin/ls", ("-la",), None), ("ops", "/usr/bin/python3", ("build.py",), "aa" * 32),
-        ]  # fmt: skip
-        assert len({rule.id for rule in rules}) == 2 and all(len(rule.id) == 10 for rule in rules)
-        assert [r.id for r in await store.allowed_rules("ops")] == [rules[1].id]
-        assert await store.revoke_allowed_rule(rules[1])
-        assert not await store.revoke_allowed_rule(rules[1])
-        assert await store.allowed_commands("ops") == []
-        assert await store.allowed_commands("main") == [("/usr/bin/ls", ("-la",), None)]
 
 
 # --- bot pairing revoke against a running bot ----------------------------------------------------------------------

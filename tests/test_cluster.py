@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import psycopg
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import eventually, launch_bot
 from test_postgres_bot_run import STARTED, config
@@ -36,9 +36,10 @@ async def test_two_processes_answer_every_dm_once_in_order_and_one_takes_over_wh
     settings = config(tmp_path, fake_llm, tg, postgres_url)
     settings["owners"] = [f"telegram:{user}" for user in USERS]
     settings["session"] = {"queue": {"mode": "followup"}}  # one turn per message: one answer each
-    settings["defaults"]["max_concurrent"] = 2  # each process holds two sessions at most: the others get the rest
+    settings["defaults"]["max_concurrent"] = 1  # each process holds one session at a time: the other gets the rest
     for user in USERS:
-        fake_llm.script_for(f"u{user} m0", *(f"u{user} a{n}" for n in range(8)))
+        first = Reply.held(f"u{user} a0") if user == USERS[0] else f"u{user} a0"
+        fake_llm.script_for(f"u{user} m0", first, *(f"u{user} a{n}" for n in range(1, 8)))
     folders = [tmp_path / "a", tmp_path / "b"]
     processes = []
     try:
@@ -49,11 +50,13 @@ async def test_two_processes_answer_every_dm_once_in_order_and_one_takes_over_wh
         for n in range(4):
             for user in USERS:
                 await tg.private_message(f"u{user} m{n}", user_id=user, name=f"U{user}")
+        # The poller took the first session and is full while its answer is held: the other process runs sessions.
+        await eventually(lambda: len({claimed for _, _, claimed in journal(postgres_url)} - {None}) == 2, "both")
+        fake_llm.release()
         for user in USERS:
             assert await tg.wait_sent(user, 4) == [f"u{user} a{n}" for n in range(4)]
         rows = journal(postgres_url)
         assert len(rows) == 24 and {status for _, status, _ in rows} == {"done"}
-        assert len({claimed for _, _, claimed in rows}) == 2  # both processes ran sessions
 
         killed = poller(folders)
         processes[killed].send_signal(signal.SIGKILL)

@@ -86,12 +86,17 @@ async def test_the_sessions_spread_over_the_processes_and_each_chat_keeps_its_or
 ) -> None:
     people = [f"p{n}" for n in range(6)]
     for person in people:
-        fake_llm.script_for(f"{person} m0", *(f"{person} a{n}" for n in range(3)))
+        first_answer = Reply.held("p0 a0") if person == "p0" else f"{person} a0"
+        fake_llm.script_for(f"{person} m0", first_answer, *(f"{person} a{n}" for n in range(1, 3)))
     extra = {"defaults": {"max_concurrent": 1}, "session": {"queue": {"mode": "followup"}}}
-    async with two_gateways(tmp_path, fake_llm, postgres_url, **extra) as (first, _one, second, _two):
+    async with two_gateways(tmp_path, fake_llm, postgres_url, **extra) as (first, _one, second, two):
+        assert two.cluster is not None
         for n in range(3):
             for person in people:
                 await first.say(f"{person} m{n}", sender=person)
+        # The first process is full (one session at a time, p0's turn held): the others wait for the second.
+        await eventually(lambda: bool(two.cluster.held), "the second process to take a session")
+        fake_llm.release()
         await eventually(lambda: len(first.sent) + len(second.sent) == 18, "every message answered")
     for person in people:
         said = [sent.text for sent in [*first.sent, *second.sent] if sent.target.peer.id == person]
@@ -146,6 +151,7 @@ async def test_a_process_that_loses_its_database_connection_leaves_its_session_t
         assert one.cluster is not None and two.cluster is not None
         await first.say("hello", sender="alice")
         await eventually(lambda: fake_llm.holding == 1, "the turn to run in the first process")
+        one.cluster.capacity = 0  # once connected again, the first process takes no session back: it is full
         with psycopg.connect(postgres_url, autocommit=True) as admin:  # the first process's lock connection dies
             admin.execute("SELECT pg_terminate_backend(%s)", (one.cluster.member.holder,))
         await eventually(lambda: len(fake_llm.requests) == 2, "the second process to run the message again")
@@ -171,6 +177,7 @@ async def test_a_session_taken_by_another_process_keeps_the_queue_mode_set_with_
         [changed] = await first.replies(1)
         assert "interrupt" in changed.text
         await eventually(lambda: not one.cluster.held, "the first process to give the idle session back")
+        one.cluster.capacity = 0  # the first process is full: the second takes the session
         await second.say("hello", sender="alice")
         await eventually(lambda: fake_llm.holding == 1, "the turn to run in the second process")
         [key] = two.cluster.held

@@ -11,12 +11,14 @@ import re
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fakes.llm import FakeLLM
+from fakes.llm import FakeLLM, Reply
 
 WAIT = 30.0  # generous: only ever reached when something is broken
 # The stamp a person's message (or each line of a batch) starts with: `[Wed 2026-11-25 14:03 UTC] `.
@@ -178,3 +180,96 @@ def inbox_of(state: Path) -> str:
 def files_under(folder: Path) -> dict[str, bytes]:
     """Every file under `folder`, by its path relative to it."""
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+# --- several processes on one bot (tests/test_cluster_bot_run.py, bench/cluster.py) ---------------------------------
+
+
+class EchoLLM(FakeLLM):
+    """The fake model answering every request at once with `answer to <what the person wrote last>`: nothing to
+    script for a thousand turns, and each answer names the message it answers."""
+
+    def _next_reply(self, body: Any) -> Reply | None:
+        users = [m for m in (body or {}).get("messages", []) if isinstance(m, dict) and m.get("role") == "user"]
+        content = users[-1]["content"] if users else ""
+        if not isinstance(content, str):
+            content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        return Reply.text(f"answer to {unstamped(content).strip()}")
+
+
+def connections_to(port: int, pids: Sequence[int]) -> dict[int, int]:
+    """client port -> pid, for every TCP connection one of `pids` holds to 127.0.0.1:`port` right now (the socket's
+    inode from /proc/net/tcp, its owner from /proc/<pid>/fd)."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                local, remote, inode = fields[1], fields[2], fields[9]
+                if int(remote.rsplit(":", 1)[1], 16) == port:
+                    inodes[inode] = int(local.rsplit(":", 1)[1], 16)
+    owners: dict[int, int] = {}
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # it ended
+            continue
+        for descriptor in descriptors:
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{descriptor}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    owners[inodes[link[8:-1]]] = pid
+    return owners
+
+
+@dataclass
+class PollWatch:
+    """Which process each getUpdates came from: the fake Telegram records the client port of each
+    (`poll_connections`), and this maps the ports to pids while their connections are open (every 50 ms).
+    `polls` is (the fake's time of the call, the pid or None when not mapped) for each getUpdates."""
+
+    telegram: Any  # a fakes.telegram.FakeTelegram (not imported here: it imports this module)
+    pids: list[int]
+    owner: dict[int, int] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+
+    async def _follow(self) -> None:
+        port = int(self.telegram.url.rsplit(":", 1)[1])
+        while True:
+            self.owner.update(await asyncio.to_thread(connections_to, port, self.pids))
+            await asyncio.sleep(0.05)
+
+    def start(self) -> PollWatch:
+        self.task = asyncio.create_task(self._follow())
+        return self
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    @property
+    def polls(self) -> list[tuple[float, int | None]]:
+        times = [call.at for call in self.telegram.requests if call.method == "getUpdates"]
+        return [(at, self.owner.get(port)) for at, port in zip(times, self.telegram.poll_connections, strict=True)]
+
+    def pollers(self, since: float = 0.0, until: float = float("inf")) -> Counter[int | None]:
+        """How many getUpdates each pid made between `since` and `until` (the fake's clock, time.monotonic)."""
+        return Counter(pid for at, pid in self.polls if since <= at < until)
+
+    async def poller(self) -> int:
+        """The process polling now (the one that made the last getUpdates), once its connection is mapped."""
+        await eventually(lambda: bool(self.polls) and self.polls[-1][1] is not None, "a getUpdates to be mapped")
+        pid = self.polls[-1][1]
+        assert pid is not None
+        return pid
+
+    async def successor(self, killed: int, since: float, timeout: float = WAIT) -> tuple[float, int]:
+        """The first getUpdates after `since` from a process other than `killed`: (its time, its pid)."""
+
+        def found() -> list[tuple[float, int]]:
+            return [(at, pid) for at, pid in self.polls if at > since and pid is not None and pid != killed]
+
+        await eventually(lambda: bool(found()), "another process to poll", timeout)
+        return found()[0]

@@ -58,3 +58,10 @@ async def test_the_transcript_benchmark_measures_what_a_run_loads(tmp_path: Path
 async def test_the_media_benchmark_runs() -> None:
     idle, peak, _ = await load("media.py")["measure"](2, 1)
     assert 0 < idle <= peak
+
+
+async def test_the_cluster_benchmark_runs(postgres_server: Any) -> None:
+    [row] = await load("cluster.py")["row"](postgres_server, 1, 6, 2)
+    columns = row.split()
+    assert columns[:2] == ["1", "6/2"]
+    assert columns[6:9] == ["0", "0", "0"]  # nothing lost, duplicated or out of order

@@ -144,13 +144,13 @@ class Gateway:
     async def _take(self, record: InboundRecord, taken_over: bool) -> None:
         """Run a journaled message this process claimed in a cluster; one of a lane just taken over may be a
         leftover of a process that died: too old to run, already answered, or half streamed (as at a restart)."""
-        if taken_over:
-            kept = await drop_stale(
-                self.store, self.delivery, [record], max_age=self.config.recovery.max_age, now=self.app.clock(),
-                end_child=self.subagents.end_stale,
-            )  # fmt: skip
-            if not kept:
-                return
+        now, max_age = self.app.clock(), self.config.recovery.max_age
+        if taken_over and record.received < now - max_age:
+            await drop_stale(
+                self.store, self.delivery, [record], max_age=max_age, now=now, end_child=self.subagents.end_stale
+            )
+            return
+        if taken_over and record.status == "running":  # a turn of a previous holder began with it
             if await self.store.inbound_has_replies(record.id):
                 await self.delivery.close([record.id])  # answered; the outbox finishes the delivery
                 return

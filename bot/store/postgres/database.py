@@ -146,11 +146,12 @@ class PgTx:
         return await _execute(self.connection, sql, params)
 
 
-# A row when the backend `pid` holds the advisory lock of lane `%s` (bot.store.postgres.cluster.LockKind.LANE = 1;
-# pg_locks shows the second key of a two-key lock as an unsigned oid).
-LANE_HELD_BY = (
-    "SELECT 1 AS held FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = 1"
-    " AND objid = hashtext(%s)::bigint::bit(32)::bigint::oid AND pid = %s"
+# A lane's fence (share-locked), and whether the backend `pid` holds the lane's advisory lock (LockKind.LANE = 1;
+# pg_locks shows the second key of a two-key lock as an unsigned oid): one round trip.
+FENCE_OF = (
+    "SELECT fence, EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+    " AND classid = 1 AND objid = hashtext(%s)::bigint::bit(32)::bigint::oid AND pid = %s) AS held"
+    " FROM session_fences WHERE session_key = %s FOR SHARE"
 )
 
 
@@ -162,10 +163,10 @@ async def check_fence(tx: PgTx) -> None:
     fence = current_fence()
     if fence is None:
         return
-    row = await tx.fetchone("SELECT fence FROM session_fences WHERE session_key = %s FOR SHARE", fence.lane)
+    row = await tx.fetchone(FENCE_OF, fence.lane, fence.holder, fence.lane)
     if row is None or row["fence"] != fence.token:
         raise FencedOut(f"session {fence.lane} was taken over by another process; nothing was written")
-    if fence.holder is not None and not await tx.fetchone(LANE_HELD_BY, fence.lane, fence.holder):
+    if fence.holder is not None and not row["held"]:
         raise FencedOut(f"this process lost its hold on session {fence.lane}; nothing was written")
 
 

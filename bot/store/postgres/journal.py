@@ -34,8 +34,11 @@ class PgJournal(PgPart):
         """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
         if status not in ("pending", "running", "done", "failed"):
             raise ValueError(f"not an inbound status: {status!r}")
+        if status not in ("done", "failed"):  # an overtaken process marking a row running changes nothing
+            await mark_inbound(self._db, inbound_id, status, error, self._db.clock())
+            return
         async with self._db.transaction() as tx:
-            await check_fence(tx)
+            await check_fence(tx)  # but it may not finish one
             await mark_inbound(tx, inbound_id, status, error, self._db.clock())
 
     async def finish_inbound(

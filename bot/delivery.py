@@ -298,8 +298,13 @@ class Delivery:
             now = self.clock()
             self._elsewhere = False
             chats: dict[str, list[OutboxRecord]] = {}
-            for record in await self.store.unsent_outbox():
+            unsent = await self.store.unsent_outbox()
+            for record in unsent:
                 chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+            if self._mine:  # forget what another process sent meanwhile (ids recorded since the read are newer)
+                newest = max((record.id for record in unsent), default=0)
+                pending = {record.id for record in unsent}
+                self._mine = {entry for entry in self._mine if entry in pending or entry > newest}
             due = [records for records in chats.values() if any(self._due_at(r) <= now for r in records)]
             await asyncio.gather(*(self._send_chat(records, now) for records in due))
 

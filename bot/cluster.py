@@ -192,9 +192,9 @@ class Cluster:
         if len(self.held) >= self.capacity or not await self.member.try_lock(LockKind.LANE, lane):
             return False
         self.held[lane] = await self.member.next_fence(lane)
+        self._idle.add(lane)  # looked at again on the next pass: nothing may be left to run, or this may fail
         await self._adopt(lane)
         await self._feed(lane, taken_over=True)
-        self._idle.add(lane)  # looked at on the next pass: nothing may have been left to run
         return True
 
     async def _feed(self, lane: str, *, taken_over: bool) -> None:
@@ -212,8 +212,9 @@ class Cluster:
             return
         unfinished = await self.member.unfinished_lanes(candidates)
         for lane in candidates:
-            if lane in unfinished:
-                self._wanted.setdefault(lane, False)  # work claimed by nobody (or not yet run): feed it
+            if lane in unfinished:  # work nothing here is running: (re)take all of it
+                await self._feed(lane, taken_over=True)
+                self._idle.add(lane)
                 continue
             del self.held[lane]
             await self.member.unlock(LockKind.LANE, lane)

@@ -155,7 +155,11 @@ class Gateway:
                 await self.delivery.close([record.id])  # answered; the outbox finishes the delivery
                 return
             await self.turns.adopt_previews([record])
-        await self.intake.take(record, InboundMessage.model_validate(record.payload))
+        try:
+            await self.intake.take(record, InboundMessage.model_validate(record.payload))
+        except Exception:  # as intake does for a message it takes itself: one bad message must not come back forever
+            log.exception("message %s could not be handled", record.message_id)
+            await self.store.mark_inbound(record.id, "failed", "internal error")
 
     async def on_message(self, message: InboundMessage) -> None:
         """What adapters call with a message (intake: journal first)."""

@@ -38,11 +38,10 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import psycopg  # noqa: E402
 from fakes.llm import FakeLLM  # noqa: E402
 from fakes.telegram import FakeTelegram  # noqa: E402
 from helpers import EchoLLM, PollWatch, launch_bot  # noqa: E402
-from postgres import PostgresServer, start_postgres  # noqa: E402
+from postgres import PostgresServer, fresh_database, start_postgres  # noqa: E402
 
 FIRST_USER = 70_000
 WARM_UP_USER = 60_000
@@ -62,19 +61,6 @@ def config(folder: Path, llm: FakeLLM, telegram: FakeTelegram, url: str) -> dict
             "streaming": "off",
         }}}},
     }  # fmt: skip
-
-
-@contextlib.asynccontextmanager
-async def database(server: PostgresServer) -> AsyncIterator[str]:
-    """A fresh database on the server for one row (dropped after it): its URL."""
-    name = server.new_database_name()
-    with psycopg.connect(server.url(), autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.url(name)
-    finally:
-        with psycopg.connect(server.url(), autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextlib.asynccontextmanager
@@ -178,33 +164,37 @@ async def kill_poller(watch: PollWatch, bots: list[asyncio.subprocess.Process]) 
 
 
 async def row(server: PostgresServer, count: int, messages: int, users: int) -> list[str]:
+    """One row of the table (and its take-over rows): `count` processes on a fresh database."""
+    with fresh_database(server) as url:
+        async with FakeTelegram() as telegram, EchoLLM() as llm, processes(count, llm, telegram, url) as bots:
+            return await measure(telegram, bots, count, messages, users)
+
+
+async def measure(
+    telegram: FakeTelegram, bots: list[asyncio.subprocess.Process], count: int, messages: int, users: int
+) -> list[str]:
+    """One row's bursts (and take-overs) against processes already running."""
     lines = []
-    async with (
-        database(server) as url,
-        FakeTelegram() as telegram,
-        EchoLLM() as llm,
-        processes(count, llm, telegram, url) as bots,
-    ):
-        watch = PollWatch(telegram, [bot.pid for bot in bots]).start()
-        try:
-            await watch.poller()
-            await burst(telegram, 3 * count, 3 * count, WARM_UP_USER)  # every process's first turn
-            result = await burst(telegram, messages, users, FIRST_USER)
-            lines.append(line(f"{count}", messages, users, result, None))
-            if count >= 2:  # mid-burst take-over, then idle take-over with the processes left
-                taken: list[float] = []
+    watch = PollWatch(telegram, [bot.pid for bot in bots]).start()
+    try:
+        await watch.poller()
+        await burst(telegram, 3 * count, 3 * count, WARM_UP_USER)  # every process's first turn
+        result = await burst(telegram, messages, users, FIRST_USER)
+        lines.append(line(f"{count}", messages, users, result, None))
+        if count >= 2:  # mid-burst take-over, then idle take-over with the processes left
+            taken: list[float] = []
 
-                async def during() -> None:
-                    taken.append(await kill_poller(watch, bots))
+            async def during() -> None:
+                taken.append(await kill_poller(watch, bots))
 
-                result = await burst(telegram, messages, users, FIRST_USER + users, during)
-                lines.append(line(f"{count}, poller killed", messages, users, result, taken[0]))
-                if count >= 3:
-                    idle = await kill_poller(watch, bots)
-                    lines.append(f"{f'{count - 1} left, idle':<20} {'':>10} {'':>9} {'':>8} {'':>8} {'':>8}"
-                                 f" {'':>5} {'':>5} {'':>5} {idle:>9.2f}")  # fmt: skip
-        finally:
-            await watch.stop()
+            result = await burst(telegram, messages, users, FIRST_USER + users, during)
+            lines.append(line(f"{count}, poller killed", messages, users, result, taken[0]))
+            if count >= 3:
+                idle = await kill_poller(watch, bots)
+                lines.append(f"{f'{count - 1} left, idle':<20} {'':>10} {'':>9} {'':>8} {'':>8} {'':>8}"
+                             f" {'':>5} {'':>5} {'':>5} {idle:>9.2f}")  # fmt: skip
+    finally:
+        await watch.stop()
     return lines
 
 

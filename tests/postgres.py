@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-__all__ = ["PostgresServer", "find_postgres_bin", "postgres_server", "postgres_url"]
+__all__ = ["PostgresServer", "find_postgres_bin", "fresh_database", "postgres_server", "postgres_url"]
 
 START_TIMEOUT = 60.0  # seconds the server may take to accept connections
 MISSING = (
@@ -186,13 +186,20 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     """A fresh, empty database for one test (dropped after it): its URL."""
-    name = postgres_server.new_database_name()
-    with psycopg.connect(postgres_server.url(), autocommit=True) as connection:
+    with fresh_database(postgres_server) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_database(server: PostgresServer) -> Iterator[str]:
+    """A fresh, empty database on `server` for the block (dropped after it, whoever is still connected): its URL."""
+    name = server.new_database_name()
+    with psycopg.connect(server.url(), autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield postgres_server.url(name)
+        yield server.url(name)
     finally:
-        with psycopg.connect(postgres_server.url(), autocommit=True) as connection:
+        with psycopg.connect(server.url(), autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

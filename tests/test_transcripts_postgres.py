@@ -10,27 +10,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_transcripts import SESSION_ID, conversation
 
 from agent.compaction import summary_message
-from agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from agent.messages import AssistantMessage, Message, UserMessage
 from agent.transcripts import FileTranscripts, Transcripts
 from bot.store import new_session_id
 from bot.store.base import Fence, FencedOut, fenced
 from bot.store.postgres import PostgresStore
 from bot.store.postgres.transcripts import PgTranscripts
-from tools.base import TextBlock
 
-SESSION_ID = "Zq3_x-9KpL0mN2bV4cX6zA"
 LANE = "agent:main:telegram:direct:7"
-
-
-def conversation() -> list[Message]:
-    return [
-        UserMessage.of("what is in notes.txt?"),
-        AssistantMessage(text="Let me look.", tool_calls=[ToolCall(id="c1", name="read", arguments={"path": "n"})]),
-        ToolResultMessage(call_id="c1", name="read", content=[TextBlock(text="buy milk\nünïcödé")]),
-        AssistantMessage(text="It says: buy milk."),
-    ]
 
 
 @pytest.fixture

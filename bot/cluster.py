@@ -170,9 +170,10 @@ class Cluster:
             self._wake.clear()
 
     async def _pass(self) -> None:
-        """One look around: give idle lanes back, feed the lanes asked for, take open lanes while there is room,
-        win listeners nobody holds."""
+        """One look around: win listeners nobody holds (first: a bot nobody listens for hears nothing), give idle
+        lanes back, feed the lanes asked for, take open lanes while there is room."""
         await self.member.alive()
+        await self._elect()
         await self._give_back()
         for record in await self.member.unrouted(UNROUTED_BATCH):
             await self.member.set_lane(record.id, self._route(record))
@@ -186,7 +187,6 @@ class Cluster:
         if room > 0:
             for lane in await self.member.open_lanes(room):
                 await self._take_lane(lane)
-        await self._elect()
 
     async def _take_lane(self, lane: str) -> bool:
         if len(self.held) >= self.capacity or not await self.member.try_lock(LockKind.LANE, lane):

@@ -28,6 +28,9 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import EchoLLM, PollWatch, eventually, launch_bot
 
+from bot.schedules import Job
+from bot.store.postgres import PostgresStore
+
 STARTED = "channel telegram account main started"
 PROCESSES = 3
 FIRST_USER = 70_000
@@ -324,21 +327,25 @@ def soon(seconds: float) -> str:
     return datetime.fromtimestamp(time.time() + seconds, UTC).isoformat(timespec="seconds")
 
 
+async def add_job(url: str, job_id: str, at: str, message: str, deliver: str) -> None:
+    """A one-shot job, as `bot cron add` records it: it fires at `at`, counted from now (its creation)."""
+    async with await PostgresStore.open(url) as store:
+        await store.save_job(Job(id=job_id, at=at, message=message, deliver=deliver).model_dump(mode="json"), "test")
+
+
 async def test_a_cron_job_fires_once_across_the_three_processes(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, postgres_url: str
 ) -> None:
     tg = fake_telegram
     owner = OWNERS[0]
     deliver = f"telegram/main:direct:{owner}"
-    # Both due once all three run (a job in the file only counts ticks after its start), one soon after the other.
-    jobs = [
-        {"id": "early", "at": soon(12), "message": "job early: say early", "deliver": deliver},
-        {"id": "later", "at": soon(18), "message": "job later: say later", "deliver": deliver},
-    ]
-    due = time.time() + 18
     fake_llm.script_for("job early", "Early.", "Early again?")
     fake_llm.script_for("job later", "Later.", "Later again?")
-    async with cluster(tmp_path, fake_llm, tg, postgres_url, cron={"jobs": jobs}):
+    async with cluster(tmp_path, fake_llm, tg, postgres_url):
+        # Made once all three run, due a moment later: every scheduler sees both ticks come.
+        await add_job(postgres_url, "early", soon(2), "job early: say early", deliver)
+        await add_job(postgres_url, "later", soon(4), "job later: say later", deliver)
+        due = time.time() + 4
 
         def ended() -> bool:
             rows = query(postgres_url, "SELECT status FROM job_runs")

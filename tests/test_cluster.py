@@ -11,7 +11,7 @@ import psycopg
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import eventually, launch_bot
-from test_postgres_bot_run import STARTED, config
+from test_postgres_bot_run import STARTED, config, unsent
 
 USERS = [9000 + n for n in range(6)]
 POLLING = "polling (elected)"
@@ -57,6 +57,7 @@ async def test_two_processes_answer_every_dm_once_in_order_and_one_takes_over_wh
             assert await tg.wait_sent(user, 4) == [f"u{user} a{n}" for n in range(4)]
         rows = journal(postgres_url)
         assert len(rows) == 24 and {status for _, status, _ in rows} == {"done"}
+        await eventually(lambda: not unsent(postgres_url), "every answer recorded as sent")  # none in flight
 
         killed = poller(folders)
         processes[killed].send_signal(signal.SIGKILL)

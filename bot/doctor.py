@@ -52,6 +52,7 @@ MESSAGE_CONTENT_FLAGS = (1 << 19) | (1 << 18)
 SLACK_REQUIRED_SCOPES = ("app_mentions:read", "channels:history", "chat:write", "im:history")
 SLACK_OPTIONAL_SCOPES = ("files:read", "files:write", "groups:history", "im:write", "reactions:write")
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+CONNECT_SECONDS = 5  # for the state database
 MODEL_TIMEOUT = 60.0  # one tiny answer; a model that needs longer than this for "ping" is as good as down
 
 
@@ -385,8 +386,32 @@ def _database(path: Path) -> Check:
     return _ok(name, f"{path}: quick_check ok (schema {version})")
 
 
+def _postgres(url: str) -> Check:
+    """The PostgreSQL database of `state.url`: reachable, and its schema not newer than this Switchboard's."""
+    import psycopg  # only for a config that keeps its state there
+
+    from bot.store.postgres import SCHEMA_VERSION as PG_SCHEMA
+
+    name = "state database"
+    try:
+        with psycopg.connect(url, connect_timeout=CONNECT_SECONDS) as db:
+            found = db.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+            row = db.execute("SELECT version FROM schema_version").fetchone() if found and found[0] else None
+    except psycopg.Error as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return _fail(name, f"cannot use PostgreSQL: {detail}", "check state.url (host, port, user, password, database)")
+    version = int(row[0]) if row else 0
+    if version > PG_SCHEMA:
+        detail = f"schema version {version} is newer than this Switchboard ({PG_SCHEMA})"
+        return _fail(name, detail, "upgrade Switchboard to the version that wrote it")
+    return _ok(name, f"PostgreSQL reachable (schema {version}{'' if version else ': made at the first start'})")
+
+
 def _storage(config: Config, state_dir: Path) -> list[Check]:
-    found = [_folder("state dir", state_dir), _database(state_dir / DB_FILE)]
+    if config.state.backend == "postgres" and config.state.url is not None:
+        found = [_folder("state dir", state_dir), _postgres(config.state.url)]
+    else:
+        found = [_folder("state dir", state_dir), _database(state_dir / DB_FILE)]
     found += [_folder(f"workspace {agent.id}", config.workspace(agent.id)) for agent in config.agents]
     return found
 

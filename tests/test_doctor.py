@@ -17,6 +17,9 @@ from fakes.llm import FakeLLM, Reply, refusing_port
 from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
 
+from bot.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from bot.store.postgres import PostgresStore
+
 LLM_KEY = "sk-doctor-test-key-0123456789"
 
 
@@ -233,3 +236,24 @@ async def test_models_each_get_one_tiny_request_and_a_refused_key_fails(tmp_path
     refused = line(out, "FAIL  model fake/m ")
     assert "auth (HTTP 401)" in refused and "the key was refused" in refused
     assert_no_secrets(out, LLM_KEY)
+
+
+async def test_the_postgresql_state_database_is_checked_instead_of_state_db(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    settings = {**config(tmp_path, fake_llm), "state": {"backend": "postgres", "url": postgres_url}}
+    code, out = await doctor(tmp_path, settings)
+    assert code == 0, out
+    assert "made at the first start" in line(out, "ok    state database")
+    assert "state.db" not in out
+
+    async with await PostgresStore.open(postgres_url):  # migrated, as the first `bot run` leaves it
+        pass
+    code, out = await doctor(tmp_path, settings)
+    assert code == 0 and f"(schema {PG_SCHEMA_VERSION})" in line(out, "ok    state database"), out
+
+    gone = {**settings, "state": {"backend": "postgres", "url": "postgresql://bot:hunter2@127.0.0.1:1/none"}}
+    code, out = await doctor(tmp_path, gone)
+    assert code == 1
+    assert "cannot use PostgreSQL" in line(out, "FAIL  state database")
+    assert_no_secrets(out, "hunter2")

@@ -35,6 +35,8 @@ __all__ = ["APPROVALS_CHANNEL", "SWEEP_SECONDS", "Cluster"]
 log = logging.getLogger(__name__)
 
 APPROVALS_CHANNEL = "switchboard_approvals"  # NOTIFY payload: the id of an approval request just decided
+ANSWERS_CHANNEL = "switchboard_answers"  # NOTIFY payload: a message between sessions whose answer is recorded
+ANSWERS_KEPT_SECONDS = 24 * 3600.0  # how long an answer between sessions is kept (pruned once an hour)
 SWEEP_SECONDS = 1.0  # how often a process looks for lanes nobody holds, listeners to win, idle lanes to give back
 RECONNECT_SECONDS = 2.0  # the wait before opening a lost lock connection again
 UNROUTED_BATCH = 100  # journaled messages without a lane given one per pass
@@ -58,6 +60,7 @@ class Cluster:
         capacity: int,
         adapters: Callable[[], Mapping[tuple[str, str], ChannelAdapter]],
         on_approval: Callable[[str], None],
+        on_answer: Callable[[str], Awaitable[None]],
         adopt: Callable[[str], Awaitable[None]],
         route: Callable[[InboundRecord], str],
     ) -> None:
@@ -69,6 +72,8 @@ class Cluster:
         self._take = take
         self._adapters = adapters
         self._on_approval = on_approval
+        self._on_answer = on_answer
+        self._pruned = float("-inf")  # when the answers between sessions were last pruned
         self._adopt = adopt
         self._route = route
         self.held: dict[str, int] = {}  # lane -> its fence while this process holds it
@@ -83,7 +88,7 @@ class Cluster:
     async def start(self) -> None:
         """Take a seat (the lock connection), listen for the others' news, and begin sweeping."""
         await self.member.connect()
-        self.member.listen([LANES_CHANNEL, APPROVALS_CHANNEL], self._heard)
+        self.member.listen([LANES_CHANNEL, APPROVALS_CHANNEL, ANSWERS_CHANNEL], self._heard)
         self._task = asyncio.create_task(self._run(), name="cluster")
         log.info("cluster: joined as %s", self.member_id)
 
@@ -126,6 +131,31 @@ class Cluster:
         """Tell every process that `approval_id` was decided (the one whose run waits for it goes on at once)."""
         await self.member.notify(APPROVALS_CHANNEL, approval_id)
 
+    # --- sessions_send between processes (bot.subagents.AnswerRelay) ------------------------------------------------
+
+    async def busy(self, lane: str) -> bool:
+        """Whether a turn of the session runs now, in any process."""
+        return await self.member.running(lane)
+
+    async def hand(self, job: str, answer: str) -> bool:
+        """Give the answer to message `job` to the sessions_send waiting for it in another process; False when that
+        send has stopped waiting (the answer then goes back as a message)."""
+        if not await self.member.put_answer(job, answer):
+            return False
+        await self.member.notify(ANSWERS_CHANNEL, job)
+        return True
+
+    async def give_up(self, job: str) -> str | None:
+        """A send stops waiting for the answer to `job`: None, so that the answer comes back as a message; or the
+        answer, when it was handed over just before."""
+        if await self.member.put_answer(job, None):
+            return None
+        return (await self.member.get_answer(job))[1]
+
+    async def read(self, job: str) -> str | None:
+        """The answer handed over for `job` (None when there is none)."""
+        return (await self.member.get_answer(job))[1]
+
     def holdings(self) -> dict[str, list[str]]:
         """What this process holds now: its sessions and its elected listeners (`bot status`)."""
         return {"sessions": sorted(self.held), "ingress": sorted(self.listening)}
@@ -153,6 +183,8 @@ class Cluster:
     async def _heard(self, channel: str, payload: str) -> None:
         if channel == APPROVALS_CHANNEL:
             self._on_approval(payload)
+        elif channel == ANSWERS_CHANNEL:
+            await self._on_answer(payload)
         elif channel == LANES_CHANNEL:
             self._wanted.setdefault(payload, False)
             self._wake.set()
@@ -174,6 +206,9 @@ class Cluster:
         lanes back, feed the lanes asked for, take open lanes while there is room."""
         await self.member.alive()
         await self._elect()
+        if self.member.db.clock() - self._pruned > 3600:
+            self._pruned = self.member.db.clock()
+            await self.member.prune_answers(ANSWERS_KEPT_SECONDS)
         await self._give_back()
         for record in await self.member.unrouted(UNROUTED_BATCH):
             await self.member.set_lane(record.id, self._route(record))

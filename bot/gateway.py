@@ -128,13 +128,15 @@ class Gateway:
         assert isinstance(db, PgDatabase)
         self.cluster = cluster = Cluster(
             db, self.lanes, self._take, capacity=self.config.defaults.max_concurrent, adapters=lambda: self.adapters,
-            on_approval=self.approvals.wake, adopt=lambda lane: restore_queue_mode(self.store, self.lanes, lane),
+            on_approval=self.approvals.wake, on_answer=self.subagents.answer_arrived,
+            adopt=lambda lane: restore_queue_mode(self.store, self.lanes, lane),
             route=lambda record: self.intake.lane_of(InboundMessage.model_validate(record.payload)),
         )  # fmt: skip
         self.lanes.on_idle = cluster.lane_idle
         self.intake.offer = cluster.offer
         self.delivery.cluster = cluster
         self.approvals.announce = cluster.announce_approval
+        self.subagents.relay = cluster
 
     async def _handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
         """A lane's turn; in a cluster under the session's fence, so that it writes nothing once taken over."""
@@ -237,6 +239,8 @@ class Gateway:
         self.lanes.configure(
             config.session.queue, max_concurrent=config.defaults.max_concurrent, per_sender=config.lanes.per_sender
         )
+        if self.cluster is not None:
+            self.cluster.capacity = max(1, config.defaults.max_concurrent)
         self.scheduler.config_jobs, self.scheduler.heartbeats = list(config.cron.jobs), heartbeats(config)
         self.scheduler.catch_up = config.cron.catch_up
         for key in sorted(stop & self.adapters.keys()):

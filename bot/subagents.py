@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.assemble import SetupError, session_models
 from bot.intake import journal_entry_of
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from bot.intake import Intake
     from bot.turns import Job
 
-__all__ = ["Subagents", "child_key"]
+__all__ = ["AnswerRelay", "Subagents", "child_key"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,26 @@ def announcement_text(record: SubagentRecord) -> str:
     )
 
 
+class AnswerRelay(Protocol):
+    """How a sessions_send waits for a session that runs in another process of a cluster (bot.cluster.Cluster)."""
+
+    async def busy(self, lane: str) -> bool:
+        """Whether a turn of the session runs now, in any process."""
+        ...
+
+    async def hand(self, job: str, answer: str) -> bool:
+        """Pass the answer to the send waiting for it; False when that send has stopped waiting."""
+        ...
+
+    async def give_up(self, job: str) -> str | None:
+        """Stop waiting: None (the answer will come as a message), or the answer handed over just before."""
+        ...
+
+    async def read(self, job: str) -> str | None:
+        """The answer handed over for `job`."""
+        ...
+
+
 class Subagents:
     """The gateway's children and messages between sessions (tools.subagents.Spawner), and what ends their turns."""
 
@@ -95,6 +115,7 @@ class Subagents:
         self.intake = intake
         self.lanes = lanes
         self._waiting: dict[str, asyncio.Future[str]] = {}  # message id -> the sessions_send waiting for its answer
+        self.relay: AnswerRelay | None = None  # set by the gateway of a cluster: answers from other processes
         self._spawning = asyncio.Lock()
 
     @property
@@ -284,11 +305,12 @@ class Subagents:
         )  # fmt: skip
         source = f"session {run.session_key} (agent {run.agent})"
         text = _between(f"message from the {source}; your answer goes back to it, NO_REPLY sends none", message, source)
-        request = _message(ChatTarget.model_validate(where), run, text, message_id, scheduled)
-        busy = self.lanes.busy(session_key)
+        busy = self.lanes.busy(session_key) or (self.relay is not None and await self.relay.busy(session_key))
         waiter: asyncio.Future[str] | None = None
         if wait_seconds > 0 and not busy:  # a busy session may be waiting for this one: never wait on it
             waiter = self._waiting[message_id] = asyncio.get_running_loop().create_future()
+            scheduled = scheduled.model_copy(update={"awaited": True})
+        request = _message(ChatTarget.model_validate(where), run, text, message_id, scheduled)
         await self._journal(request)
         if waiter is None:
             why = "it is busy; " if wait_seconds > 0 else ""
@@ -296,7 +318,10 @@ class Subagents:
         try:
             answer = await asyncio.wait_for(waiter, wait_seconds)
         except TimeoutError:
-            return {"status": "sent", "note": f"no answer within {wait_seconds:g} s; it comes back as a message"}
+            late = await self.relay.give_up(message_id) if self.relay is not None else None
+            if late is None:
+                return {"status": "sent", "note": f"no answer within {wait_seconds:g} s; it comes back as a message"}
+            answer = late  # handed over by another process just before
         finally:
             self._waiting.pop(message_id, None)
         source = f"session {session_key} (agent {session.agent})"
@@ -348,9 +373,12 @@ class Subagents:
         scheduled = job.message.scheduled
         assert scheduled is not None and scheduled.reply_session is not None
         waiter = self._waiting.get(scheduled.job)
+        # Its sender waits in another process: handed over there, unless that send has stopped waiting.
+        relayed = waiter is None and scheduled.awaited and self.relay is not None
+        handed = relayed and self.relay is not None and await self.relay.hand(scheduled.job, answer)
         capped = scheduled.hops >= self.config.agent_to_agent.max_exchanges
         reply: InboundMessage | None = None
-        if (waiter is None or waiter.done()) and answer.strip() and not capped:
+        if (waiter is None or waiter.done()) and not handed and answer.strip() and not capped:
             sender = await self.store.get_session(scheduled.reply_session)
             if sender is not None:
                 run = RunInfo(agent=scheduled.agent, session_key=scheduled.session_key, sender_id=job.message.sender_id,
@@ -377,6 +405,15 @@ class Subagents:
         )
         if record is not None:
             await self.intake.accept(record, message)
+
+    async def answer_arrived(self, job: str) -> None:
+        """Another process handed over the answer to message `job`: the send waiting for it here has it now."""
+        waiter = self._waiting.get(job)
+        if waiter is None or waiter.done() or self.relay is None:
+            return
+        answer = await self.relay.read(job)
+        if not waiter.done():
+            waiter.set_result(answer or "")
 
     def forget_waiters(self) -> None:
         """Shutdown: nothing will answer the sends still waiting."""

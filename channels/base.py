@@ -137,6 +137,7 @@ class Scheduled(BaseModel):
     depth: int = 0  # a child's depth below the session people talk to (RunInfo.depth)
     hops: int = 0  # messages agents have exchanged so far (RunInfo.hops)
     reply_session: str | None = None  # `agent`: the session the answer goes back to
+    awaited: bool = False  # `agent`: the sender waits for the answer (sessions_send's wait_seconds)
     timeout_seconds: float | None = None  # `subagent`: the child's own time limit
 
 

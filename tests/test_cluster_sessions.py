@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import eventually
 
 from bot.app import App
@@ -199,3 +199,82 @@ async def test_a_message_journaled_by_a_process_that_died_before_offering_it_is_
             await store.record_inbound("memory", "default", "direct:alice", "orphan-1", left.model_dump(mode="json"))
         await eventually(lambda: len(first.sent) + len(second.sent) == 1, "the orphan to be answered")
     assert [sent.text for sent in [*first.sent, *second.sent]] == ["Found it."]
+
+
+AGENTS = {
+    "defaults": {"max_concurrent": 1},  # a process runs one session at a time: the asked one runs in the other
+    "agents": [{"id": "main", "default": True}, {"id": "ops"}],
+    "bindings": [{"agent": "ops", "match": {"channel": "memory", "peer": {"kind": "direct", "id": "bob"}}}],
+    "tools": {"agent_to_agent": {"allow": [["main", "ops"]]}},
+    "owners": ["memory:alice"],  # the session tools are the owners'
+}
+
+
+async def ops_session(second: MemoryChannel, two: Gateway, llm: FakeLLM, url: str, *answers: Reply | str) -> str:
+    """Bob says hello to `ops` through the second process, which answers and gives the session back: its key."""
+    assert two.cluster is not None
+    llm.script_for("hello ops", "Hi.", *answers)
+    await second.say("hello ops", sender="bob")
+    assert [sent.text for sent in await second.replies(1)] == ["Hi."]
+    await eventually(lambda: not two.cluster.held, "the ops session to be given back")
+    [ops] = await query(url, "SELECT session_key FROM sessions WHERE agent = 'ops'")
+    return str(ops["session_key"])
+
+
+def ask(key: str, wait: float) -> Reply:
+    return Reply.tool_calls(
+        ToolCallSpec("sessions_send", {"session_key": key, "message": "what is it?", "wait_seconds": wait})
+    )
+
+
+def tool_result(request: RecordedRequest) -> str:
+    [result] = [m["content"] for m in request.body["messages"] if m["role"] == "tool"]
+    return str(result)
+
+
+async def test_sessions_send_waiting_for_a_session_that_runs_in_the_other_process_gets_its_answer(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    async with two_gateways(tmp_path, fake_llm, postgres_url, **AGENTS) as (first, one, second, two):
+        assert one.cluster is not None and two.cluster is not None
+        key = await ops_session(second, two, fake_llm, postgres_url, "Ops says 42.")
+        fake_llm.script_for("alice asks", ask(key, 60), "Main says: got it.")
+        await first.say("alice asks ops", sender="alice")
+        assert [sent.text for sent in await first.replies(1)] == ["Main says: got it."]
+        [sent_by] = await query(postgres_url, "SELECT claimed_by FROM inbound WHERE message_id LIKE 'send:%'")
+        assert sent_by["claimed_by"] == two.cluster.member_id  # the asked session ran in the other process
+    result = tool_result(fake_llm.requests[-1])
+    assert '"status": "answered"' in result and "Ops says 42." in result  # waited for, and got, in time
+    assert len(fake_llm.requests) == 4  # hi, alice's ask, ops' answer, alice's last: the answer came once
+    assert [sent.text for sent in first.sent] == ["Main says: got it."] and len(second.sent) == 1
+
+
+async def test_an_answer_from_the_other_process_after_the_send_stopped_waiting_comes_back_as_a_message_once(
+    tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
+) -> None:
+    async with two_gateways(tmp_path, fake_llm, postgres_url, **AGENTS) as (first, one, second, two):
+        key = await ops_session(second, two, fake_llm, postgres_url, Reply.held("Ops says 42."))
+        fake_llm.script_for("alice asks", ask(key, 0.5), "Asked; waiting.", "NO_REPLY")
+        await first.say("alice asks ops", sender="alice")
+        assert [sent.text for sent in await first.replies(1)] == ["Asked; waiting."]
+        assert "no answer within 0.5 s" in tool_result(fake_llm.requests[-1])
+        fake_llm.release()  # ops answers now, in the other process: too late to be waited for
+        await eventually(lambda: len(heard(fake_llm)) == 1, "the answer to come back to alice's session")
+        await eventually(lambda: one.lanes.lane_count() + two.lanes.lane_count() == 0, "every turn to end")
+    assert len(heard(fake_llm)) == 1  # as a message, once
+    assert [sent.text for sent in first.sent] == ["Asked; waiting."]  # NO_REPLY: nothing more said
+
+
+def heard(llm: FakeLLM) -> list[RecordedRequest]:
+    """The requests of alice's session whose newest message is ops' answer."""
+    found = []
+    for request in llm.requests:
+        messages = request.body["messages"]
+        if "alice asks" in json.dumps(messages[:3]) and "Ops says 42." in json.dumps(messages[-1]):
+            found.append(request)
+    return found
+
+
+async def query(url: str, sql: str) -> list[dict[str, Any]]:
+    async with await PostgresStore.open(url) as store:
+        return await store.db.fetch(sql)

@@ -54,8 +54,15 @@ async def test_postgres_database_that_cannot_be_reached_is_a_store_error_at_once
         await PostgresStore.open(postgres_server.url("missing"))
 
 
-# What only PostgreSQL has: its bookkeeping, and schema version 2's several processes on one database (bot/cluster.py).
-POSTGRES_ONLY_TABLES = {"schema_version", "store_keys", "session_fences", "processes", "transcript_lines"}
+# What only PostgreSQL has: its bookkeeping, and what several processes on one database share (bot/cluster.py).
+POSTGRES_ONLY_TABLES = {
+    "schema_version",
+    "store_keys",
+    "session_fences",
+    "processes",
+    "transcript_lines",
+    "session_answers",
+}
 POSTGRES_ONLY_COLUMNS = {"inbound": {"lane", "claimed_by"}}
 
 

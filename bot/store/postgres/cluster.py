@@ -162,6 +162,38 @@ class PgMember:
         )
         return {row["lane"] for row in rows}
 
+    async def running(self, lane: str) -> bool:
+        """Whether a turn of the lane is running (in any process)."""
+        row = await self.db.fetchone(
+            "SELECT EXISTS (SELECT 1 FROM inbound WHERE lane = %s AND status = 'running') AS busy", lane
+        )
+        return bool(row and row["busy"])
+
+    # --- answers between sessions -----------------------------------------------------------------------------------
+
+    async def put_answer(self, job: str, answer: str | None) -> bool:
+        """Record the answer to message `job` (None: its sender stopped waiting) unless one is recorded already;
+        whether this call recorded it."""
+        row = await self.db.fetchone(
+            "INSERT INTO session_answers (job, answer, created) VALUES (%s, %s, %s) ON CONFLICT (job) DO NOTHING"
+            " RETURNING job",
+            job,
+            answer,
+            self.db.clock(),
+        )
+        return row is not None
+
+    async def get_answer(self, job: str) -> tuple[bool, str | None]:
+        """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
+        row = await self.db.fetchone("SELECT answer FROM session_answers WHERE job = %s", job)
+        return (row is not None, row["answer"] if row else None)
+
+    async def prune_answers(self, older_than_seconds: float) -> int:
+        """Forget answers recorded this long ago; how many."""
+        return await self.db.execute(
+            "DELETE FROM session_answers WHERE created < %s", self.db.cutoff(older_than_seconds)
+        )
+
     # --- the outbox -------------------------------------------------------------------------------------------------
 
     async def chat_outbox(self, record: OutboxRecord) -> list[OutboxRecord]:

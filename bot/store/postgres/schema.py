@@ -207,5 +207,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX transcript_lines_session ON transcript_lines (session_id, id)",
         "CREATE INDEX transcript_lines_compactions ON transcript_lines (session_id, id) WHERE compaction",
     ),
+    # Version 3: the answer to a sessions_send waiting in another process (bot.cluster.Cluster.hand). A row with a
+    # NULL answer says the sender stopped waiting: the answer then comes back as a message instead.
+    (
+        """CREATE TABLE session_answers (
+            job TEXT PRIMARY KEY,
+            answer TEXT,
+            created DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX session_answers_created ON session_answers (created)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -48,7 +48,7 @@ class PgMember:
     """One process's seat in the cluster: a connection of its own holding its advisory locks (gone with the process:
     PostgreSQL releases them when the connection ends), another listening for notifications. Calls on the lock
     connection run one at a time. A broken lock connection raises `psycopg.OperationalError` from every call until
-    `reconnect()`: every lock it held is gone by then."""
+    `connect()` opens a new one: every lock it held is gone by then."""
 
     def __init__(self, db: PgDatabase, member_id: str) -> None:
         self.db = db

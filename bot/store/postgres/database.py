@@ -23,8 +23,9 @@ CONNECT_TIMEOUT = 30.0  # seconds `open` waits for the first connection
 # pg_advisory_xact_lock key held while migrating: two processes opening one database cannot both migrate it.
 MIGRATION_LOCK = 0x5357_4244  # "SWBD"
 
-# TCP keepalives on a connection of its own: when its machine vanishes (no FIN ever comes), the server notices within
-# about 10 s and releases the advisory locks that connection held, so that another process can take over.
+# TCP keepalives on a connection of its own: a process notices within about 10 s that the server vanished (no FIN ever
+# comes). The server's side of a cluster member's lock connection gets the same (bot.store.postgres.cluster), so that
+# the locks of a vanished machine are released as soon, and another process takes over.
 KEEPALIVE: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2, "keepalives_count": 3}
 
 _Connection = AsyncConnection[DictRow]

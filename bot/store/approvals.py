@@ -15,6 +15,7 @@ from bot.store.database import Part, delete, dumps, dumps_list, execute, first, 
 
 __all__ = [
     "AllowedRule", "ApprovalDecision", "ApprovalRecord", "ApprovalStatus", "ApprovalStore", "SqliteApprovals",
+    "approval_record", "approval_seal",
 ]  # fmt: skip
 
 ApprovalStatus = Literal["pending", "allowed", "denied", "expired"]
@@ -166,13 +167,16 @@ class SqliteApprovals(Part):
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[ApprovalStore] = SqliteApprovals
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
 
 
-def _seal(key: bytes, approval_id: str, status: str, decision: str | None, decided_by: str | None) -> str:
+def approval_seal(key: bytes, approval_id: str, status: str, decision: str | None, decided_by: str | None) -> str:
+    """The seal of a decision: an HMAC with the store's key, so that a decision written behind its back is told."""
     text = "\x1f".join((approval_id, status, decision or "", decided_by or ""))
     return hmac.new(key, text.encode(), "sha256").hexdigest()
 
@@ -180,18 +184,18 @@ def _seal(key: bytes, approval_id: str, status: str, decision: str | None, decid
 def _approval_rows(
     connection: sqlite3.Connection, key: bytes, where: str, params: tuple[object, ...]
 ) -> list[ApprovalRecord]:
-    return [_approval(row, key) for row in connection.execute(f"SELECT * FROM approvals {where}", params)]
+    return [approval_record(row, key) for row in connection.execute(f"SELECT * FROM approvals {where}", params)]
 
 
-def _approval(row: sqlite3.Row, key: bytes) -> ApprovalRecord:
-    """A request as stored; a decision without a valid seal (written behind the store's back) counts as none:
-    the request reads as expired, which denies."""
+def approval_record(row: Row, key: bytes) -> ApprovalRecord:
+    """A request as stored (either backend's row); a decision without a valid seal (written behind the store's
+    back) counts as none: the request reads as expired, which denies."""
     values = dict(row)
     seal = values.pop("seal", None)
     values.update(approvers=json.loads(values["approvers"]), messages=json.loads(values["messages"]))
     values["offer_always"] = bool(values["offer_always"])
     if values["status"] != "pending":
-        expected = _seal(key, values["id"], values["status"], values["decision"], values["decided_by"])
+        expected = approval_seal(key, values["id"], values["status"], values["decision"], values["decided_by"])
         if not (isinstance(seal, str) and hmac.compare_digest(seal, expected)):
             values.update(status="expired", decision=None, decided_by=None)
     return ApprovalRecord(**values)
@@ -205,14 +209,14 @@ def _decide_approval(
     decision: str | None,
     decided_by: str | None,
 ) -> ApprovalRecord | None:
-    seal = _seal(key, approval_id, status, decision, decided_by)
+    seal = approval_seal(key, approval_id, status, decision, decided_by)
     row = first(
         connection,
         "UPDATE approvals SET status = ?, decision = ?, decided_by = ?, seal = ? WHERE id = ? AND status = 'pending' "
         "RETURNING *",
         (status, decision, decided_by, seal, approval_id),
     )
-    return None if row is None else _approval(row, key)
+    return None if row is None else approval_record(row, key)
 
 
 def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:

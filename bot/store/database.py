@@ -15,10 +15,17 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from bot.store.base import Clock, StoreError
 from bot.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsKeysAndGetItem
+
+    # A stored row as either backend hands it out: sqlite3.Row, or psycopg's dict. The readers that turn one into
+    # its Record (`session_record`, `approval_record` …) are shared by both backends.
+    Row = SupportsKeysAndGetItem[str, Any]
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

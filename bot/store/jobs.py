@@ -13,7 +13,7 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, dumps_list, loads, write_transaction
 from bot.store.journal import JournalEntry, journal_entry
 
-__all__ = ["JobRecord", "JobRunRecord", "JobStore", "RunStatus", "SqliteJobs"]
+__all__ = ["JobRecord", "JobRunRecord", "JobStore", "RunStatus", "SqliteJobs", "run_outcome"]
 
 RunStatus = Literal["requested", "running", "ok", "error", "skipped", "undeliverable"]
 FINAL_STATUSES = ("ok", "error", "skipped", "undeliverable")
@@ -156,6 +156,8 @@ class SqliteJobs(Part):
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[JobStore] = SqliteJobs
 
 
@@ -236,6 +238,25 @@ def _journal(connection: sqlite3.Connection, run_id: int, inbound: JournalEntry,
     connection.execute("UPDATE job_runs SET inbound_id = ? WHERE id = ?", (record.id, run_id))
 
 
+def run_outcome(
+    turn: str | None, turn_error: str | None, sends: Sequence[Row]
+) -> tuple[RunStatus, str | None, list[str]] | None:
+    """How a run whose turn is over (`turn`: its journal row's status, None when the row is gone) ended, from its
+    answer's outbox entries (`sends`: status, platform_message_id, error): its status, detail and the platform's
+    message ids; None while an entry is still to be sent."""
+    if any(send["status"] == "pending" for send in sends):
+        return None
+    ids = [send["platform_message_id"] for send in sends if send["platform_message_id"] is not None]
+    dead = [send["error"] or "not delivered" for send in sends if send["status"] == "dead"]
+    if turn is None:
+        return "error", "its journal row is gone", ids
+    if dead:
+        return "undeliverable", dead[0], ids
+    if turn == "failed":
+        return "error", turn_error or "the turn failed", ids
+    return "ok", None if sends else "nothing sent (NO_REPLY or HEARTBEAT_OK)", ids
+
+
 def _settle_runs(connection: sqlite3.Connection, now: float) -> list[JobRunRecord]:
     ended: list[int] = []
     with write_transaction(connection):
@@ -250,19 +271,10 @@ def _settle_runs(connection: sqlite3.Connection, now: float) -> list[JobRunRecor
                 "SELECT status, platform_message_id, error FROM outbox WHERE inbound_id = ? ORDER BY id",
                 (run["inbound_id"],),
             ).fetchall()
-            if any(send["status"] == "pending" for send in sends):
+            outcome = run_outcome(run["turn"], run["turn_error"], sends)
+            if outcome is None:
                 continue
-            ids = [send["platform_message_id"] for send in sends if send["platform_message_id"] is not None]
-            dead = [send["error"] or "not delivered" for send in sends if send["status"] == "dead"]
-            detail: str | None
-            if run["turn"] is None:
-                status, detail = "error", "its journal row is gone"
-            elif dead:
-                status, detail = "undeliverable", dead[0]
-            elif run["turn"] == "failed":
-                status, detail = "error", run["turn_error"] or "the turn failed"
-            else:
-                status, detail = "ok", None if sends else "nothing sent (NO_REPLY or HEARTBEAT_OK)"
+            status, detail, ids = outcome
             connection.execute(
                 "UPDATE job_runs SET status = ?, detail = ?, message_ids = ?, ended = ? WHERE id = ?",
                 (status, detail, dumps_list(ids), now, run["id"]),

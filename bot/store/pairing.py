@@ -5,12 +5,13 @@ from __future__ import annotations
 import hmac
 import secrets
 import sqlite3
-from typing import TYPE_CHECKING, Literal, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from bot.store.base import Record
 from bot.store.database import Part, first, write_transaction
 
-__all__ = ["PAIRING_ALPHABET", "AllowedSender", "PairingRecord", "PairingStore", "SqlitePairing"]
+__all__ = ["PAIRING_ALPHABET", "AllowedSender", "PairingRecord", "PairingStore", "SqlitePairing", "matching_code"]
 
 PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: codes are read aloud and typed
 
@@ -90,7 +91,22 @@ class SqlitePairing(Part):
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[PairingStore] = SqlitePairing
+
+
+_Pending = TypeVar("_Pending", bound="Row")
+
+
+def matching_code(pending: Sequence[_Pending], code: str) -> _Pending | None:
+    """The pending request (either backend's row) whose code is `code`. Every code is compared, in constant time, so
+    timing tells nothing about how close a guess was."""
+    match = None
+    for row in pending:
+        if hmac.compare_digest(row["code"].encode(), code.encode()):
+            match = row
+    return match
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
@@ -148,11 +164,7 @@ def _approve_pairing(
         rows = connection.execute(
             "SELECT * FROM pairing WHERE channel = ? AND status = 'pending' AND expires > ?", (channel, now)
         ).fetchall()
-        # Compare every pending code in constant time, so timing tells nothing about how close a guess was.
-        match = None
-        for row in rows:
-            if hmac.compare_digest(row["code"].encode(), code.encode()):
-                match = row
+        match = matching_code(rows, code)
         if match is None:
             return None
         connection.execute(

@@ -13,7 +13,9 @@ from agent.messages import Usage
 from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 
-__all__ = ["SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "new_session_id"]
+__all__ = [
+    "SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "new_session_id", "session_record", "token_counts",
+]  # fmt: skip
 
 
 class SessionRecord(Record):
@@ -105,7 +107,7 @@ class SqliteSessions(Part):
 
         KeyError if there is no such session.
         """
-        counts = _counts(usage or Usage())
+        counts = token_counts(usage or Usage())
         if min(counts) < 0:
             raise ValueError(f"token counts cannot be negative: {usage}")
         values = (model, *counts, channel, account, dumps(target) if target is not None else None)
@@ -151,6 +153,8 @@ class SqliteSessions(Part):
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[SessionStore] = SqliteSessions
 
 
@@ -160,14 +164,15 @@ if TYPE_CHECKING:
 OVERRIDE_KEYS = ("model", "thinking", "queue")
 
 
-def _session(row: sqlite3.Row) -> SessionRecord:
+def session_record(row: Row) -> SessionRecord:
+    """A `sessions` row (either backend's) as its record."""
     fields = {**dict(row), "last_target": loads(row["last_target"]), "overrides": loads(row["overrides"]) or {}}
     return SessionRecord.model_validate(fields)
 
 
 def _get_session(connection: sqlite3.Connection, session_key: str) -> SessionRecord | None:
     row = first(connection, "SELECT * FROM sessions WHERE session_key = ?", (session_key,))
-    return None if row is None else _session(row)
+    return None if row is None else session_record(row)
 
 
 def _ensure_session(
@@ -183,7 +188,8 @@ def _ensure_session(
     return record
 
 
-def _counts(usage: Usage) -> tuple[int, int, int, int]:
+def token_counts(usage: Usage) -> tuple[int, int, int, int]:
+    """A run's tokens in the order the `sessions` and `usage` columns take them: in, out, cache read, cache write."""
     return usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
 
 
@@ -220,7 +226,7 @@ def _touch_session(
                 " cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (now, session_key, row["agent"], row["model"], tokens_in, tokens_out, cache_read, cache_write),
             )
-    return _session(row)
+    return session_record(row)
 
 
 def _reset_session(connection: sqlite3.Connection, session_key: str, session_id: str, now: float) -> SessionRecord:
@@ -233,7 +239,7 @@ def _reset_session(connection: sqlite3.Connection, session_key: str, session_id:
     )
     if row is None:
         raise KeyError(f"no session {session_key!r}")
-    return _session(row)
+    return session_record(row)
 
 
 def _set_overrides(
@@ -253,7 +259,7 @@ def _set_overrides(
             (dumps(merged) if merged else None, session_key),
         )
     assert row is not None  # made above, and nothing deletes sessions
-    return _session(row)
+    return session_record(row)
 
 
 def _all_overrides(connection: sqlite3.Connection) -> dict[str, dict[str, str]]:
@@ -284,4 +290,4 @@ def _list_sessions(
     if limit is not None:
         sql += " LIMIT ?"
         params.append(limit)
-    return [_session(row) for row in connection.execute(sql, tuple(params)).fetchall()]
+    return [session_record(row) for row in connection.execute(sql, tuple(params)).fetchall()]

@@ -11,7 +11,9 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 from bot.store.journal import InboundRecord, JournalEntry, _mark_inbound, journal_entry
 
-__all__ = ["Announcement", "SqliteSubagents", "SubagentRecord", "SubagentStatus", "SubagentStore"]
+__all__ = [
+    "Announcement", "SqliteSubagents", "SubagentRecord", "SubagentStatus", "SubagentStore", "subagent_record",
+]  # fmt: skip
 
 SubagentStatus = Literal["running", "done", "failed", "timed_out", "killed"]
 
@@ -112,20 +114,23 @@ class SqliteSubagents(Part):
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[SubagentStore] = SqliteSubagents
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
 
 
-def _record(row: sqlite3.Row) -> SubagentRecord:
+def subagent_record(row: Row) -> SubagentRecord:
+    """A `subagent_runs` row (either backend's) as its record."""
     fields = dict(row)
     fields["origin"] = loads(fields.pop("payload"))
     return SubagentRecord.model_validate(fields)
 
 
 def _rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[SubagentRecord]:
-    return [_record(row) for row in connection.execute(f"SELECT * FROM subagent_runs {where}", params)]
+    return [subagent_record(row) for row in connection.execute(f"SELECT * FROM subagent_runs {where}", params)]
 
 
 def _start(connection: sqlite3.Connection, row: tuple[object, ...], entry: JournalEntry, now: float) -> InboundRecord:
@@ -147,7 +152,7 @@ def _kill(connection: sqlite3.Connection, run_id: str) -> SubagentRecord | None:
         "UPDATE subagent_runs SET status = 'killed' WHERE id = ? AND ended IS NULL RETURNING *",
         (run_id,),
     )
-    return None if row is None else _record(row)
+    return None if row is None else subagent_record(row)
 
 
 def _end(
@@ -171,4 +176,4 @@ def _end(
         for inbound_id in inbound_ids:
             if scalar(connection, "SELECT status FROM inbound WHERE id = ?", inbound_id) in ("pending", "running"):
                 _mark_inbound(connection, inbound_id, "done", None, now)
-        return journal_entry(connection, announcement(_record(row)), now)
+        return journal_entry(connection, announcement(subagent_record(row)), now)

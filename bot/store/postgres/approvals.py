@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import TYPE_CHECKING, Any
 
-from bot.store.approvals import AllowedRule, ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
+from bot.store.approvals import (
+    AllowedRule,
+    ApprovalDecision,
+    ApprovalRecord,
+    ApprovalStatus,
+    ApprovalStore,
+    approval_record,
+    approval_seal,
+)
 from bot.store.database import dumps_list, loads
 from bot.store.postgres.database import PgPart
 
@@ -72,7 +79,7 @@ class PgApprovals(PgPart):
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None:
         """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
-        seal = _seal(self._db.key, approval_id, status, decision, decided_by)
+        seal = approval_seal(self._db.key, approval_id, status, decision, decided_by)
         row = await self._db.fetchone(
             "UPDATE approvals SET status = %s, decision = %s, decided_by = %s, seal = %s"
             " WHERE id = %s AND status = 'pending' RETURNING *",
@@ -82,7 +89,7 @@ class PgApprovals(PgPart):
             seal,
             approval_id,
         )
-        return None if row is None else _approval(row, self._db.key)
+        return None if row is None else approval_record(row, self._db.key)
 
     async def prune_approvals(self, older_than_seconds: float) -> int:
         """Delete settled requests made more than this long ago (never a pending one); returns how many."""
@@ -120,28 +127,8 @@ class PgApprovals(PgPart):
 
     async def _approvals(self, where: str, *params: object) -> list[ApprovalRecord]:
         rows = await self._db.fetch(f"SELECT * FROM approvals {where}", *params)
-        return [_approval(row, self._db.key) for row in rows]
+        return [approval_record(row, self._db.key) for row in rows]
 
 
 if TYPE_CHECKING:
     _checked: type[ApprovalStore] = PgApprovals
-
-
-# The seal is SqliteApprovals' (bot/store/approvals.py), made the same way with this database's key.
-def _seal(key: bytes, approval_id: str, status: str, decision: str | None, decided_by: str | None) -> str:
-    text = "\x1f".join((approval_id, status, decision or "", decided_by or ""))
-    return hmac.new(key, text.encode(), "sha256").hexdigest()
-
-
-def _approval(row: dict[str, Any], key: bytes) -> ApprovalRecord:
-    """A request as stored; a decision without a valid seal (written behind the store's back) counts as none:
-    the request reads as expired, which denies."""
-    values = dict(row)
-    seal = values.pop("seal", None)
-    values.update(approvers=json.loads(values["approvers"]), messages=json.loads(values["messages"]))
-    values["offer_always"] = bool(values["offer_always"])
-    if values["status"] != "pending":
-        expected = _seal(key, values["id"], values["status"], values["decision"], values["decided_by"])
-        if not (isinstance(seal, str) and hmac.compare_digest(seal, expected)):
-            values.update(status="expired", decision=None, decided_by=None)
-    return ApprovalRecord(**values)

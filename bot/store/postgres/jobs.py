@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bot.store.database import dumps, dumps_list, loads
-from bot.store.jobs import FINAL_STATUSES, JobRecord, JobRunRecord, RunStatus
+from bot.store.jobs import FINAL_STATUSES, JobRecord, JobRunRecord, RunStatus, run_outcome
 from bot.store.journal import JournalEntry
 from bot.store.postgres.database import PgPart, PgTx
 from bot.store.postgres.journal import journal_entry
@@ -119,19 +119,10 @@ class PgJobs(PgPart):
                     "SELECT status, platform_message_id, error FROM outbox WHERE inbound_id = %s ORDER BY id",
                     run["inbound_id"],
                 )
-                if any(send["status"] == "pending" for send in sends):
+                outcome = run_outcome(run["turn"], run["turn_error"], sends)
+                if outcome is None:
                     continue
-                ids = [send["platform_message_id"] for send in sends if send["platform_message_id"] is not None]
-                dead = [send["error"] or "not delivered" for send in sends if send["status"] == "dead"]
-                detail: str | None
-                if run["turn"] is None:
-                    status, detail = "error", "its journal row is gone"
-                elif dead:
-                    status, detail = "undeliverable", dead[0]
-                elif run["turn"] == "failed":
-                    status, detail = "error", run["turn_error"] or "the turn failed"
-                else:
-                    status, detail = "ok", None if sends else "nothing sent (NO_REPLY or HEARTBEAT_OK)"
+                status, detail, ids = outcome
                 row = await tx.fetchone(
                     "UPDATE job_runs SET status = %s, detail = %s, message_ids = %s, ended = %s"
                     " WHERE id = %s AND status = 'running' RETURNING *",

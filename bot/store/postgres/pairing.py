@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from typing import TYPE_CHECKING
 
-from bot.store.pairing import PAIRING_ALPHABET, AllowedSender, PairingRecord, PairingStore
+from bot.store.pairing import PAIRING_ALPHABET, AllowedSender, PairingRecord, PairingStore, matching_code
 from bot.store.postgres.database import PgPart
 
 __all__ = ["PgPairing"]
@@ -74,11 +73,7 @@ class PgPairing(PgPart):
                 channel,
                 now,
             )
-            # Compare every pending code in constant time, so timing tells nothing about how close a guess was.
-            match = None
-            for row in rows:
-                if hmac.compare_digest(row["code"].encode(), code.encode()):
-                    match = row
+            match = matching_code(rows, code)
             if match is None:
                 return None
             await tx.execute(

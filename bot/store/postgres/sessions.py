@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 from agent.messages import Usage
 from bot.store.database import dumps, loads
 from bot.store.postgres.database import PgPart, PgTx
-from bot.store.sessions import OVERRIDE_KEYS, SessionRecord, SessionStore, UsageRow, new_session_id
+from bot.store.sessions import (
+    OVERRIDE_KEYS,
+    SessionRecord,
+    SessionStore,
+    UsageRow,
+    new_session_id,
+    session_record,
+    token_counts,
+)
 
 __all__ = ["PgSessions"]
 
@@ -23,7 +31,7 @@ class PgSessions(PgPart):
 
     async def get_session(self, session_key: str) -> SessionRecord | None:
         row = await self._db.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
-        return None if row is None else _session(row)
+        return None if row is None else session_record(row)
 
     async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
         """The session under this key, created with a new session id if there is none."""
@@ -46,7 +54,7 @@ class PgSessions(PgPart):
 
         KeyError if there is no such session.
         """
-        counts = _counts(usage or Usage())
+        counts = token_counts(usage or Usage())
         if min(counts) < 0:
             raise ValueError(f"token counts cannot be negative: {usage}")
         now = self._db.clock()
@@ -78,7 +86,7 @@ class PgSessions(PgPart):
                     row["model"],
                     *counts,
                 )
-        return _session(row)
+        return session_record(row)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
         """Start the session over: a new session id, token totals zeroed; the old transcript stays on disk.
@@ -97,7 +105,7 @@ class PgSessions(PgPart):
         )
         if row is None:
             raise KeyError(f"no session {session_key!r}")
-        return _session(row)
+        return session_record(row)
 
     async def count_sessions(self) -> int:
         row = await self._db.fetchone("SELECT count(*) AS n FROM sessions")
@@ -124,7 +132,7 @@ class PgSessions(PgPart):
                 session_key,
             )
         assert row is not None
-        return _session(row)
+        return session_record(row)
 
     async def all_overrides(self) -> dict[str, dict[str, str]]:
         """Every session that has overrides, with them (the gateway's view of `/queue` after a restart)."""
@@ -163,24 +171,15 @@ class PgSessions(PgPart):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(limit)
-        return [_session(row) for row in await self._db.fetch(sql, *params)]
+        return [session_record(row) for row in await self._db.fetch(sql, *params)]
 
 
 if TYPE_CHECKING:
     _checked: type[SessionStore] = PgSessions
 
 
-def _session(row: dict[str, Any]) -> SessionRecord:
-    fields = {**row, "last_target": loads(row["last_target"]), "overrides": loads(row["overrides"]) or {}}
-    return SessionRecord.model_validate(fields)
-
-
 async def _ensure_session(tx: PgTx, session_key: str, agent: str, session_id: str, now: float) -> SessionRecord:
     await tx.execute(_ENSURE, session_key, session_id, agent, now, now)
     row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
     assert row is not None  # nothing deletes sessions
-    return _session(row)
-
-
-def _counts(usage: Usage) -> tuple[int, int, int, int]:
-    return usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+    return session_record(row)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.store.database import dumps, loads
+from bot.store.database import dumps
 from bot.store.journal import InboundRecord, JournalEntry
 from bot.store.postgres.database import PgPart
 from bot.store.postgres.journal import journal_entry
-from bot.store.subagents import Announcement, SubagentRecord, SubagentStatus
+from bot.store.subagents import Announcement, SubagentRecord, SubagentStatus, subagent_record
 
 if TYPE_CHECKING:
     from bot.store.subagents import SubagentStore
@@ -52,7 +52,7 @@ class PgSubagents(PgPart):
         row = await self._db.fetchone(
             "UPDATE subagent_runs SET status = 'killed' WHERE id = %s AND ended IS NULL RETURNING *", run_id
         )
-        return None if row is None else _record(row)
+        return None if row is None else subagent_record(row)
 
     async def end_subagent(
         self,
@@ -86,11 +86,11 @@ class PgSubagents(PgPart):
                     now,
                     ids,
                 )
-            return await journal_entry(tx, announcement(_record(row)), now)
+            return await journal_entry(tx, announcement(subagent_record(row)), now)
 
     async def subagent(self, run_id: str) -> SubagentRecord | None:
         row = await self._db.fetchone("SELECT * FROM subagent_runs WHERE id = %s", run_id)
-        return None if row is None else _record(row)
+        return None if row is None else subagent_record(row)
 
     async def subagents(self, parent_key: str | None = None, *, open_only: bool = False) -> list[SubagentRecord]:
         """A session's children (every child without `parent_key`), oldest first; `open_only`: those not ended."""
@@ -101,7 +101,7 @@ class PgSubagents(PgPart):
             params = (parent_key,)
         clause = f"WHERE {' AND '.join(where)} " if where else ""
         rows = await self._db.fetch(f"SELECT * FROM subagent_runs {clause}ORDER BY created, id", *params)
-        return [_record(row) for row in rows]
+        return [subagent_record(row) for row in rows]
 
     async def prune_subagents(self, older_than_seconds: float) -> int:
         """Delete children that ended more than this long ago; never one still running."""
@@ -111,9 +111,3 @@ class PgSubagents(PgPart):
 
 if TYPE_CHECKING:
     _checked: type[SubagentStore] = PgSubagents
-
-
-def _record(row: dict[str, Any]) -> SubagentRecord:
-    fields = dict(row)
-    fields["origin"] = loads(fields.pop("payload"))
-    return SubagentRecord.model_validate(fields)

@@ -17,7 +17,7 @@ from psycopg import sql
 from bot.store.database import dumps
 from bot.store.journal import InboundRecord
 from bot.store.outbox import OutboxRecord
-from bot.store.postgres.database import PgDatabase
+from bot.store.postgres.database import LANE_LOCK, PgDatabase, lock_granted
 from bot.store.postgres.journal import inbound_record
 from bot.store.postgres.outbox import outbox_record
 
@@ -39,7 +39,7 @@ class LockKind(IntEnum):
     """The first key of a two-key advisory lock: what the lock is for (the second is `hashtext` of its name). Two
     names with the same hash share a lock, which only makes them wait for each other."""
 
-    LANE = 1  # a session: the process holding it runs its turns
+    LANE = LANE_LOCK  # a session: the process holding it runs its turns
     CHAT = 2  # a chat's outbox: the process holding it sends the chat's entries, in order
     INGRESS = 3  # an elected listener (a Telegram poller, a Discord shard)
 
@@ -146,11 +146,8 @@ class PgMember:
     async def open_lanes(self, limit: int) -> list[str]:
         """Lanes with unfinished messages that no process holds (oldest message first): work to take."""
         rows = await self.db.fetch(
-            "SELECT lane FROM inbound i WHERE lane IS NOT NULL AND status IN ('pending', 'running') AND NOT EXISTS"
-            " (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2"
-            " AND l.classid = %s AND l.objid = hashtext(i.lane)::bigint::bit(32)::bigint::oid)"
-            " GROUP BY lane ORDER BY min(id) LIMIT %s",
-            int(LockKind.LANE),
+            "SELECT lane FROM inbound i WHERE lane IS NOT NULL AND status IN ('pending', 'running')"
+            f" AND NOT EXISTS ({lock_granted('i.lane')}) GROUP BY lane ORDER BY min(id) LIMIT %s",
             limit,
         )
         return [row["lane"] for row in rows]

@@ -17,7 +17,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from bot.store.base import Clock, FencedOut, StoreError, current_fence
 from bot.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["CONNECT_TIMEOUT", "MIGRATION_LOCK", "PgDatabase", "PgPart", "PgTx", "check_fence"]
+__all__ = [
+    "CONNECT_TIMEOUT", "LANE_LOCK", "MIGRATION_LOCK", "PgDatabase", "PgPart", "PgTx", "check_fence", "lock_granted",
+]  # fmt: skip
 
 CONNECT_TIMEOUT = 30.0  # seconds `open` waits for the first connection
 # pg_advisory_xact_lock key held while migrating: two processes opening one database cannot both migrate it.
@@ -147,11 +149,21 @@ class PgTx:
         return await _execute(self.connection, sql, params)
 
 
-# A lane's fence (share-locked), and whether the backend `pid` holds the lane's advisory lock (LockKind.LANE = 1;
-# pg_locks shows the second key of a two-key lock as an unsigned oid): one round trip.
+LANE_LOCK = 1  # the first key of a session's advisory lock (bot.store.postgres.cluster.LockKind.LANE)
+
+
+def lock_granted(name: str) -> str:
+    """SQL for "the lane lock of the session named by the SQL expression `name` is granted" (pg_locks shows the
+    second key of a two-key lock, `hashtext` of the name, as an unsigned oid); a condition on `pid` may follow."""
+    return (
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+        f" AND classid = {LANE_LOCK} AND objid = hashtext({name})::bigint::bit(32)::bigint::oid"
+    )
+
+
+# A lane's fence (share-locked), and whether the backend `pid` holds the lane's lock: one round trip.
 FENCE_OF = (
-    "SELECT fence, EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
-    " AND classid = 1 AND objid = hashtext(%s)::bigint::bit(32)::bigint::oid AND pid = %s) AS held"
+    f"SELECT fence, EXISTS ({lock_granted('%s')} AND pid = %s) AS held"
     " FROM session_fences WHERE session_key = %s FOR SHARE"
 )
 

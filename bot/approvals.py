@@ -52,6 +52,9 @@ NOT_AUTHORIZED = "You are not authorized to approve this."
 NOT_PENDING = "This approval request is unknown or no longer pending."
 MAX_TURNS_KEPT = 1000  # turns whose count of requests is kept (a turn asks again only when it runs again)
 POLL_SECONDS = 1.0  # how often a waiting run looks for a decision made from the CLI (another process)
+# How long a click on a card another process is showing waits for that process to record where the card is (it
+# records it right after the send returns; in a cluster the click may reach this process first).
+RECORDING_WAIT_SECONDS = 10.0
 
 Target = Literal["chat", "dm", "both"]
 TerminalAsk = Callable[[ApprovalRecord], Awaitable[ApprovalDecision | None]]
@@ -314,15 +317,32 @@ class Approvals:
         approval_id, _, code = rest.partition(":")
         decision = _CODES.get(code)
         record = await self.store.get_approval(approval_id) if decision is not None and approval_id else None
-        showing = self._showing.get(approval_id)
-        if record is not None and showing is not None and not _shown_on(record, event):
+        if record is not None and record.status == "pending" and not _shown_on(record, event):
             # Clicked between the card reaching the chat and its place being recorded: look once it is.
-            await showing.wait()
-            record = await self.store.get_approval(approval_id)
+            record = await self._once_recorded(record, event)
         if decision is None or record is None or not _shown_on(record, event):
             # Not a button of this request's own card: one the agent sent can look the same, but decides nothing.
             return NOT_PENDING
         return await self.decide(record, decision, owner_key(event.channel, event.sender_id), event.sender_name)
+
+    async def _once_recorded(self, record: ApprovalRecord, event: ActionEvent) -> ApprovalRecord | None:
+        """`record` read again once the clicked card's place is recorded: at once when this process is showing it;
+        when another process is (a cluster), within RECORDING_WAIT_SECONDS, or as it stands then."""
+        showing = self._showing.get(record.id)
+        if showing is not None:
+            await showing.wait()
+            return await self.store.get_approval(record.id)
+        if self.announce is None:  # one process: nobody else is showing it
+            return record
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECORDING_WAIT_SECONDS
+        current: ApprovalRecord | None = record
+        while loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            current = await self.store.get_approval(record.id)
+            if current is None or current.status != "pending" or _shown_on(current, event):
+                break
+        return current
 
     async def decide(
         self, record: ApprovalRecord, decision: ApprovalDecision, who: str, name: str | None = None

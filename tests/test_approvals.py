@@ -15,7 +15,7 @@ from helpers import WAIT, eventually
 
 from bot.approvals import NOT_AUTHORIZED, NOT_PENDING, Approvals
 from bot.config import parse_config
-from bot.store import SqliteStore
+from bot.store import ApprovalRecord, SqliteStore
 from channels.base import ActionEvent, Capabilities, ChatTarget, OutboundMessage
 from routing import Peer
 from tools.base import RunInfo, ToolContext
@@ -66,7 +66,24 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
         yield opened
 
 
-def approvals(store: SqliteStore, chats: RecordingMessenger, tmp_path: Path, **exec_settings: Any) -> Approvals:
+class ReadCounting:
+    """The store as another process reaches it, counting its reads of a request."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        self.reads += 1
+        return await self.store.get_approval(approval_id)
+
+
+def approvals(
+    store: SqliteStore | ReadCounting, chats: RecordingMessenger, tmp_path: Path, **exec_settings: Any
+) -> Approvals:
     config = parse_config(
         json.dumps(
             {
@@ -76,7 +93,7 @@ def approvals(store: SqliteStore, chats: RecordingMessenger, tmp_path: Path, **e
             }
         )
     )
-    return Approvals(config, store, chats)
+    return Approvals(config, store, chats)  # type: ignore[arg-type]
 
 
 def context(tmp_path: Path, turn: str | None = None) -> ToolContext:
@@ -250,6 +267,26 @@ async def test_a_click_that_comes_before_the_cards_place_is_recorded_still_count
     chats.on_delivered = click_at_once
     outcome = await asyncio.wait_for(gate.authorize("rm -rf build", context(tmp_path)), WAIT)
     assert await clicks[0] is None
+    assert outcome.allowed and outcome.decided_by == "telegram:42"
+
+
+async def test_in_a_cluster_a_click_reaching_another_process_before_the_card_is_recorded_still_counts(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    chats = RecordingMessenger()
+    elsewhere = ReadCounting(store)
+    showing, receiving = approvals(store, chats, tmp_path), approvals(elsewhere, chats, tmp_path)  # two processes
+    # In a cluster the gateway sets `announce`: a decision made in one process wakes the run waiting in another.
+    showing.announce = receiving.announce = lambda approval_id: asyncio.sleep(0, showing.wake(approval_id))
+    clicks: list[asyncio.Task[str | None]] = []
+
+    async def click_elsewhere_at_once(card: OutboundMessage) -> None:
+        clicks.append(asyncio.create_task(receiving.on_click(click(card.buttons[0][0].value))))
+        await eventually(lambda: elsewhere.reads > 0, "the other process to read the request")  # before its place
+
+    chats.on_delivered = click_elsewhere_at_once
+    outcome = await asyncio.wait_for(showing.authorize("rm -rf build", context(tmp_path)), WAIT)
+    assert await clicks[0] is None  # not "no longer pending": it waited for the card's place to be recorded
     assert outcome.allowed and outcome.decided_by == "telegram:42"
 
 

@@ -184,11 +184,12 @@ class App:
 
     @contextlib.asynccontextmanager
     async def running(
-        self, adapters: Sequence[ChannelAdapter] | None = None, *, grace_seconds: float = 10.0
+        self, adapters: Sequence[ChannelAdapter] | None = None, *, grace_seconds: float | None = None
     ) -> AsyncIterator[Gateway]:
         """Serve `adapters` (default: `adapters()`) until the block ends: the state is opened, the MCP servers
         started in the background (none delays the channels), the gateway started, and at the end stopped (runs get
-        `grace_seconds` to finish) and everything closed."""
+        `grace_seconds` to finish, by default the config's `lanes.stop_grace` as it is then) and everything
+        closed."""
         from bot.gateway import Gateway
         from bot.state import open_state
 
@@ -203,6 +204,6 @@ class App:
                 try:
                     yield gateway
                 finally:
-                    await gateway.stop(grace_seconds)
+                    await gateway.stop(self.config.lanes.stop_grace if grace_seconds is None else grace_seconds)
         finally:
             await store.close()

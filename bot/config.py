@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -178,9 +179,11 @@ class StateConfig(_Section):
 
 
 class LanesConfig(_Section):
-    """`lanes`: how run slots are shared between the people who talk to the bot."""
+    """`lanes`: how run slots are shared between the people who talk to the bot, and how long running turns get to
+    finish when the bot stops."""
 
     per_sender: int = Field(default=2, ge=1)  # runs at once for one non-owner, across all chats
+    stop_grace: Duration = 10.0  # at SIGTERM/SIGINT, running turns get this long to finish before they are cancelled
 
 
 class MessageConfig(_Section):
@@ -337,12 +340,18 @@ class MediaConfig(_Section):
 def _duration(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("must be a duration such as 30s, 10m or 1h")
+    if isinstance(value, str):  # the file's scalars arrive as text: `90` and `0.5` are seconds too
+        text = value
+        try:
+            value = float(text)
+        except ValueError:
+            return float(duration_seconds(text))
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError("must be a duration such as 30s, 10m or 1h")
         if value < 0:
             raise ValueError("must not be negative")
         return float(value)
-    if isinstance(value, str):
-        return float(duration_seconds(value))
     return value
 
 

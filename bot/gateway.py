@@ -269,7 +269,7 @@ class Gateway:
             return False
         return not await self.store.unsent_outbox()
 
-    async def stop(self, grace_seconds: float = 10.0) -> None:
+    async def stop(self, grace_seconds: float) -> None:
         """Stop accepting, let runs finish within the grace period (then cancel them), flush, stop adapters.
 
         Adapters stop last: the runs that finish during the grace period still need them to deliver.

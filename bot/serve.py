@@ -38,7 +38,7 @@ def serves_console(adapters: Sequence[ChannelAdapter], stdin: TextIO | None) -> 
         return False
 
 
-async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
+async def serve(app: App) -> int:
     """Run until a stop signal; exit status 0 after a clean stop, 1 when there is nothing to serve (or every account
     failed to start on a refused token)."""
     adapters, skipped = app.adapters()
@@ -66,11 +66,11 @@ async def serve(app: App, *, grace_seconds: float = 10.0) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stopping.set)
     with long_running_collector():
-        return await _serve(app, adapters, stopping, grace_seconds)
+        return await _serve(app, adapters, stopping)
 
 
-async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Event, grace_seconds: float) -> int:
-    async with app.running(adapters, grace_seconds=grace_seconds) as gateway:
+async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Event) -> int:
+    async with app.running(adapters) as gateway:
         if gateway.starter.all_refused():  # no account started and none will by waiting: say why and end
             for error in gateway.starter.failures.values():
                 print(error, file=sys.stderr)

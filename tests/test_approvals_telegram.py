@@ -198,7 +198,7 @@ async def test_a_restart_leaves_a_pending_request_expired_and_harmless(
 ) -> None:
     tg = fake_telegram
     fake_llm.script(exec_call("touch orphan.txt"), "Stopped.")
-    settings = config(tmp_path, fake_llm, tg)
+    settings = config(tmp_path, fake_llm, tg) | {"lanes": {"stop_grace": 0}}  # the stop does not wait for the click
     async with bot_run(settings, tmp_path, STARTED):
         buttons = await ask_for(tg, "start it", 1)
         message_id = card_of(tg, buttons)

@@ -137,6 +137,23 @@ def test_yaml_words_and_numbers_are_typed_by_the_schema_not_by_yaml() -> None:
     assert config.agents[0].default is True
 
 
+@pytest.mark.parametrize(
+    ("written", "seconds"), [("90", 90.0), ("0.5", 0.5), ("0", 0.0), ("2m", 120.0), ("1h30m", 5400.0)]
+)
+def test_a_duration_is_a_number_of_seconds_or_an_interval(written: str, seconds: float) -> None:
+    assert parse(f"lanes: {{stop_grace: {written}}}\ncron: {{catch_up: {written}}}\n").lanes.stop_grace == seconds
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [("-1", "must not be negative"), ("nan", "must be a duration"), ("inf", "must be a duration"),
+     ("soon", "is not an interval")],
+)  # fmt: skip
+def test_what_is_not_a_duration_is_refused_naming_its_line_and_key(written: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=f"bindings.yaml:2: lanes.stop_grace: .*{why}"):
+        parse(f"lanes:\n  stop_grace: {written}\n")
+
+
 def test_integer_ids_given_from_python_become_strings() -> None:
     config = Config.model_validate(
         {

@@ -1,5 +1,10 @@
 """The leak check (a pytest plugin): after the suite, no process it started is still running and no temporary file or
-folder is left outside pytest's own; otherwise the run fails and names what leaked and which test started it."""
+folder is left outside pytest's own; otherwise the run fails and names what leaked and which test started it.
+
+Under pytest-xdist every worker checks what its own tests left (their processes, its own scratch folder) and hands
+what it found to the controller, which fails the run; the controller then checks the run as a whole once the workers
+are gone: a process a crashed worker left comes to it (it is the subreaper above the workers), and so does a worker's
+scratch folder that was never removed."""
 
 from __future__ import annotations
 
@@ -30,7 +35,9 @@ class LeakCheck:
     """Makes this process the parent of every orphan it leaves (Linux's child subreaper), so nothing it started can
     slip away by double-forking, and gives the tests a temporary folder of their own to look into afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.from_workers: list[str] = []  # what the xdist workers found, when this is their controller
         _become_subreaper()
         # pytest's own folders stay where they are; everything else the tests make goes into `scratch`
         os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
@@ -43,12 +50,24 @@ class LeakCheck:
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.tests.append((_since_boot(), nodeid))
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """An xdist worker is done: what its own check found (sent back in its `workeroutput`) fails this run."""
+        self.from_workers += (getattr(node, "workeroutput", None) or {}).get("leaks", [])
+
+    # Last: after the session's fixtures are torn down and, in an xdist controller, after its workers have exited.
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         problems = [f"process {p.pid} ({p.command}), started during {self._test_at(p.started)}" for p in self._wait()]
         problems += [f"temporary {path}" for path in sorted(self.scratch.iterdir())]
         shutil.rmtree(self.scratch, ignore_errors=True)
         tempfile.tempdir = None
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: its controller reports (a worker's output is not shown)
+            worker = os.environ.get("PYTEST_XDIST_WORKER")
+            workeroutput["leaks"] = [f"{problem} (worker {worker})" for problem in problems]
+            return
+        problems = self.from_workers + problems
         if not problems:
             return
         reporter = session.config.pluginmanager.getplugin("terminalreporter")
@@ -114,4 +133,4 @@ def descendants(root: int | None = None) -> list[Leftover]:
 
 def pytest_configure(config: pytest.Config) -> None:
     if os.name == "posix" and Path("/proc").is_dir():
-        config.pluginmanager.register(LeakCheck(), "leak-check")
+        config.pluginmanager.register(LeakCheck(config), "leak-check")

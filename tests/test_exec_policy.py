@@ -644,7 +644,7 @@ def test_the_reason_is_one_sentence_naming_the_abbreviated_option(path: str, ws:
     [
         "cat /proc/self/environ",
         "cat /proc/1/environ",
-        f"cat /proc/{os.getpid()}/environ",
+        "cat /proc/4242/environ",  # any other process's, the bot's say
         "cat /sys/class/net/lo/address",
         "cat /dev/sda",
         "head -c 10 /dev/urandom",

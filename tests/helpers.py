@@ -129,6 +129,13 @@ def read_state(state_dir: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]
         return connection.execute(sql, params).fetchall()
 
 
+def write_state(state_dir: Path, sql: str, *params: Any) -> None:
+    """Change a bot's state.db behind its back (committed at once), as anything with access to the file could: how a
+    test moves a stored moment instead of waiting for the clock to reach it."""
+    with contextlib.closing(sqlite3.connect(state_dir / "state.db", timeout=WAIT)) as connection, connection:
+        connection.execute(sql, params)
+
+
 def settled(state_dir: Path) -> bool:
     """The bot's own journal: every message it took in is finished and every reply it owes has been sent. Once
     this holds after the test's last message was answered (or acknowledged), nothing more is coming."""

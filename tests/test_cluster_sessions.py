@@ -41,11 +41,20 @@ def make_app(tmp_path: Path, llm: FakeLLM, chat: MemoryChannel, url: str, **extr
 async def two_gateways(
     tmp_path: Path, llm: FakeLLM, url: str, **extra: Any
 ) -> AsyncIterator[tuple[MemoryChannel, Gateway, MemoryChannel, Gateway]]:
+    """Two gateways on one database; the second starts full (it takes no session), so every session goes to the
+    first until a test makes room in the second: which process takes a lane nobody holds is otherwise a race."""
     first, second = MemoryChannel(), MemoryChannel()
     async with AsyncExitStack() as stack:
         one = await stack.enter_async_context(make_app(tmp_path / "one", llm, first, url, **extra).running())
         two = await stack.enter_async_context(make_app(tmp_path / "two", llm, second, url, **extra).running())
+        full(two)
         yield first, one, second, two
+
+
+def full(gateway: Gateway, room: int = 0) -> None:
+    """Let `gateway` hold at most `room` sessions (0: it takes none; the sessions it holds stay)."""
+    assert gateway.cluster is not None
+    gateway.cluster.capacity = room
 
 
 async def test_a_message_for_a_session_running_elsewhere_joins_it_there_in_collect_mode(
@@ -91,6 +100,7 @@ async def test_the_sessions_spread_over_the_processes_and_each_chat_keeps_its_or
     extra = {"defaults": {"max_concurrent": 1}, "session": {"queue": {"mode": "followup"}}}
     async with two_gateways(tmp_path, fake_llm, postgres_url, **extra) as (first, _one, second, two):
         assert two.cluster is not None
+        full(two, room=1)  # both processes take sessions here
         for n in range(3):
             for person in people:
                 await first.say(f"{person} m{n}", sender=person)
@@ -151,7 +161,8 @@ async def test_a_process_that_loses_its_database_connection_leaves_its_session_t
         assert one.cluster is not None and two.cluster is not None
         await first.say("hello", sender="alice")
         await eventually(lambda: fake_llm.holding == 1, "the turn to run in the first process")
-        one.cluster.capacity = 0  # once connected again, the first process takes no session back: it is full
+        full(one)  # once connected again, the first process takes no session back
+        full(two, room=1)
         with psycopg.connect(postgres_url, autocommit=True) as admin:  # the first process's lock connection dies
             admin.execute("SELECT pg_terminate_backend(%s)", (one.cluster.member.holder,))
         await eventually(lambda: len(fake_llm.requests) == 2, "the second process to run the message again")
@@ -177,7 +188,8 @@ async def test_a_session_taken_by_another_process_keeps_the_queue_mode_set_with_
         [changed] = await first.replies(1)
         assert "interrupt" in changed.text
         await eventually(lambda: not one.cluster.held, "the first process to give the idle session back")
-        one.cluster.capacity = 0  # the first process is full: the second takes the session
+        full(one)  # the first process is full: the second takes the session
+        full(two, room=1)
         await second.say("hello", sender="alice")
         await eventually(lambda: fake_llm.holding == 1, "the turn to run in the second process")
         [key] = two.cluster.held
@@ -210,15 +222,30 @@ AGENTS = {
 }
 
 
-async def ops_session(second: MemoryChannel, two: Gateway, llm: FakeLLM, url: str, *answers: Reply | str) -> str:
-    """Bob says hello to `ops` through the second process, which answers and gives the session back: its key."""
+async def ops_session(
+    one: Gateway, second: MemoryChannel, two: Gateway, llm: FakeLLM, url: str, *answers: Reply | str
+) -> str:
+    """Bob says hello to `ops` through the second process, which answers and gives the session back: its key. From
+    then on each process takes one session at a time, and the first takes them first."""
     assert two.cluster is not None
     llm.script_for("hello ops", "Hi.", *answers)
+    full(one)
+    full(two, room=1)
     await second.say("hello ops", sender="bob")
     assert [sent.text for sent in await second.replies(1)] == ["Hi."]
     await eventually(lambda: not two.cluster.held, "the ops session to be given back")
+    full(two)
+    full(one, room=1)
     [ops] = await query(url, "SELECT session_key FROM sessions WHERE agent = 'ops'")
     return str(ops["session_key"])
+
+
+async def alice_asks_through_the_first(first: MemoryChannel, one: Gateway, two: Gateway) -> None:
+    """Alice's session is taken by the first process; then the second makes room for the session she asks."""
+    assert one.cluster is not None
+    await first.say("alice asks ops", sender="alice")
+    await eventually(lambda: bool(one.cluster.held), "alice's session to be taken by the first process")
+    full(two, room=1)
 
 
 def ask(key: str, wait: float) -> Reply:
@@ -237,9 +264,9 @@ async def test_sessions_send_waiting_for_a_session_that_runs_in_the_other_proces
 ) -> None:
     async with two_gateways(tmp_path, fake_llm, postgres_url, **AGENTS) as (first, one, second, two):
         assert one.cluster is not None and two.cluster is not None
-        key = await ops_session(second, two, fake_llm, postgres_url, "Ops says 42.")
+        key = await ops_session(one, second, two, fake_llm, postgres_url, "Ops says 42.")
         fake_llm.script_for("alice asks", ask(key, 60), "Main says: got it.")
-        await first.say("alice asks ops", sender="alice")
+        await alice_asks_through_the_first(first, one, two)
         assert [sent.text for sent in await first.replies(1)] == ["Main says: got it."]
         [sent_by] = await query(postgres_url, "SELECT claimed_by FROM inbound WHERE message_id LIKE 'send:%'")
         assert sent_by["claimed_by"] == two.cluster.member_id  # the asked session ran in the other process
@@ -253,9 +280,9 @@ async def test_an_answer_from_the_other_process_after_the_send_stopped_waiting_c
     tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
 ) -> None:
     async with two_gateways(tmp_path, fake_llm, postgres_url, **AGENTS) as (first, one, second, two):
-        key = await ops_session(second, two, fake_llm, postgres_url, Reply.held("Ops says 42."))
+        key = await ops_session(one, second, two, fake_llm, postgres_url, Reply.held("Ops says 42."))
         fake_llm.script_for("alice asks", ask(key, 0.5), "Asked; waiting.", "NO_REPLY")
-        await first.say("alice asks ops", sender="alice")
+        await alice_asks_through_the_first(first, one, two)
         assert [sent.text for sent in await first.replies(1)] == ["Asked; waiting."]
         assert "no answer within 0.5 s" in tool_result(fake_llm.requests[-1])
         fake_llm.release()  # ops answers now, in the other process: too late to be waited for

@@ -16,7 +16,7 @@ from typing import Any
 
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
-from helpers import bot_run, eventually, launch_bot, read_state
+from helpers import bot_run, eventually, launch_bot, read_state, write_state
 
 OWNER = 4242
 STARTED = "channel telegram account main started"
@@ -38,6 +38,19 @@ def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram, **cron: Any) -> 
 
 def soon(seconds: float) -> str:
     return datetime.fromtimestamp(time.time() + seconds, UTC).isoformat(timespec="seconds")
+
+
+LATER = 3600.0  # how far ahead a test's one-shot job is made: it fires when the test makes it due (`due_now`)
+
+
+def due_now(tmp_path: Path, job_id: str, *, ago: float = 0.0) -> None:
+    """The wait for a one-shot job is over: its moment moved to `ago` seconds before now, and when it was made to
+    just before that, in the state DB (the scheduler reads both on its next pass, about once a second)."""
+    [(payload,)] = read_state(tmp_path / "state", "SELECT payload FROM jobs WHERE id = ?", job_id)
+    moment = time.time() - ago
+    job = json.loads(payload) | {"at": datetime.fromtimestamp(moment, UTC).isoformat()}
+    sql = "UPDATE jobs SET payload = ?, created = ?, updated = ? WHERE id = ?"
+    write_state(tmp_path / "state", sql, json.dumps(job), moment - 1, moment - 1, job_id)
 
 
 async def bot_cli(folder: Path, *args: str) -> str:
@@ -67,9 +80,12 @@ async def test_a_job_made_by_the_cron_tool_in_a_dm_fires_once_and_its_answer_arr
 ) -> None:
     tg = fake_telegram
     async with bot_run(config(tmp_path, fake_llm, tg), tmp_path, STARTED):
-        add = ToolCallSpec("cron", {"action": "add", "id": "stretch", "at": soon(5), "message": "Tell me to stretch."})
+        stretch = {"action": "add", "id": "stretch", "at": soon(LATER), "message": "Tell me to stretch."}
+        add = ToolCallSpec("cron", stretch)
         fake_llm.script(Reply.tool_calls(add), "Scheduled.", "Time to stretch!")
-        await tg.private_message("remind me to stretch in a moment", user_id=OWNER, name="Owner")
+        await tg.private_message("remind me to stretch in a while", user_id=OWNER, name="Owner")
+        assert await tg.wait_sent(OWNER, 1) == ["Scheduled."]
+        due_now(tmp_path, "stretch")
         assert await tg.wait_sent(OWNER, 2) == ["Scheduled.", "Time to stretch!"]
         await eventually(lambda: ended(tmp_path, "stretch"), "the run to be recorded")
         [(status, detail, ids)] = runs(tmp_path, "stretch")
@@ -109,8 +125,9 @@ async def test_bot_cron_add_list_run_runs_and_rm_beside_a_running_bot(
         assert len(tg.sent[OWNER]) == 2  # the summary, and the held run's answer: nothing for the skipped one
 
         # A target no running account can reach: undeliverable, and the model is not asked.
-        await bot_cli(tmp_path, "cron", "add", "--id", "lost", "--at", soon(5), "-m", "x",
+        await bot_cli(tmp_path, "cron", "add", "--id", "lost", "--at", soon(LATER), "-m", "x",
                       "--deliver", "telegram/elsewhere:direct:1")  # fmt: skip
+        due_now(tmp_path, "lost")
         await eventually(lambda: ended(tmp_path, "lost"), "the unreachable run to be recorded")
         assert runs(tmp_path, "lost") == [("undeliverable", "no running telegram account 'elsewhere'", "[]")]
         assert "undeliverable" in await bot_cli(tmp_path, "cron", "runs", "lost")
@@ -127,12 +144,13 @@ async def test_a_job_made_before_a_sigkill_fires_once_after_the_restart(
     settings = config(tmp_path, fake_llm, tg)
     bot = await launch_bot(settings, tmp_path, STARTED)
     try:
-        await bot_cli(tmp_path, "cron", "add", "--id", "later", "--at", soon(6), "-m", "Ping.", "--deliver", DM)
+        await bot_cli(tmp_path, "cron", "add", "--id", "later", "--at", soon(LATER), "-m", "Ping.", "--deliver", DM)
     finally:
         bot.send_signal(signal.SIGKILL)
         await bot.wait()
     fake_llm.script("Pong.", "unused")
     async with bot_run(settings, tmp_path, STARTED):
+        due_now(tmp_path, "later")  # its moment comes while the restarted bot runs
         assert await tg.wait_sent(OWNER, 1) == ["Pong."]
         await eventually(lambda: ended(tmp_path, "later"), "the run to be recorded")
     assert [status for status, _, _ in runs(tmp_path, "later")] == ["ok"]
@@ -144,18 +162,16 @@ async def test_a_tick_missed_while_down_runs_at_start_within_catch_up_and_is_ski
 ) -> None:
     tg = fake_telegram
     (tmp_path / "bindings.yaml").write_text(json.dumps(config(tmp_path, fake_llm, tg)))
-    due = time.time() + 5
-    await bot_cli(tmp_path, "cron", "add", "--id", "old", "--at", soon(5), "-m", "Too late.", "--deliver", DM)
-    await eventually(lambda: time.time() > due + 2, "the job to be more than catch_up overdue")  # the bot is down
+    await bot_cli(tmp_path, "cron", "add", "--id", "old", "--at", soon(LATER), "-m", "Too late.", "--deliver", DM)
+    due_now(tmp_path, "old", ago=60)  # its moment passed a minute ago, while the bot was down
     async with bot_run(config(tmp_path, fake_llm, tg, catch_up="1s"), tmp_path, STARTED):
         await eventually(lambda: ended(tmp_path, "old"), "the missed tick to be recorded")
     [(status, detail, _)] = runs(tmp_path, "old")
     assert status == "skipped" and "over catch_up" in (detail or "")
     assert "missed while down" in (tmp_path / "bot.log").read_text()
 
-    due = time.time() + 5
-    await bot_cli(tmp_path, "cron", "add", "--id", "recent", "--at", soon(5), "-m", "Catch up.", "--deliver", DM)
-    await eventually(lambda: time.time() > due + 2, "the job to be overdue")  # the bot is down
+    await bot_cli(tmp_path, "cron", "add", "--id", "recent", "--at", soon(LATER), "-m", "Catch up.", "--deliver", DM)
+    due_now(tmp_path, "recent", ago=60)  # the bot is down again
     fake_llm.script("Caught up.", "unused")
     async with bot_run(config(tmp_path, fake_llm, tg, catch_up="1h"), tmp_path, STARTED):
         assert await tg.wait_sent(OWNER, 1) == ["Caught up."]

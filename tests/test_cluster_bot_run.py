@@ -1,7 +1,7 @@
 """Three real `bot run` processes serving one bot from one PostgreSQL database (`state: {backend: postgres, url: …}`),
 each with its own state folder, all on the same fake Telegram token and the same fake LLM: 1,000 DMs from 100 users
-answered once each and in order per chat; the Telegram poller SIGKILLed mid-run, losing nothing and repeating at
-most the replies it was sending at that instant, its polling taken over by another process; an approval card shown
+answered once each and in order per chat; the Telegram poller SIGKILLed mid-run (of 400), losing nothing and repeating
+at most the replies it was sending at that instant, its polling taken over by another process; an approval card shown
 by the process running the turn and clicked through the poller; a cron job firing once across the three.
 
 Which process asks for updates is read from the fake's side: every getUpdates arrives on a TCP connection, and the
@@ -36,6 +36,7 @@ PROCESSES = 3
 FIRST_USER = 70_000
 USERS = 100
 PER_USER = 10
+KILLED_PER_USER = 4  # the poller-killed test: 400 DMs are enough to kill it mid-run (its answers at 120)
 OWNERS = [4242 + number for number in range(6)]
 TAKE_OVER_LIMIT = 15.0  # seconds from the poller's SIGKILL to another process's getUpdates (the issue's bound)
 BURST_WAIT = 600.0  # generous: reached only when something is broken (or the machine is far slower than expected)
@@ -142,25 +143,25 @@ def message(user: int, number: int) -> str:
     return f"u{user} m{number}"
 
 
-async def send_burst(tg: FakeTelegram) -> None:
-    """10 DMs from each of 100 users, interleaved: every user's first, then every user's second, …"""
-    for number in range(PER_USER):
+async def send_burst(tg: FakeTelegram, per_user: int = PER_USER) -> None:
+    """`per_user` DMs from each of 100 users, interleaved: every user's first, then every user's second, …"""
+    for number in range(per_user):
         for user in range(FIRST_USER, FIRST_USER + USERS):
             await tg.private_message(message(user, number), user_id=user, name=f"user{user}")
 
 
-def wrong(tg: FakeTelegram) -> str:
+def wrong(tg: FakeTelegram, per_user: int = PER_USER) -> str:
     """What the chats whose answers are wrong got, in full (empty when none is wrong)."""
-    return "".join(f"\nchat {user}: {texts}" for user, texts in wrong_answers(tg).items())
+    return "".join(f"\nchat {user}: {texts}" for user, texts in wrong_answers(tg, per_user).items())
 
 
-def sent_again(tg: FakeTelegram) -> list[int]:
+def sent_again(tg: FakeTelegram, per_user: int) -> list[int]:
     """The wrong chats whose answers are right once an answer repeated right after itself is dropped: a reply sent
     again, the mark of a process killed after Telegram took the reply and before it recorded that (at least once)."""
     found = []
-    for user, texts in wrong_answers(tg).items():
+    for user, texts in wrong_answers(tg, per_user).items():
         once = [text for index, text in enumerate(texts) if index == 0 or texts[index - 1] != text]
-        if once == [f"answer to {message(user, number)}" for number in range(PER_USER)]:
+        if once == [f"answer to {message(user, number)}" for number in range(per_user)]:
             found.append(user)
     return found
 
@@ -169,11 +170,11 @@ def answered(tg: FakeTelegram) -> int:
     return sum(len(tg.sent.get(user, [])) for user in range(FIRST_USER, FIRST_USER + USERS))
 
 
-def wrong_answers(tg: FakeTelegram) -> dict[int, list[str]]:
+def wrong_answers(tg: FakeTelegram, per_user: int = PER_USER) -> dict[int, list[str]]:
     """The chats whose answers are not exactly one per DM, in the order the DMs were sent."""
     wrong = {}
     for user in range(FIRST_USER, FIRST_USER + USERS):
-        wanted = [f"answer to {message(user, number)}" for number in range(PER_USER)]
+        wanted = [f"answer to {message(user, number)}" for number in range(per_user)]
         if tg.sent.get(user, []) != wanted:
             wrong[user] = tg.sent.get(user, [])
     return wrong
@@ -214,15 +215,15 @@ async def test_the_poller_sigkilled_mid_run_loses_nothing_repeats_at_most_its_re
     tg = fake_telegram
     async with EchoLLM() as llm, cluster(tmp_path, llm, tg, postgres_url) as bots:
         poller = await bots.watch.poller()
-        await send_burst(tg)
-        await tg.wait_for(lambda: answered(tg) >= 300, "300 answers", timeout=BURST_WAIT)
+        await send_burst(tg, KILLED_PER_USER)
+        await tg.wait_for(lambda: answered(tg) >= 120, "120 answers", timeout=BURST_WAIT)
         killed_at, killed_wall = time.monotonic(), time.time()
         bots.processes[bots.pids.index(poller)].send_signal(signal.SIGKILL)
         await bots.processes[bots.pids.index(poller)].wait()
         at_kill = answered(tg)
         first_at, successor = await bots.watch.successor(poller, killed_at, timeout=60)
         take_over = first_at - killed_at
-        await tg.wait_for(lambda: answered(tg) >= USERS * PER_USER, "1,000 answers", timeout=BURST_WAIT)
+        await tg.wait_for(lambda: answered(tg) >= USERS * KILLED_PER_USER, "400 answers", timeout=BURST_WAIT)
         await eventually(lambda: settled(postgres_url), "the journal to settle")
         # The successor's own log: when it says it was elected and began polling, relative to the kill.
         said = [log_time(stamp) - killed_wall for stamp in POLLING_LINE.findall(bots.log(successor))]
@@ -231,23 +232,23 @@ async def test_the_poller_sigkilled_mid_run_loses_nothing_repeats_at_most_its_re
         print(f"\nSIGKILL of the poller (pid {poller}) after {at_kill} answers; pid {successor} polled"
               f" {take_over:.2f} s later (its log says {logged[:1]} s); getUpdates per pid before/after: {dict(before)}"
               f" / {dict(after)}; journal rows per pid: {dict(claims(postgres_url))}")  # fmt: skip
-        assert at_kill < USERS * PER_USER  # killed while answers were being produced
+        assert at_kill < USERS * KILLED_PER_USER  # killed while answers were being produced
         assert take_over < TAKE_OVER_LIMIT
         assert logged and logged[0] < TAKE_OVER_LIMIT, f"no 'polling (elected)' in {successor}'s log after the kill"
         assert set(before) <= {poller, None}, f"more than one process polled before the kill: {before}"
         assert set(after) <= {successor, None}, f"more than one process polls after the take-over: {after}"
-        assert_only_the_replies_in_flight_repeated(tg)
-    assert_only_the_replies_in_flight_repeated(tg)  # nothing more after the stop either
+        assert_only_the_replies_in_flight_repeated(tg, KILLED_PER_USER)
+    assert_only_the_replies_in_flight_repeated(tg, KILLED_PER_USER)  # nothing more after the stop either
 
 
-def assert_only_the_replies_in_flight_repeated(tg: FakeTelegram) -> None:
+def assert_only_the_replies_in_flight_repeated(tg: FakeTelegram, per_user: int) -> None:
     """Every DM answered, each chat in order; the one thing a SIGKILL may leave is a reply the killed process was
     sending at that instant, which Telegram took before the process could record it: the next process sends it
     again (the Bot API has no idempotency key; never losing it is the side chosen). Each chat sends one reply at a
     time, so a chat shows at most one such repeat, right after the original."""
-    again = sent_again(tg)
-    assert set(wrong_answers(tg)) == set(again), f"not just a repeated reply: {wrong(tg)}"
-    assert all(len(tg.sent[user]) == PER_USER + 1 for user in again), {user: tg.sent[user] for user in again}
+    again = sent_again(tg, per_user)
+    assert set(wrong_answers(tg, per_user)) == set(again), f"not just a repeated reply: {wrong(tg, per_user)}"
+    assert all(len(tg.sent[user]) == per_user + 1 for user in again), {user: tg.sent[user] for user in again}
 
 
 # --- an approval across processes ---------------------------------------------------------------------------------

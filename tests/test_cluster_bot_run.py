@@ -353,6 +353,8 @@ async def test_a_cron_job_fires_once_across_the_three_processes(
             return len(rows) >= 2 and all(status not in ("requested", "running") for (status,) in rows)
 
         await eventually(ended, "both runs to be recorded", timeout=60)
+        # No process says when its scheduler passed a moment: three passes each (one a second) past the later tick,
+        # in real time, is what shows that none of the three fires it again.
         await eventually(lambda: time.time() > due + 3, "every scheduler to be past the later tick")
         await eventually(lambda: settled(postgres_url), "the journal to settle")
         print(f"\nruns: {query(postgres_url, 'SELECT job_id, status, detail FROM job_runs ORDER BY id')}")

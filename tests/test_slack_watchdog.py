@@ -84,6 +84,8 @@ def bot_config(tmp_path: Path, llm: FakeLLM, slack: FakeSlack) -> dict[str, Any]
         "owners": [f"slack:{OWNER}"],
         "channels": {"slack": {"accounts": {"main": {
             "bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url,
+            # A real socket left silent by the fake: the bot's watchdog waits through stall_seconds in real time. Short,
+            # yet long enough that pongs 0.5 s apart never look like a stall on a loaded machine.
             "streaming": "off", "stall_seconds": 3, "ping_interval": 0.5,
         }}}},
         "bindings": [{"agent": "main", "match": {"channel": "slack", "account": "main"}}],

@@ -76,6 +76,7 @@ async def test_a_hung_getupdates_gets_a_new_session_and_the_same_offset(
 ) -> None:
     tg = fake_telegram
     caplog.set_level(logging.INFO, logger="channels.health")
+    # The shortest stall the adapter takes (see `config` below): a real request held open, waited through in real time.
     settings = TelegramAccount(token=tg.token, api_base_url=tg.url, poll_timeout=1, stall_seconds=3)
     adapter, received = TelegramAdapter("main", settings), Received()
     await adapter.start(received.on_message, received.on_action)
@@ -111,6 +112,9 @@ async def test_a_hung_getupdates_gets_a_new_session_and_the_same_offset(
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram) -> dict[str, Any]:
+    # stall_seconds 3 is the shortest the adapter takes with a 1 s long poll (poll_timeout + STALL_MARGIN). The stall
+    # is a real getUpdates held open by the fake, so the test waits through it in real time (twice: the new session's
+    # first request is held too); the decision itself is proven on a fake clock above.
     return {
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
         "agents": [{"id": "main", "default": True}],

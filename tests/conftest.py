@@ -20,6 +20,7 @@ pytest_plugins = [
 ]
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent when xdist is not loaded (`-p no:xdist`)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` (`make test`): two workers per core. Much of the suite waits on real processes and servers, so one
     worker per core leaves the cores idle a third of the time (measured on 2 cores: 330 s with 2 workers, 240 s with

@@ -27,6 +27,7 @@ class FakeBridge:
         self._port = 0
         self.sent_ids: list[str] = []  # the message id of each of `sent`
         self.fail_sends = 0  # answer this many sends with HTTP 500 first
+        self._stopping = False  # set at the end: a held /updates answers at once, so the server stops without waiting
 
     @property
     def url(self) -> str:
@@ -90,7 +91,7 @@ class FakeBridge:
 
         async with self._new_updates:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_updates.wait_for(lambda: bool(ready())), timeout)
+                await asyncio.wait_for(self._new_updates.wait_for(lambda: bool(ready()) or self._stopping), timeout)
             return web.json_response({"updates": ready()})
 
     async def _method(self, request: web.Request) -> web.Response:
@@ -117,6 +118,9 @@ class FakeBridge:
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        async with self._new_updates:
+            self._stopping = True
+            self._new_updates.notify_all()
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -648,7 +648,9 @@ class FakeTelegram:
                 return [u for u in self.updates if not isinstance(u.get("update_id"), int) or u["update_id"] >= offset]
 
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_updates.wait_for(lambda: bool(ready())), timeout)
+                await asyncio.wait_for(
+                    self._new_updates.wait_for(lambda: bool(ready()) or self._stopping.is_set()), timeout
+                )
             found = ready()[: int(params.get("limit") or 100)]
             # an update without a numeric id can never be confirmed: hand it out once
             self.updates = [u for u in self.updates if isinstance(u.get("update_id"), int) or u not in found]
@@ -944,7 +946,9 @@ class FakeTelegram:
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        self._stopping.set()  # ends the getUpdates held by `go_silent`
+        async with self._new_updates:  # ends every getUpdates held open, so the server stops without waiting
+            self._stopping.set()
+            self._new_updates.notify_all()
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -16,6 +16,9 @@ from types import FrameType
 import pytest
 
 HANG_SECONDS = 240.0
+# Not SIGINT: a process started in the background by a non-interactive shell (as CI may start the suite) ignores it,
+# and so does everything it starts. This one gets a handler of ours that raises KeyboardInterrupt in the main thread.
+INTERRUPT = signal.SIGUSR1
 
 
 class HangGuard:
@@ -46,7 +49,7 @@ class HangGuard:
             if loop is not None:  # the test's tasks get CancelledError: the test fails, its teardown runs
                 loop.call_soon_threadsafe(_cancel_all, loop)
             elif self.main is not None:  # stuck outside any event loop: interrupt it (pytest stops, naming the line)
-                signal.pthread_kill(self.main, signal.SIGINT)
+                signal.pthread_kill(self.main, INTERRUPT)
             while self.test is running:  # one verdict per test
                 time.sleep(1.0)
 
@@ -88,5 +91,11 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
         task.cancel("the hang guard: the test ran past HANG_SECONDS")
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    where = f"; it was at {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}" if frame else ""
+    raise KeyboardInterrupt(f"the hang guard: the test ran past {HANG_SECONDS:g} s{where}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    signal.signal(INTERRUPT, _interrupt)
     config.pluginmanager.register(HangGuard(), "hang-guard")

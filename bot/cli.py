@@ -220,14 +220,22 @@ def chat(
 @click.option("--channel", default="console", show_default=True, help="The channel the run is on.")
 @click.option("--peer", default=None, metavar="KIND:ID", help="The chat, for tools.by_group (e.g. group:-100123).")
 @click.option("--not-owner", is_flag=True, help="Show what a sender who is not an owner gets.")
-def tools_command(config_path: str, agent: str | None, channel: str, peer: str | None, not_owner: bool) -> None:
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also name the entry that kept each tool, and show tools.non_owner and tools.subagent merged with their "
+    "defaults: what each denies, lifts and limits to, and the tools it removes or lifts.",
+)
+def tools_command(
+    config_path: str, agent: str | None, channel: str, peer: str | None, not_owner: bool, explain: bool
+) -> None:
     """List the tools an agent may use here (the MCP servers' too: each is started briefly), and which policy layer
     removed each other tool."""
     import asyncio
 
     from bot.app import App
     from routing import Peer
-    from tools.policy import PolicyResult, render_policy
+    from tools.policy import PolicyResult, explain_defaulted, render_policy
 
     config = load_or_exit(config_path)
     agent_id = _agent(config, agent)
@@ -239,13 +247,14 @@ def tools_command(config_path: str, agent: str | None, channel: str, peer: str |
     channel = channel.strip().lower()
     _quiet_logs(config)
 
-    async def policy() -> PolicyResult:
+    async def policy() -> tuple[PolicyResult, list[str]]:
         async with app.mcp.running(settle=True):  # the MCP servers' tools are listed too
-            return app.policy(agent_id, channel, peer=target, owner=not not_owner)
+            result = app.policy(agent_id, channel, peer=target, owner=not not_owner)
+            return result, explain_defaulted(app.registry(), config.tools) if explain else []
 
-    result = asyncio.run(policy())
+    result, layers = asyncio.run(policy())
     click.echo(f"agent: {agent_id}  model: {app.first_model(agent_id) or '(none)'}  channel: {channel}")
-    for line in render_policy(result):
+    for line in [*render_policy(result, explain=explain), *layers]:
         click.echo(line)
 
 

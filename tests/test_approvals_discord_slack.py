@@ -22,7 +22,7 @@ def base(tmp_path: Path, llm: FakeLLM, owner: str) -> dict[str, Any]:
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
         "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
         "owners": [owner],
-        "tools": {"non_owner": {"deny": []}},  # strangers may ask for commands here: an approver decides
+        "tools": {"non_owner": {"allow": ["*"]}},  # strangers may ask for commands here: an approver decides
     }
 
 

@@ -27,7 +27,7 @@ def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, **approvals: Any) -> 
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
         "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
         "owners": [f"telegram:{OWNER}"],
-        "tools": {"non_owner": {"deny": []}},  # strangers may ask for commands here: an approver decides
+        "tools": {"non_owner": {"allow": ["*"]}},  # strangers may ask for commands here: an approver decides
         "approvals": approvals,
         "channels": {"telegram": {"accounts": {"main": {
             "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",

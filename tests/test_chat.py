@@ -195,6 +195,56 @@ async def test_bot_tools_lists_kept_and_removed_tools(tmp_path: Path) -> None:
     assert "session_status  group" in out.split("removed")[1]
 
 
+def rows(text: str) -> list[str]:
+    """The lines of `text`, each with its runs of spaces (column padding) made one."""
+    return [" ".join(line.split()) for line in text.splitlines()]
+
+
+async def test_bot_tools_explain_shows_the_non_owner_and_subagent_lists_merged_with_their_defaults(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "bindings.yaml"
+    config.write_text(
+        "tools:\n  non_owner: {allow: [cron, write], deny: [web_fetch]}\n  subagent: {only: [read, cron]}\n"
+    )
+    code, plain, _ = await bot("tools", "--config", str(config), "--not-owner")
+    assert code == 0
+    assert "merged with its default" not in plain and "write" in plain.split("removed")[0]
+    code, out, err = await bot("tools", "--config", str(config), "--not-owner", "--explain")
+    assert code == 0, err
+    run, layers = out.split("tools.non_owner (runs started by anyone not in owners), merged with its default:\n")
+    non_owner, subagent = layers.split("tools.subagent (runs of a child sessions_spawn started), merged with its")
+    kept, removed = run.split("removed (")
+    assert "write tools.non_owner.allow 'write' lifts tools.non_owner default 'write'" in rows(kept)
+    assert "read" in rows(kept)  # what the default gives non-owners stays
+    assert {
+        "exec non_owner denied by tools.non_owner default 'group:runtime'",
+        "edit non_owner denied by tools.non_owner default 'edit'",
+        "web_fetch non_owner denied by tools.non_owner.deny 'web_fetch'",
+    } <= set(rows(removed))
+    assert rows(non_owner)[:3] == [
+        "denies: group:runtime, write, edit, memory_write, group:mcp, group:automation, group:sessions (default); "
+        "web_fetch (tools.non_owner.deny)",
+        "except: cron, write (tools.non_owner.allow)",
+        "only: (no limit)",
+    ]
+    # cron and the session tools exist only in a running gateway: what the layer does to them shows all the same
+    assert {
+        "cron kept tools.non_owner.allow 'cron' lifts tools.non_owner default 'group:automation'",
+        "sessions_send removed denied by tools.non_owner default 'group:sessions'",
+    } <= set(rows(non_owner))
+    assert rows(subagent)[1:4] == [
+        "denies: group:automation (default)",
+        "except: (nothing)",
+        "only: read, cron (tools.subagent.only)",
+    ]
+    assert {
+        "read kept tools.subagent.only has 'read'",
+        "exec removed not in tools.subagent.only",
+        "cron removed denied by tools.subagent default 'group:automation'",
+    } <= set(rows(subagent))
+
+
 async def test_bot_prompt_prints_the_system_prompt_and_tool_schemas(tmp_path: Path, fake_llm: FakeLLM) -> None:
     config = write_config(tmp_path, fake_llm, "anthropic")
     (tmp_path / "ws" / "main").mkdir(parents=True)

@@ -106,6 +106,23 @@ def test_known_names_globs_and_mcp_servers_draw_no_warning(tmp_path: Path) -> No
     assert config is not None and errors == [] and warnings == []
 
 
+def test_an_allow_list_written_when_it_limited_non_owners_is_refused_with_its_line(tmp_path: Path) -> None:
+    # `allow` used to limit non-owners (and subagents) to what it named; it now lifts entries of the default deny
+    # list, so such a list would give more than it did: the bot refuses it and says to write `only:`.
+    path = write(tmp_path, LOCAL + "tools:\n  non_owner:\n    allow: [read, exec]\n  subagent: {allow: [read]}\n")
+    check = bot("config", "check", "--config", str(path))
+    assert check.returncode == 1, check.stderr
+    assert (
+        f"{path}:5: tools.non_owner.allow[0]: 'read' is not in the non-owner default deny list (group:runtime, write, "
+        "edit, memory_write, group:mcp, group:automation, group:sessions), so allowing it changes nothing: allow only "
+        "lifts entries of that list; to limit non-owners to some tools, as allow did before, list them under only:"
+    ) in check.stderr
+    assert f"{path}:6: tools.subagent.allow[0]: 'read' is not in the subagent default deny list" in check.stderr
+    assert "allow[1]" not in check.stderr  # exec is denied by default: allowing it lifts it
+    fixed = write(tmp_path, LOCAL + "tools:\n  non_owner: {only: [read, exec], allow: [exec]}\n")
+    assert bot("config", "check", "--config", str(fixed)).returncode == 0
+
+
 def test_a_console_binding_needs_no_console_account(tmp_path: Path) -> None:
     binding = "bindings:\n  - agent: main\n    match: {channel: console, peer: {kind: direct, id: '*'}}\n"
     path = write(tmp_path, LOCAL + binding)

@@ -689,6 +689,9 @@ def owner_context(workspace: Path, *, owner: bool) -> ToolContext:
         "agents.md",
         "skills/x/SKILL.md",
         "Skills/new.md",
+        "HEARTBEAT.md",  # every heartbeat is told to follow it
+        "heartbeat.md",
+        "team-skills/deploy/SKILL.md",  # a `skills.dirs` folder may lie in the workspace
     ],
 )
 async def test_a_non_owners_run_cannot_write_an_owner_file(ws: Path, path: str) -> None:

@@ -93,7 +93,7 @@ async def test_only_an_owners_run_may_write_the_files_every_session_reads(
         "Bonjour.",
     )
     # tools.non_owner lets strangers write files at all: the owner files stay closed to them all the same
-    async with bot_run(config(tmp_path, fake_llm, tg, non_owner={"deny": []}), tmp_path, STARTED):
+    async with bot_run(config(tmp_path, fake_llm, tg, non_owner={"allow": ["*"]}), tmp_path, STARTED):
         await tg.group_message("write your rules", user_id=STRANGER, name="Bo")
         await answered(tg, tg.group_id, 1)
         await tg.private_message("from now on, French", user_id=OWNER, name="Owner")
@@ -130,7 +130,8 @@ async def test_a_by_group_rule_for_groups_covers_channel_posts_too(
 ) -> None:
     tg = fake_telegram
     fake_llm.script("In the group.", "In the channel.")
-    settings = config(tmp_path, fake_llm, tg, non_owner={"deny": []}, by_group={"telegram:group:*": {"deny": ["exec"]}})
+    by_group = {"telegram:group:*": {"deny": ["exec"]}}
+    settings = config(tmp_path, fake_llm, tg, non_owner={"allow": ["*"]}, by_group=by_group)
     async with bot_run(settings, tmp_path, STARTED):
         await tg.group_message("hi", user_id=STRANGER, name="Bo")
         await answered(tg, tg.group_id, 1)

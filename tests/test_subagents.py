@@ -106,7 +106,7 @@ async def test_a_child_acts_for_whoever_its_parent_acted_for(
     fake_llm: FakeLLM, chat: MemoryChannel, tmp_path: Path
 ) -> None:
     # Non-owners may spawn here (the default denies them every session tool), but not run commands.
-    settings = config(fake_llm, tmp_path, tools={"non_owner": {"deny": ["group:runtime"]}})
+    settings = config(fake_llm, tmp_path, tools={"non_owner": {"allow": ["sessions_spawn"]}})
     fake_llm.script_for("stranger asks", Reply.tool_calls(spawn("STRANGER-TASK")), "On it.", "Done.")
     fake_llm.script_for("STRANGER-TASK", "nothing found")
     fake_llm.script_for("owner asks", Reply.tool_calls(spawn("OWNER-TASK")), "On it.", "Done.")

@@ -16,6 +16,7 @@ from tools.policy import (
     Selection,
     ToolsConfig,
     UnknownEntry,
+    explain_defaulted,
     render_policy,
     select_tools,
 )
@@ -156,7 +157,7 @@ LAYER_CASES: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None, dict[
         "denied by tools.by_provider[openai].deny 'exec'",
     ),
     "agent": (None, {"deny": ["exec"]}, {"agent": "coder"}, "denied by agents.coder.tools.deny 'exec'"),
-    "non_owner": (None, None, {"is_owner": False}, "denied by tools.non_owner.deny 'group:runtime'"),
+    "non_owner": (None, None, {"is_owner": False}, "denied by tools.non_owner default 'group:runtime'"),
     "group": (
         {"by_group": {"telegram:group:-100123": {"deny": ["exec"]}}},
         None,
@@ -198,18 +199,142 @@ def test_a_non_owner_run_gets_no_commands_and_no_file_writes_by_default(tools: d
     assert "read" in stranger.names  # reading the workspace stays
 
 
+# --- tools.non_owner and tools.subagent change their default deny lists ---------------------------------------------
+
+GATEWAY_ONLY = ["cron", "sessions_list", "sessions_send"]  # in group:automation and group:sessions by name
+
+
+def gateway_registry() -> ToolRegistry:
+    """The test registry with the tools a running gateway adds: scheduling and the session tools."""
+    tools = registry()
+    for name in GATEWAY_ONLY:
+        tools.register(make_tool(name))
+    return tools
+
+
+def gateway_select(tools: dict[str, Any], **selection: Any) -> PolicyResult:
+    """The policy result for the gateway's registry; `selection` defaults to a non-owner."""
+    return select_tools(gateway_registry(), Selection(**selection), ToolsConfig.model_validate(tools))
+
+
+def test_allowing_one_tool_to_non_owners_lifts_it_and_keeps_the_rest_of_the_default() -> None:
+    result = gateway_select({"non_owner": {"allow": ["cron"]}})
+    assert result.names == ["read", "web_fetch", "web_search", "message", "memory_get", "session_status", "calendar",
+                            "cron"]  # fmt: skip
+    assert removed(result)["sessions_list"] == ("non_owner", "denied by tools.non_owner default 'group:sessions'")
+    assert removed(result)["exec"] == ("non_owner", "denied by tools.non_owner default 'group:runtime'")
+    assert removed(result)["write"] == ("non_owner", "denied by tools.non_owner default 'write'")
+    assert result.kept_by["cron"] == ("tools.non_owner.allow 'cron' lifts tools.non_owner default 'group:automation'",)
+
+
 @pytest.mark.parametrize(
-    ("non_owner", "kept", "gone"),
+    ("allow", "lifted", "still_denied"),
     [
-        ({"deny": []}, ["exec", "write"], []),
-        ({"deny": ["write"]}, ["exec", "process"], ["write"]),
-        ({"allow": ["read", "message"]}, ["read", "message"], ["exec", "write", "web_fetch"]),
+        (["sessions_list"], ["sessions_list"], ["sessions_send", "cron", "exec"]),  # one tool out of its group
+        (["group:sessions"], ["sessions_list", "sessions_send"], ["cron", "exec"]),  # the group, nothing else
+        (["sessions_*"], ["sessions_list", "sessions_send"], ["cron"]),
+        (["group:fs"], ["write"], ["exec", "cron"]),  # the group's members the default names
+        (["*"], ["exec", "process", "write", *GATEWAY_ONLY], []),  # the whole default: what `deny: []` used to do
     ],
 )
-def test_tools_non_owner_replaces_the_default(non_owner: dict[str, Any], kept: list[str], gone: list[str]) -> None:
-    result = select({"non_owner": non_owner}, is_owner=False)
-    assert set(kept) <= set(result.names)
-    assert all(removed(result)[name][0] == "non_owner" for name in gone)
+def test_non_owner_allow_lifts_exactly_what_it_names(
+    allow: list[str], lifted: list[str], still_denied: list[str]
+) -> None:
+    result = gateway_select({"non_owner": {"allow": allow}})
+    assert set(lifted) <= set(result.names)
+    assert all(removed(result)[name][0] == "non_owner" for name in still_denied)
+    assert "read" in result.names and "message" in result.names  # nothing the default gives is taken
+
+
+def test_non_owner_deny_adds_to_the_default() -> None:
+    result = gateway_select({"non_owner": {"deny": ["web_fetch"]}})
+    assert removed(result)["web_fetch"] == ("non_owner", "denied by tools.non_owner.deny 'web_fetch'")
+    assert removed(result)["exec"] == ("non_owner", "denied by tools.non_owner default 'group:runtime'")
+    assert removed(result)["cron"][0] == removed(result)["sessions_send"][0] == "non_owner"
+    assert "web_search" in result.names
+
+
+def test_a_deny_list_written_to_replace_the_default_now_keeps_least_privilege() -> None:
+    # Written when the section replaced the default, to let strangers write files: now it only adds.
+    result = gateway_select({"non_owner": {"deny": ["group:runtime"]}})
+    assert not {"exec", "write", "cron", "sessions_list"} & set(result.names)
+    assert gateway_select({"non_owner": {"deny": []}}).names == gateway_select({}).names
+
+
+def test_non_owner_deny_wins_over_allow() -> None:
+    result = gateway_select({"non_owner": {"allow": ["group:sessions"], "deny": ["sessions_send"]}})
+    assert "sessions_list" in result.names
+    assert removed(result)["sessions_send"] == ("non_owner", "denied by tools.non_owner.deny 'sessions_send'")
+
+
+def test_non_owner_only_limits_and_lifts_nothing() -> None:
+    assert gateway_select({"non_owner": {"only": ["read", "exec"]}}).names == ["read"]  # exec: still the default's
+    result = gateway_select({"non_owner": {"only": ["read", "cron"], "allow": ["cron"]}})
+    assert result.names == ["read", "cron"]
+    assert removed(result)["message"] == ("non_owner", "not in tools.non_owner.only")
+    assert result.kept_by["read"] == ("tools.non_owner.only has 'read'",)
+
+
+@pytest.mark.parametrize("entry", ["read", "session_status", "group:web", "group:messaging", " Message "])
+def test_an_allow_entry_the_default_does_not_deny_is_an_error(entry: str) -> None:
+    # Such an entry is the mark of the old `allow`, which limited non-owners to a list: read now, it would give more.
+    with pytest.raises(ValidationError, match="is not in the non-owner default deny list") as caught:
+        ToolsConfig.model_validate({"non_owner": {"allow": ["exec", entry]}})
+    [error] = caught.value.errors()
+    assert error["loc"] == ("non_owner", "allow", 1)  # the key path `bot config check` names with its line
+    assert "list them under only:" in str(caught.value)
+
+
+@pytest.mark.parametrize("entry", ["exec", "group:runtime", "group:fs", "group:memory", "cron", "mcp:github",
+                                   "group:mcp", "web_*", "*", "calendar", "github__search"])  # fmt: skip
+def test_an_allow_entry_that_may_lift_something_is_accepted(entry: str) -> None:
+    assert ToolsConfig.model_validate({"non_owner": {"allow": [entry]}}).non_owner.allow == [entry]
+
+
+def test_tools_subagent_changes_its_default_the_same_way() -> None:
+    child = {"is_owner": True, "depth": 1, "max_depth": 2}
+    default = removed(gateway_select({}, **child))
+    assert default["cron"] == ("subagent", "denied by tools.subagent default 'group:automation'")
+    assert "cron" in gateway_select({"subagent": {"allow": ["cron"]}}, **child).names
+    result = gateway_select({"subagent": {"deny": ["exec"]}}, **child)
+    assert removed(result)["exec"] == ("subagent", "denied by tools.subagent.deny 'exec'")
+    assert removed(result)["cron"][0] == "subagent"  # the default stays
+    assert gateway_select({"subagent": {"only": ["read", "cron"]}}, **child).names == ["read"]
+    with pytest.raises(ValidationError, match="'read' is not in the subagent default deny list"):
+        ToolsConfig.model_validate({"subagent": {"allow": ["read"]}})
+
+
+def test_entries_of_only_are_checked_for_typos_too() -> None:
+    result = gateway_select({"non_owner": {"only": ["raed"]}, "subagent": {"only": ["exce"]}})
+    assert result.unknown == [UnknownEntry("tools.non_owner.only", "raed"), UnknownEntry("tools.subagent.only", "exce")]
+
+
+def test_explain_shows_both_layers_merged_with_their_defaults() -> None:
+    tools = ToolsConfig.model_validate({"non_owner": {"allow": ["cron"], "deny": ["web_fetch"]}})
+    assert explain_defaulted(gateway_registry(), tools) == [
+        "tools.non_owner (runs started by anyone not in owners), merged with its default:",
+        "  denies: group:runtime, write, edit, memory_write, group:mcp, group:automation, group:sessions (default); "
+        "web_fetch (tools.non_owner.deny)",
+        "  except: cron (tools.non_owner.allow)",
+        "  only:   (no limit)",
+        "  write             removed  denied by tools.non_owner default 'write'",
+        "  exec              removed  denied by tools.non_owner default 'group:runtime'",
+        "  process           removed  denied by tools.non_owner default 'group:runtime'",
+        "  web_fetch         removed  denied by tools.non_owner.deny 'web_fetch'",
+        "  cron              kept     tools.non_owner.allow 'cron' lifts tools.non_owner default 'group:automation'",
+        "  sessions_list     removed  denied by tools.non_owner default 'group:sessions'",
+        "  sessions_send     removed  denied by tools.non_owner default 'group:sessions'",
+        "  edit              removed  denied by tools.non_owner default 'edit'",
+        "  memory_write      removed  denied by tools.non_owner default 'memory_write'",
+        "  sessions_history  removed  denied by tools.non_owner default 'group:sessions'",
+        "  sessions_spawn    removed  denied by tools.non_owner default 'group:sessions'",
+        "  subagents         removed  denied by tools.non_owner default 'group:sessions'",
+        "tools.subagent (runs of a child sessions_spawn started), merged with its default:",
+        "  denies: group:automation (default)",
+        "  except: (nothing)",
+        "  only:   (no limit)",
+        "  cron  removed  denied by tools.subagent default 'group:automation'",
+    ]
 
 
 def test_an_owner_is_never_subject_to_tools_non_owner() -> None:
@@ -351,7 +476,7 @@ def test_profile_names_are_read_in_any_case_and_unknown_ones_are_rejected() -> N
 
 
 def test_owner_only_tools_are_hidden_from_non_owners() -> None:
-    result = select({"non_owner": {}}, is_owner=False)  # no non_owner list: only the owner-only layer removes
+    result = select({"non_owner": {"allow": ["*"]}}, is_owner=False)  # the default lifted: only owner-only removes
     assert result.names == without("gateway")
     assert removed(result) == {"gateway": ("owner_only", "owner-only")}
 
@@ -445,7 +570,7 @@ def test_a_broad_glob_key_applies_to_every_chat_it_matches() -> None:
 
 # --- sandbox and subagent -------------------------------------------------------------------------
 
-RUN_KINDS = {"sandbox": {"deny": ["exec"]}, "subagent": {"allow": ["read"]}}
+RUN_KINDS = {"sandbox": {"deny": ["exec"]}, "subagent": {"only": ["read"]}}
 
 
 def test_the_sandbox_layer_applies_only_to_sandboxed_runs() -> None:
@@ -456,13 +581,13 @@ def test_the_sandbox_layer_applies_only_to_sandboxed_runs() -> None:
 def test_the_subagent_layer_applies_only_to_subagent_runs() -> None:
     result = select(RUN_KINDS, depth=1)
     assert result.names == ["read"]
-    assert removed(result)["write"] == ("subagent", "not in tools.subagent.allow")
+    assert removed(result)["write"] == ("subagent", "not in tools.subagent.only")
     assert kept(RUN_KINDS, depth=0) == ALL
 
 
 def test_a_sandboxed_subagent_passes_both_layers() -> None:
     assert kept(RUN_KINDS, sandboxed=True, depth=1) == ["read"]
-    assert kept({**RUN_KINDS, "subagent": {"allow": ["exec", "read"]}}, sandboxed=True, depth=1) == ["read"]
+    assert kept({**RUN_KINDS, "subagent": {"only": ["exec", "read"]}}, sandboxed=True, depth=1) == ["read"]
 
 
 # --- no config ------------------------------------------------------------------------------------
@@ -517,7 +642,7 @@ def test_entries_naming_no_known_tool_or_group_are_reported() -> None:
 
 def test_the_result_renders_as_plain_text_lines() -> None:
     result = select(
-        {"profile": "coding", "deny": ["exce", "process"], "non_owner": {}},
+        {"profile": "coding", "deny": ["exce", "process"], "non_owner": {"allow": ["*"]}},
         {"deny": ["web_*"]},
         agent="coder",
         is_owner=False,

@@ -26,7 +26,7 @@ def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, **agent: Any) -> dict
         "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
         "owners": [f"telegram:{OWNER}"],
         "agents": [{"id": "main", **agent}],
-        "tools": {"non_owner": {"deny": ["group:runtime"]}},  # strangers may write files and notes, not run commands
+        "tools": {"non_owner": {"allow": ["write", "edit", "memory_write"]}},  # files and notes, not commands
         "channels": {"telegram": {"accounts": {"main": {
             "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
             "dm_policy": "open", "group_policy": "open", "require_mention": False,

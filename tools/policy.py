@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from tools.base import Tool
-from tools.registry import ToolRegistry, is_group_entry
+from tools.registry import BUILTIN_GROUPS, BUILTIN_TOOL_NAMES, ToolRegistry, is_group_entry
 
 Layer = Literal["owner_only", "profile", "global", "provider", "agent", "non_owner", "group", "sandbox", "subagent"]
 LAYERS: tuple[Layer, ...] = get_args(Layer)
@@ -87,7 +88,7 @@ class ProviderToolPolicy(ToolPolicy):
     profile: Profile | None = None
 
 
-# What runs started by someone who is not an owner may never use unless `tools.non_owner` says otherwise: commands,
+# What runs started by someone who is not an owner may never use unless `tools.non_owner.allow` lifts it: commands,
 # writing the workspace's files (which include the notes and bootstrap files every session reads), MCP servers'
 # tools (they act with the credentials the owner gave the server), and other sessions (other people's conversations).
 NON_OWNER_DENY: tuple[str, ...] = (
@@ -100,18 +101,70 @@ NON_OWNER_DENY: tuple[str, ...] = (
     "group:sessions",
 )
 
-
-def _non_owner_default() -> ToolPolicy:
-    return ToolPolicy(deny=list(NON_OWNER_DENY))
-
-
-# What a child of `sessions_spawn` may not use unless `tools.subagent` says otherwise: scheduling (a job would outlive
+# What a child of `sessions_spawn` may not use unless `tools.subagent.allow` lifts it: scheduling (a job would outlive
 # the child and run unattended).
 SUBAGENT_DENY: tuple[str, ...] = ("group:automation",)
 
 
-def _subagent_default() -> ToolPolicy:
-    return ToolPolicy(deny=list(SUBAGENT_DENY))
+def _builtin_groups(name: str) -> frozenset[str]:
+    return frozenset(group for group, members in BUILTIN_GROUPS.items() if name in members)
+
+
+def _lifts_something(default: tuple[str, ...], who: str, entry: str) -> str:
+    """An `allow` entry of a layer with a default deny list, refused when it surely lifts nothing: a built-in tool
+    or group that the default does not deny. Before the lists merged, `allow` limited the layer to what it named;
+    such an entry is the mark of a config written then, which would now give more than it did (hence an error)."""
+    if entry == "*" or _GLOB_CHARS & set(entry):
+        return entry
+    if is_group_entry(entry):
+        if entry not in BUILTIN_GROUPS or entry == "group:mcp":  # other tools may join any group: it may lift them
+            return entry
+        members = BUILTIN_GROUPS[entry]
+    elif entry in BUILTIN_TOOL_NAMES:
+        members = (entry,)
+    else:
+        return entry  # a plugin's or an MCP server's tool, whose groups only the registry knows
+    if any(_matches(denied, name, _builtin_groups(name)) for denied in default for name in members):
+        return entry
+    raise ValueError(
+        f"{entry!r} is not in the {who} default deny list ({', '.join(default)}), so allowing it changes nothing: "
+        f"allow only lifts entries of that list; to limit {who}s to some tools, as allow did before, list them "
+        "under only:"
+    )
+
+
+NonOwnerLift = Annotated[
+    str, BeforeValidator(_entry), AfterValidator(partial(_lifts_something, NON_OWNER_DENY, "non-owner"))
+]
+SubagentLift = Annotated[
+    str, BeforeValidator(_entry), AfterValidator(partial(_lifts_something, SUBAGENT_DENY, "subagent"))
+]
+
+
+class DefaultedPolicy(_Section):
+    """A layer with a built-in deny list (`default`) that the config changes rather than replaces: `allow` lifts
+    from the default what it names (a tool, glob or group: `allow: [cron]` lifts cron out of `group:automation`, and
+    nothing else of that group), `deny` adds to it, `only` limits the layer to what it names (it lifts nothing).
+    `deny` wins over `allow`. Whatever the config does not name stays as the default has it."""
+
+    default: ClassVar[tuple[str, ...]] = ()
+    allow: list[Entry] = Field(default_factory=list)
+    deny: list[Entry] = Field(default_factory=list)
+    only: list[Entry] = Field(default_factory=list)
+
+
+class NonOwnerPolicy(DefaultedPolicy):
+    """`tools.non_owner`: runs started by anyone not in `owners`, over NON_OWNER_DENY."""
+
+    default: ClassVar[tuple[str, ...]] = NON_OWNER_DENY
+    allow: list[NonOwnerLift] = Field(default_factory=list)
+
+
+class SubagentPolicy(DefaultedPolicy):
+    """`tools.subagent`: runs of a child `sessions_spawn` started, over SUBAGENT_DENY."""
+
+    default: ClassVar[tuple[str, ...]] = SUBAGENT_DENY
+    allow: list[SubagentLift] = Field(default_factory=list)
 
 
 def _pair(value: object) -> object:
@@ -149,12 +202,12 @@ class ToolsConfig(_Section):
     deny: list[Entry] = Field(default_factory=list)
     by_provider: dict[str, ProviderToolPolicy] = Field(default_factory=dict)
     by_group: dict[GroupKey, ToolPolicy] = Field(default_factory=dict)
-    non_owner: ToolPolicy = Field(default_factory=_non_owner_default)
-    """Runs started by anyone not in `owners`; writing the section replaces the default deny list."""
+    non_owner: NonOwnerPolicy = Field(default_factory=NonOwnerPolicy)
+    """Runs started by anyone not in `owners`; what the section writes changes the default deny list."""
     sandbox: ToolPolicy | None = None
-    subagent: ToolPolicy = Field(default_factory=_subagent_default)
-    """Runs of a child `sessions_spawn` started; writing the section replaces the default deny list. Beyond it, a
-    child at `subagents.max_depth` never has `sessions_spawn`."""
+    subagent: SubagentPolicy = Field(default_factory=SubagentPolicy)
+    """Runs of a child `sessions_spawn` started; what the section writes changes the default deny list. Beyond it,
+    a child at `subagents.max_depth` never has `sessions_spawn`."""
     agent_to_agent: AgentToAgent = Field(default_factory=lambda: AgentToAgent())
 
 
@@ -213,6 +266,9 @@ class PolicyResult:
     unknown: list[UnknownEntry]
     profile: ProfileName
     profile_source: str  # where the profile came from: "agents.<id>.tools.profile", "tools.profile" or "default"
+    # For each kept tool, the entries that kept it where a layer would otherwise not have (an allow list naming it,
+    # an `allow` lifting it out of a default deny list): what `bot tools --explain` shows.
+    kept_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -221,13 +277,16 @@ class PolicyResult:
 
 @dataclass(frozen=True)
 class _Rule:
-    """One allow/deny check inside a layer; `allow` None means the rule does not restrict by allow."""
+    """One allow/deny check inside a layer; `allow` None means the rule does not restrict by allow. A tool that
+    a `lift` entry matches is exempt from `deny` (a default deny list with the config's `allow` over it)."""
 
     layer: Layer
     deny_label: str
     allow_label: str
     allow: tuple[str, ...] | None
     deny: tuple[str, ...]
+    lift: tuple[str, ...] = ()
+    lift_label: str = ""
 
 
 def _matches(entry: str, name: str, groups: frozenset[str]) -> bool:
@@ -240,18 +299,52 @@ def _matches(entry: str, name: str, groups: frozenset[str]) -> bool:
     return entry == name
 
 
+def _first(entries: Iterable[str], name: str, groups: frozenset[str]) -> str | None:
+    return next((entry for entry in entries if _matches(entry, name, groups)), None)
+
+
 def _verdict(rule: _Rule, name: str, groups: frozenset[str]) -> str | None:
     """Why `rule` removes the tool, or None if it keeps it."""
-    for entry in rule.deny:
-        if _matches(entry, name, groups):
-            return f"denied by {rule.deny_label} {entry!r}"
-    if rule.allow is not None and not any(_matches(entry, name, groups) for entry in rule.allow):
+    denied = _first(rule.deny, name, groups)
+    if denied is not None and _first(rule.lift, name, groups) is None:
+        return f"denied by {rule.deny_label} {denied!r}"
+    if rule.allow is not None and _first(rule.allow, name, groups) is None:
         return f"not in {rule.allow_label}"
+    return None
+
+
+def _kept_note(rule: _Rule, name: str, groups: frozenset[str]) -> str | None:
+    """For a tool `rule` keeps: the entry that kept it where the rule would otherwise not have, or None."""
+    denied = _first(rule.deny, name, groups)
+    if denied is not None:  # kept all the same, so lifted
+        return f"{rule.lift_label} {_first(rule.lift, name, groups)!r} lifts {rule.deny_label} {denied!r}"
+    if rule.allow is not None:
+        return f"{rule.allow_label} has {_first(rule.allow, name, groups)!r}"
     return None
 
 
 def _lists(layer: Layer, where: str, policy: ToolPolicy | AgentToolsConfig | ToolsConfig) -> _Rule:
     return _Rule(layer, f"{where}.deny", f"{where}.allow", tuple(policy.allow) or None, tuple(policy.deny))
+
+
+DefaultedLayer = Literal["non_owner", "subagent"]
+
+
+def _defaulted(layer: DefaultedLayer, policy: DefaultedPolicy) -> list[_Rule]:
+    """The checks of a layer over a default deny list: the config's own deny and only, then the default with the
+    config's allow lifting what it names."""
+    where = f"tools.{layer}"
+    return [
+        _Rule(layer, f"{where}.deny", f"{where}.only", tuple(policy.only) or None, tuple(policy.deny)),
+        _Rule(layer, f"{where} default", "", None, policy.default, tuple(policy.allow), f"{where}.allow"),
+    ]
+
+
+def defaulted_policies(tools: ToolsConfig | None) -> list[tuple[DefaultedLayer, DefaultedPolicy]]:
+    """`tools.non_owner` and `tools.subagent` as the config has them (the defaults alone when it has no `tools:`)."""
+    if tools is None:
+        return [("non_owner", NonOwnerPolicy()), ("subagent", SubagentPolicy())]
+    return [("non_owner", tools.non_owner), ("subagent", tools.subagent)]
 
 
 def _profile_rule(layer: Layer, label: str, profile: ProfileName) -> _Rule | None:
@@ -319,8 +412,9 @@ def _rules(
             rules.append(_lists("provider", where, by_provider))
     if agent is not None:
         rules.append(_lists("agent", _agent_where(selection.agent), agent))
+    defaulted = dict(defaulted_policies(tools))
     if not selection.is_owner:
-        rules.append(_lists("non_owner", "tools.non_owner", tools.non_owner if tools else _non_owner_default()))
+        rules += _defaulted("non_owner", defaulted["non_owner"])
     if tools is not None:
         group_key = _by_group_key(tools, selection)
         if group_key is not None:
@@ -328,7 +422,7 @@ def _rules(
         if selection.sandboxed and tools.sandbox is not None:
             rules.append(_lists("sandbox", "tools.sandbox", tools.sandbox))
     if selection.depth > 0:
-        rules.append(_lists("subagent", "tools.subagent", tools.subagent if tools else _subagent_default()))
+        rules += _defaulted("subagent", defaulted["subagent"])
         if selection.depth >= selection.max_depth:
             where = f"subagents.max_depth ({selection.max_depth})"
             rules.append(_Rule("subagent", where, where, None, ("sessions_spawn",)))
@@ -350,14 +444,21 @@ def select_tools(
     rules = _rules(tools, agent, selection, profile)
     kept: list[Tool] = []
     removed: list[Removed] = []
+    kept_by: dict[str, tuple[str, ...]] = {}
     for tool in registry:
-        verdict = _removal(tool, registry.groups_of(tool), rules, selection)
+        groups = registry.groups_of(tool)
+        verdict = _removal(tool, groups, rules, selection)
         if verdict is None:
             kept.append(tool)
+            kept_by[tool.name] = _kept_notes(tool.name.lower(), groups, rules)
         else:
             removed.append(Removed(tool, *verdict))
     unknown = unknown_entries(registry, tools, agent, selection.agent)
-    return PolicyResult(kept, removed, unknown, profile, profile_source)
+    return PolicyResult(kept, removed, unknown, profile, profile_source, kept_by)
+
+
+def _kept_notes(name: str, groups: frozenset[str], rules: Iterable[_Rule]) -> tuple[str, ...]:
+    return tuple(note for rule in rules if (note := _kept_note(rule, name, groups)) is not None)
 
 
 def _removal(tool: Tool, groups: frozenset[str], rules: list[_Rule], selection: Selection) -> tuple[Layer, str] | None:
@@ -373,6 +474,18 @@ def _removal(tool: Tool, groups: frozenset[str], rules: list[_Rule], selection: 
     return None
 
 
+def _layer_sections(tools: ToolsConfig) -> list[tuple[str, ToolPolicy | DefaultedPolicy | None]]:
+    return [("non_owner", tools.non_owner), ("sandbox", tools.sandbox), ("subagent", tools.subagent)]
+
+
+def _keyed_lists(policy: ToolPolicy | DefaultedPolicy | None) -> list[tuple[str, list[str]]]:
+    """A layer's lists by key: allow and deny, and only where the layer has a default."""
+    if policy is None:
+        return []
+    lists = [("allow", policy.allow), ("deny", policy.deny)]
+    return [*lists, ("only", policy.only)] if isinstance(policy, DefaultedPolicy) else lists
+
+
 def _policy_entries(
     tools: ToolsConfig | None, agent: AgentToolsConfig | None, agent_id: str | None
 ) -> Iterable[tuple[str, list[str]]]:
@@ -386,12 +499,9 @@ def _policy_entries(
         for key, by_group in tools.by_group.items():
             yield f"tools.by_group[{key}].allow", by_group.allow
             yield f"tools.by_group[{key}].deny", by_group.deny
-        yield "tools.non_owner.allow", tools.non_owner.allow
-        yield "tools.non_owner.deny", tools.non_owner.deny
-        for name, policy in (("sandbox", tools.sandbox), ("subagent", tools.subagent)):
-            if policy is not None:
-                yield f"tools.{name}.allow", policy.allow
-                yield f"tools.{name}.deny", policy.deny
+        for name, policy in _layer_sections(tools):
+            for key, entries in _keyed_lists(policy):
+                yield f"tools.{name}.{key}", entries
     if agent is not None:
         yield f"{_agent_where(agent_id)}.allow", agent.allow
         yield f"{_agent_where(agent_id)}.deny", agent.deny
@@ -432,10 +542,9 @@ def _config_lists(
             for key, policy in table.items():
                 yield ("tools", kind, key, "allow"), policy.allow
                 yield ("tools", kind, key, "deny"), policy.deny
-        for name, layer in (("non_owner", tools.non_owner), ("sandbox", tools.sandbox), ("subagent", tools.subagent)):
-            if layer is not None:
-                yield ("tools", name, "allow"), layer.allow
-                yield ("tools", name, "deny"), layer.deny
+        for name, section in _layer_sections(tools):
+            for key, entries in _keyed_lists(section):
+                yield ("tools", name, key), entries
     for index, agent in agents:
         if agent is not None:
             yield ("agents", index, "tools", "allow"), agent.allow
@@ -482,10 +591,11 @@ def unknown_config_entries(
     return found
 
 
-def render_policy(result: PolicyResult) -> list[str]:
-    """The result as plain text lines for `bot tools`: profile, kept names, removed ones with layer and reason."""
+def render_policy(result: PolicyResult, *, explain: bool = False) -> list[str]:
+    """The result as plain text lines for `bot tools`: profile, kept names, removed ones with layer and reason; with
+    `explain`, each kept tool also with the entries that kept it (`bot tools --explain`)."""
     lines = [f"profile: {result.profile} ({result.profile_source})", f"kept ({len(result.kept)}):"]
-    lines += [f"  {tool.name}" for tool in result.kept] or ["  (none)"]
+    lines += _kept_lines(result, explain) or ["  (none)"]
     if result.removed:
         width = max(len(item.name) for item in result.removed)
         layer_width = max(len(item.layer) for item in result.removed)
@@ -494,3 +604,58 @@ def render_policy(result: PolicyResult) -> list[str]:
     for item in result.unknown:
         lines.append(f"warning: {item.where} entry {item.entry!r} names no known tool or group")
     return lines
+
+
+def _kept_lines(result: PolicyResult, explain: bool) -> list[str]:
+    if not explain:
+        return [f"  {tool.name}" for tool in result.kept]
+    width = max((len(tool.name) for tool in result.kept), default=0)
+    return [f"  {tool.name:<{width}}  {'; '.join(result.kept_by.get(tool.name, ()))}".rstrip() for tool in result.kept]
+
+
+_WHO: dict[DefaultedLayer, str] = {
+    "non_owner": "runs started by anyone not in owners",
+    "subagent": "runs of a child sessions_spawn started",
+}
+
+
+def explain_defaulted(registry: ToolRegistry, tools: ToolsConfig | None) -> list[str]:
+    """`tools.non_owner` and `tools.subagent` merged with their default deny lists, as plain text lines for `bot
+    tools --explain`: what each denies (and from where), lifts and limits to, then every tool the layer removes or
+    keeps only thanks to an entry, with that entry."""
+    lines: list[str] = []
+    for layer, policy in defaulted_policies(tools):
+        where = f"tools.{layer}"
+        denies = f"{', '.join(policy.default)} (default)"
+        if policy.deny:
+            denies += f"; {', '.join(policy.deny)} ({where}.deny)"
+        lines += [
+            f"{where} ({_WHO[layer]}), merged with its default:",
+            f"  denies: {denies}",
+            f"  except: {', '.join(policy.allow) + f' ({where}.allow)' if policy.allow else '(nothing)'}",
+            f"  only:   {', '.join(policy.only) + f' ({where}.only)' if policy.only else '(no limit)'}",
+        ]
+        lines += _layer_rows(registry, _defaulted(layer, policy))
+    return lines
+
+
+def _explained_tools(registry: ToolRegistry) -> list[tuple[str, frozenset[str]]]:
+    """The registry's tools with their groups, then the built-in ones it lacks (cron and the session tools exist
+    only in a running gateway), so that what a layer does to them shows too."""
+    tools = [(tool.name, registry.groups_of(tool)) for tool in registry]
+    missing = sorted(BUILTIN_TOOL_NAMES - {name.lower() for name, _ in tools})
+    return tools + [(name, _builtin_groups(name)) for name in missing]
+
+
+def _layer_rows(registry: ToolRegistry, rules: list[_Rule]) -> list[str]:
+    """Each tool `rules` remove, or keep only thanks to an entry, with the entry that does it."""
+    rows: list[tuple[str, str, str]] = []
+    for tool, groups in _explained_tools(registry):
+        name = tool.lower()
+        reason = next((why for rule in rules if (why := _verdict(rule, name, groups)) is not None), None)
+        if reason is not None:
+            rows.append((tool, "removed", reason))
+        elif notes := _kept_notes(name, groups, rules):
+            rows.append((tool, "kept", "; ".join(notes)))
+    width = max((len(name) for name, _, _ in rows), default=0)
+    return [f"  {name:<{width}}  {verdict:<7}  {why}" for name, verdict, why in rows]

@@ -1,4 +1,7 @@
-"""Lanes: one run at a time per session, run slots shared fairly between people, and queue modes for busy sessions."""
+"""Lanes: one run at a time per session, run slots shared fairly between people, and queue modes for busy sessions.
+Each item acts for a principal (channels.base.Principal): a batch, a steered message and a fold of waiting messages
+only ever join items of the same principal, and a message interrupts only its own principal's turn (or an owner
+does), so nobody's words run with somebody else's authority."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from channels.base import Principal
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +50,6 @@ class RunControl(Generic[T]):
         self._take = None
 
 
-@dataclass(frozen=True)
-class Party:
-    """Who a turn runs for, as the slots see it: an owner, or one other person (a `channel:sender_id` key)."""
-
-    sender: str | None = None
-    owner: bool = True
-
-
-OWNER = Party()
-
-
 def per_sender_notice(cap: int) -> str:
     """The text that tells a non-owner their message waits for one of their own runs to end."""
     return f"You already have {cap} requests running; this one starts when one of them ends."
@@ -63,7 +57,7 @@ def per_sender_notice(cap: int) -> str:
 
 @dataclass(eq=False)
 class _Waiter:
-    party: Party
+    principal: Principal
     seq: int
     on_capped: Callable[[], None]  # called once if its sender's own share holds it back
     granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
@@ -78,7 +72,7 @@ class _Slots:
         self.total = total
         self.per_sender = per_sender
         self.running = 0
-        self._by_sender: Counter[str | None] = Counter()
+        self._by_sender: Counter[str] = Counter()
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
 
@@ -86,14 +80,14 @@ class _Slots:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    def _room(self, party: Party) -> bool:
-        if party.owner:
+    def _room(self, principal: Principal) -> bool:
+        if principal.owner:
             return self.running < self.total
         kept = 1 if self.total > 1 else 0  # for owners
         return self.running < self.total - kept
 
-    async def acquire(self, party: Party, on_capped: Callable[[], None]) -> None:
-        waiter = _Waiter(party, next(self._seq), on_capped)
+    async def acquire(self, principal: Principal, on_capped: Callable[[], None]) -> None:
+        waiter = _Waiter(principal, next(self._seq), on_capped)
         self._waiters.append(waiter)
         self.dispatch()
         try:
@@ -102,30 +96,30 @@ class _Slots:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
             elif waiter.granted.done() and not waiter.granted.cancelled():
-                self.release(party)  # granted as it was cancelled: give the slot back
+                self.release(principal)  # granted as it was cancelled: give the slot back
             raise
 
-    def release(self, party: Party) -> None:
+    def release(self, principal: Principal) -> None:
         self.running -= 1
-        self._by_sender[party.sender] -= 1
+        self._by_sender[principal.key] -= 1
         self.dispatch()
 
     def dispatch(self) -> None:
         """Hand free slots to waiters, in order, within the rules."""
-        for waiter in sorted(self._waiters, key=lambda w: (not w.party.owner, w.seq)):
+        for waiter in sorted(self._waiters, key=lambda w: (not w.principal.owner, w.seq)):
             if waiter.granted.cancelled():  # its turn is being cancelled; acquire() removes it
                 continue
-            if not self._room(waiter.party):
+            if not self._room(waiter.principal):
                 continue
-            party = waiter.party
-            if not party.owner and self._by_sender[party.sender] >= self.per_sender:
+            principal = waiter.principal
+            if not principal.owner and self._by_sender[principal.key] >= self.per_sender:
                 if not waiter.capped:
                     waiter.capped = True
                     waiter.on_capped()
                 continue
             self._waiters.remove(waiter)
             self.running += 1
-            self._by_sender[party.sender] += 1
+            self._by_sender[principal.key] += 1
             waiter.granted.set_result(None)
 
 
@@ -143,17 +137,19 @@ def fold_notice(count: int) -> str:
 class _Lane(Generic[T]):
     """One session's state; exists only while the session has a turn running or items waiting."""
 
-    __slots__ = ("control", "last_arrival", "queue", "worker")
+    __slots__ = ("control", "last_arrival", "queue", "running_for", "worker")
 
     def __init__(self) -> None:
         self.queue: deque[tuple[T, int]] = deque()  # (item, how many messages it stands for)
         self.last_arrival = float("-inf")  # clock time of the newest item queued behind a turn
         self.control: RunControl[T] | None = None  # the running turn's, while one runs
+        self.running_for: Principal | None = None  # whom the running turn acts for
         self.worker: asyncio.Task[None] | None = None
 
 
 class Lanes(Generic[T]):
-    """Schedules turns: items submitted for a session key become batches handed to `handler`, one turn at a time."""
+    """Schedules turns: items submitted for a session key become batches handed to `handler`, one turn at a time.
+    `principal(item)` says whom an item acts for (there is no default)."""
 
     def __init__(
         self,
@@ -161,9 +157,9 @@ class Lanes(Generic[T]):
         *,
         fold: Fold[T],
         notify: Notify[T],
+        principal: Callable[[T], Principal],
         max_concurrent: int = 4,
         per_sender: int = 2,
-        party: Callable[[T], Party] = lambda item: OWNER,
         settings: QueueSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -175,7 +171,7 @@ class Lanes(Generic[T]):
         self._handler = handler
         self._fold = fold
         self._notify = notify
-        self._party = party
+        self._principal = principal
         self._slots = _Slots(max_concurrent, per_sender)
         self._lanes: dict[str, _Lane[T]] = {}
         self._clock = clock
@@ -199,28 +195,39 @@ class Lanes(Generic[T]):
             return
         self._enqueue(key, lane, item)
         lane.last_arrival = self._clock()
-        if self.mode(key) == "interrupt" and lane.control is not None:
+        if self.mode(key) == "interrupt" and lane.control is not None and self._may_interrupt(lane, item):
             lane.control.cancel.set()
 
+    def _may_interrupt(self, lane: _Lane[T], item: T) -> bool:
+        """A message interrupts the running turn when it acts for the same principal, or for the owners."""
+        principal = self._principal(item)
+        return principal.owner or (lane.running_for is not None and principal.key == lane.running_for.key)
+
     def _enqueue(self, key: str, lane: _Lane[T], item: T) -> None:
-        overflow = len(lane.queue) + 1 - self.settings.cap
-        if overflow <= 0:
-            lane.queue.append((item, 1))
-            return
-        # Fold the oldest so that, with the new item, the queue holds `cap` entries; nothing is dropped.
-        taken = min(overflow + 1, len(lane.queue))
-        oldest = [lane.queue[index] for index in range(taken)]
-        new_item_folded = taken < overflow + 1  # cap 1: the summary takes in the new item too
-        if new_item_folded:
-            oldest.append((item, 1))
-        summary = self._fold([entry for entry, _ in oldest])  # if this raises, the queue is left as it was
-        count = sum(weight for _, weight in oldest)
-        for _ in range(taken):
-            lane.queue.popleft()
-        lane.queue.appendleft((summary, count))
-        if not new_item_folded:
-            lane.queue.append((item, 1))
-        self._spawn(self._notify(key, item, fold_notice(count)), f"notify {key}")
+        """Queue `item`; past the cap, the oldest neighbours acting for the same principal are folded into one, no
+        more than bring the queue back to `cap` (nothing is dropped; when no neighbours share a principal the queue
+        stays over the cap rather than combine people's messages)."""
+        queue = [*lane.queue, (item, 1)]
+        keys = [self._principal(entry).key for entry, _ in queue]
+        count = 0
+        while len(queue) > self.settings.cap:
+            start = next((i for i in range(len(queue) - 1) if keys[i] == keys[i + 1]), None)
+            if start is None:
+                break
+            end = start + 1
+            while end < len(queue) and keys[end] == keys[start]:
+                end += 1
+            end = min(end, start + len(queue) - self.settings.cap + 1)  # fold no more than the cap asks
+            folded = queue[start:end]
+            summary = self._fold([entry for entry, _ in folded])  # if this raises, the queue is left as it was
+            weight = sum(weight for _, weight in folded)
+            count += weight
+            queue[start:end] = [(summary, weight)]
+            keys[start:end] = [keys[start]]
+        lane.queue.clear()
+        lane.queue.extend(queue)
+        if count:
+            self._spawn(self._notify(key, item, fold_notice(count)), f"notify {key}")
 
     # --- running ------------------------------------------------------------------------------------------------
 
@@ -232,14 +239,14 @@ class Lanes(Generic[T]):
                 if not first and self.mode(key) == "collect":
                     await self._quiet(lane)
                 first = False
-                party = self._party(lane.queue[-1][0])  # a run is for the newest message's sender
-                await self._slots.acquire(party, lambda: self._capped(key, lane))
+                principal = self._principal(lane.queue[0][0])  # the next batch's: its items all share it
+                await self._slots.acquire(principal, lambda: self._capped(key, lane))
                 try:
                     if not lane.queue or self._closed:
                         break
-                    await self._run(key, lane, self._take_batch(key, lane))
+                    await self._run(key, lane, principal, self._take_batch(key, lane, principal))
                 finally:
-                    self._slots.release(party)
+                    self._slots.release(principal)
         finally:
             # Queued items stay on close (pending_items); otherwise an idle session leaves nothing behind.
             if not lane.queue and self._lanes.get(key) is lane:
@@ -256,16 +263,20 @@ class Lanes(Generic[T]):
                 return
             await self._sleep(remaining)
 
-    def _take_batch(self, key: str, lane: _Lane[T]) -> list[T]:
-        if self.mode(key) == "followup":
-            return [lane.queue.popleft()[0]]
-        batch = [item for item, _ in lane.queue]
-        lane.queue.clear()
+    def _take_batch(self, key: str, lane: _Lane[T], principal: Principal) -> list[T]:
+        """The next batch: the oldest item (followup), or the oldest items that act for `principal` (the others wait
+        for turns of their own)."""
+        batch: list[T] = []
+        while lane.queue and self._principal(lane.queue[0][0]).key == principal.key:
+            batch.append(lane.queue.popleft()[0])
+            if self.mode(key) == "followup":
+                break
         return batch
 
-    async def _run(self, key: str, lane: _Lane[T], batch: list[T]) -> None:
-        take = (lambda: self._take_batch(key, lane)) if self.mode(key) == "steer" else None
+    async def _run(self, key: str, lane: _Lane[T], principal: Principal, batch: list[T]) -> None:
+        take = (lambda: self._take_batch(key, lane, principal)) if self.mode(key) == "steer" else None
         control = lane.control = RunControl(take)
+        lane.running_for = principal
         self._running += 1
         try:
             await self._handler(key, batch, control)
@@ -280,6 +291,7 @@ class Lanes(Generic[T]):
             self._running -= 1
             control._finish()
             lane.control = None
+            lane.running_for = None
 
     def _spawn(self, work: Awaitable[None], name: str) -> None:
         task = asyncio.create_task(_awaited(work), name=name)
@@ -313,19 +325,29 @@ class Lanes(Generic[T]):
         else:
             self._modes[key] = mode
 
-    async def stop(self, key: str) -> int:
-        """Cancel the session's running turn and clear its queue; returns how many queued messages were dropped.
-
-        A folded summary counts as the messages it stands for. Does not wait for the turn to return.
-        """
+    async def stop(self, key: str, principal: Principal | None = None) -> int:
+        """Cancel the session's running turn and clear its queue; with `principal`, only a turn acting for it and
+        its queued items. Returns how many queued messages were dropped (a folded summary counts as the messages it
+        stands for). Does not wait for the turn to return."""
         lane = self._lanes.get(key)
         if lane is None:
             return 0
-        dropped = sum(weight for _, weight in lane.queue)
+        dropped, kept = 0, []
+        for item, weight in lane.queue:
+            if principal is None or self._principal(item).key == principal.key:
+                dropped += weight
+            else:
+                kept.append((item, weight))
         lane.queue.clear()
-        if lane.control is not None:
+        lane.queue.extend(kept)
+        if lane.control is not None and (principal is None or self.running_for(key) == principal.key):
             lane.control.cancel.set()
         return dropped
+
+    def running_for(self, key: str) -> str | None:
+        """The key of the principal the session's running turn acts for (None when none runs)."""
+        lane = self._lanes.get(key)
+        return lane.running_for.key if lane is not None and lane.running_for is not None else None
 
     def depth(self, key: str) -> int:
         """Items waiting for the session's next turn (a folded summary is one item)."""

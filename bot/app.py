@@ -16,9 +16,9 @@ from agent.runner import Runner
 from bot.access import owner_key
 from bot.adapters import build_adapters
 from bot.assemble import SetupError, model_refs, policy_for, skill_report
-from bot.config import Config, own_files
+from bot.config import Config, bot_folders, own_files
 from bot.plugins import Plugins
-from channels.base import Capabilities, ChannelAdapter, ChatTarget
+from channels.base import Capabilities, ChannelAdapter, ChatTarget, Principal
 from routing import Peer
 from tools.base import RunInfo, Tool
 from tools.builtins import NoChats, nobody_to_ask
@@ -26,7 +26,7 @@ from tools.exec import ProcessTable
 from tools.hooks import Hooks
 from tools.mcp.manager import McpManager
 from tools.policy import PolicyResult
-from tools.provenance import sender_workspace
+from tools.provenance import person_workspace
 from tools.registry import ToolRegistry, ToolSetup
 from tools.sandbox import sandbox_for
 from tools.skills import SkillReport
@@ -71,7 +71,8 @@ class App:
         # The MCP servers: started by `running()` (and briefly by the commands that list tools), their tools in every
         # registry this App builds.
         base_dir = config.file.parent if config.file is not None else Path.cwd()
-        self.mcp = McpManager(config.mcp.servers, base_dir=base_dir, unset=config.mcp_unset())
+        hide = bot_folders(config, self.state_dir)  # every stdio server runs shielded from the bot, like a command
+        self.mcp = McpManager(config.mcp.servers, base_dir=base_dir, hide=hide, unset=config.mcp_unset())
 
     def use(self, config: Config) -> None:
         """Decide from `config` from now on (its router, its owners): what a live reload changes."""
@@ -114,7 +115,7 @@ class App:
         session_key: str,
         *,
         channel: str,
-        owner: bool,
+        principal: Principal,
         peer_kind: str | None = "direct",
         sender_id: str | None = None,
         sender_name: str | None = None,
@@ -126,13 +127,15 @@ class App:
         depth: int = 0,
         hops: int = 0,
     ) -> RunInfo:
-        """What a run may do, decided in one place for every entry point: its sandbox, its workspace (a non-owner's
-        own folder under `memory.scope: sender`), whether it may act in other chats (a subagent, `depth` levels
+        """What a run acting for `principal` (bot.principal decides it) may do, decided in one place for every entry
+        point: its sandbox, its workspace (a non-owner's own folder under `memory.scope: sender`; one for nobody in
+        particular when it acts for no one person), whether it may act in other chats (a subagent, `depth` levels
         below the session it works for, never may)."""
         settings = self.config.agent(agent)
         workspace = self.config.workspace(agent)
-        scoped = not owner and settings.memory.scope == "sender" and sender_id is not None
-        home = sender_workspace(workspace, channel, sender_id) if scoped and sender_id is not None else workspace
+        owner = principal.owner
+        scoped = not owner and settings.memory.scope == "sender"
+        home = person_workspace(workspace, principal.person) if scoped else workspace
         return RunInfo(
             agent=agent,
             session_key=session_key,
@@ -140,6 +143,7 @@ class App:
             sender_id=sender_id,
             sender_name=sender_name,
             sender_is_owner=owner,
+            person=principal.person,
             workspace=str(home),
             agent_workspace=str(workspace),
             target=target,
@@ -169,7 +173,7 @@ class App:
     def policy(self, agent: str, channel: str, *, peer: Peer | None = None, owner: bool = True) -> PolicyResult:
         """The tools a run of `agent` on `channel` may use, and why each other tool was left out (`bot tools`)."""
         run = self.run_info(
-            agent, "-", channel=channel, owner=owner, peer_kind=peer.kind if peer else None,
+            agent, "-", channel=channel, principal=Principal(owner=owner), peer_kind=peer.kind if peer else None,
             model=self.first_model(agent),
         )  # fmt: skip
         return policy_for(self.config, self.registry(), run, peer=peer)

@@ -17,16 +17,17 @@ from agent.loop import TurnResult
 from agent.messages import AssistantMessage, UserMessage
 from agent.providers.config import sees_images
 from agent.runner import RunOutcome
+from bot.access import owner_key
 from bot.app import App
 from bot.approval_text import shown_command
 from bot.approvals import Approvals
 from bot.assemble import SetupError, candidates
 from bot.commands import parse_command, use_skill
-from bot.config import own_files
+from bot.config import bot_folders, own_files
 from bot.conversation import Conversations
 from bot.state import open_state, transcripts_for
 from bot.store import ApprovalDecision, ApprovalRecord
-from channels.base import CONSOLE
+from channels.base import CONSOLE, Principal
 from channels.console import console_user
 from routing import Peer, RoutingInput
 from routing.errors import SwitchboardError
@@ -64,14 +65,16 @@ async def open_session(app: App, agent: str | None = None, user: str | None = No
         config.agent(agent)  # KeyError for an unknown agent
         session_key = app.router.session_key(agent, source)
     run = app.run_info(
-        agent, session_key, channel="console", owner=True, sender_id=user, sender_name=user, capabilities=CONSOLE
-    )
+        agent, session_key, channel="console", principal=Principal(owner=True, person=owner_key("console", user)),
+        sender_id=user, sender_name=user, capabilities=CONSOLE,
+    )  # fmt: skip
     app.state_dir.mkdir(parents=True, exist_ok=True)
     store = await open_state(config, app.state_dir)
     terminal = ask_on_terminal if sys.stdin.isatty() else None
     own = own_files(config, app.state_dir)
     approvals = Approvals(config, store, terminal=terminal, own_files=own)
-    registry = app.registry(ToolSetup(None, approvals.authorize, ProcessTable(hide=own)))
+    processes = ProcessTable(hide=bot_folders(config, app.state_dir))
+    registry = app.registry(ToolSetup(None, approvals.authorize, processes))
     transcripts = transcripts_for(config, store, app.state_dir)
     conversations = Conversations(config, store, app.state_dir, transcripts, app.runner, registry, app.hooks)
     return ChatSession(conversations, agent, session_key, run, peer)

@@ -51,7 +51,7 @@ from tools.clock import zone
 from tools.exec_policy import ExecSettings
 from tools.mcp.settings import McpSettings, secret_entries
 from tools.policy import AgentToAgent, AgentToolsConfig, ToolsConfig, unknown_config_entries
-from tools.sandbox import SandboxSettings
+from tools.sandbox import BotFolders, SandboxSettings
 from tools.yaml_tree import parse_yaml
 
 DEFAULT_CONFIG = "bindings.yaml"
@@ -235,6 +235,22 @@ class SubagentsConfig(_Section):
     timeout_seconds: float = Field(default=600, gt=0)  # a child's time limit unless the spawn asks for less
 
 
+CommandAccess = Literal["owners", "own", "everyone"]
+
+
+class CommandsConfig(_Section):
+    """`agents[].commands`: who may use the chat commands that change a conversation. `owners`: only the bot's
+    owners; `own`: the owners, and anyone else for what is theirs alone (`/stop` their own running answer and queued
+    messages; `/new` and `/queue` a conversation only they have talked in, such as their DM); `everyone`: anyone the
+    bot answers. The ones that change what a conversation costs (`model`, `think`) are the owners' by default."""
+
+    stop: CommandAccess = "own"
+    new: CommandAccess = "own"  # /new and /reset
+    queue: CommandAccess = "own"
+    model: CommandAccess = "owners"
+    think: CommandAccess = "owners"
+
+
 class AgentConfig(_Section):
     """One agent: an id, and what it does not inherit from `defaults`."""
 
@@ -255,6 +271,7 @@ class AgentConfig(_Section):
     skills: list[SkillGlob] | None = None  # the skills offered, by name or glob; None: all of them
     heartbeat: HeartbeatConfig | None = None  # a periodic turn that speaks up only when something needs a person
     subagents: AgentSubagentsConfig = Field(default_factory=AgentSubagentsConfig)
+    commands: CommandsConfig = Field(default_factory=CommandsConfig)
 
 
 class Defaults(_Section):
@@ -903,6 +920,8 @@ def validate_config(
     environ: Mapping[str, str] | None = None,
     plugins: Plugins | None = None,
     state_dir: Path | None = None,
+    *,
+    env_file: bool = True,
 ) -> ValidationResult:
     """The one validation `bot config check`, `bot run`, `bot chat` and a reload share: `(config, errors, warnings)`,
     each issue with its file, line, key path and message (with "did you mean" for a typo).
@@ -911,11 +930,14 @@ def validate_config(
     channel account whose token variable is unset, which is skipped; a model provider without its key) come with the
     config, since the bot can start without them. `.env` beside the file fills in variables the environment lacks:
     with `environ` None it is loaded into this process's environment (see `bot.env_vars.load_env_file`), else
-    `environ` is read over it. With `state_dir`, a workspace holding it or the config file is an error too."""
+    `environ` is read over it; with `env_file` False it is not read at all (a live reload: `.env` applies from the
+    next start). With `state_dir`, a workspace holding it or the config file is an error too."""
     file = str(path)
-    if environ is None:
+    if not env_file:
+        environment: Mapping[str, str] = os.environ if environ is None else environ
+    elif environ is None:
         load_env_file(path)
-        environment: Mapping[str, str] = os.environ
+        environment = os.environ
     else:
         environment = with_env_file(path, environ)
     try:
@@ -1084,13 +1106,21 @@ def _unmatched_names(config: Config, plugins: Plugins) -> list[ConfigIssue]:
 
 
 def own_files(config: Config, state_dir: Path) -> list[str]:
-    """The bot's own files, which no command may name or see: the config file and the state directory."""
+    """The bot's own files, which no command may name: the config file and the state directory."""
     return [os.path.realpath(path) for path in (config.file, state_dir) if path is not None]
 
 
+def bot_folders(config: Config, state_dir: Path) -> BotFolders:
+    """The folders no command and no MCP server may see or move: the config's (the config, `.env`, whatever else
+    the bot reads there) and the state directory."""
+    folder = os.path.realpath(config.file.parent) if config.file is not None else None
+    return BotFolders(config=folder, state=os.path.realpath(state_dir))
+
+
 def workspace_conflicts(config: Config, state_dir: Path) -> list[ConfigIssue]:
-    """Agents whose workspace holds the config file or the state directory (or lies inside the state directory):
-    the agent's own tools could rewrite its policy, its approvals or its transcripts there."""
+    """Agents whose workspace holds the config file or the state directory, is the state directory or lies inside
+    it (each worded as it is): the agent's own tools could rewrite its policy, its approvals or its transcripts
+    there."""
     own = [("the state directory", Path(os.path.realpath(state_dir)))]
     if config.file is not None:
         own.insert(0, ("the config file", Path(os.path.realpath(config.file))))
@@ -1098,12 +1128,19 @@ def workspace_conflicts(config: Config, state_dir: Path) -> list[ConfigIssue]:
     for index, agent in enumerate(config.agents):
         workspace = Path(os.path.realpath(config.workspace(agent.id)))
         for what, path in own:
-            if path.is_relative_to(workspace) or (what == "the state directory" and workspace.is_relative_to(path)):
-                loc: Loc = ("agents", index, "workspace") if agent.workspace else ("defaults", "workspace_root")
-                message = (
-                    f"agent {agent.id!r}: the workspace {workspace} holds {what} {path}, so the agent could rewrite "
-                    "its own rules; give it a folder of its own (e.g. workspace: workspaces/" + agent.id + ")"
-                )
-                line = config._line_of(loc) if config._line_of is not None else None
-                found.append(ConfigIssue(line, format_path(loc), message))
+            if path == workspace:
+                where = f"is {what}"
+            elif path.is_relative_to(workspace):
+                where = f"holds {what} {path}"
+            elif workspace.is_relative_to(path):  # only a folder (the state directory) has an inside
+                where = f"lies inside {what} {path}"
+            else:
+                continue
+            loc: Loc = ("agents", index, "workspace") if agent.workspace else ("defaults", "workspace_root")
+            message = (
+                f"agent {agent.id!r}: the workspace {workspace} {where}, so the agent could rewrite its own rules; "
+                "give it a folder of its own (e.g. workspace: workspaces/" + agent.id + ")"
+            )
+            line = config._line_of(loc) if config._line_of is not None else None
+            found.append(ConfigIssue(line, format_path(loc), message))
     return found

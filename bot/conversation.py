@@ -118,6 +118,7 @@ class Conversations:
             channel=target.channel if target else run.channel,
             account=target.account if target else None,
             target=target.model_dump(mode="json") if target else None,
+            principal=run.principal.key,
         )
         return outcome
 

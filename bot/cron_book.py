@@ -26,7 +26,8 @@ def described(job: Job, origin: str, record: JobRecord | None = None) -> dict[st
 
 class CronBook:
     """The job book (tools.cron.JobBook) on the state DB and the config; `clock` says when "now" is (an `at` in the
-    past is refused)."""
+    past is refused). A run acting for the owners sees and changes every job; anyone else's run only the jobs it
+    made (the config's and the heartbeats are not theirs), and a job keeps whom it was made for (bot.cron_turns)."""
 
     def __init__(self, store: JobStore, config: Config, clock: Any) -> None:
         self.store = store
@@ -47,7 +48,9 @@ class CronBook:
             raise ValueError(f"at {job.at!r} is already past")
         return job
 
-    async def add_job(self, fields: dict[str, Any], created_by: str | None) -> dict[str, Any]:
+    async def add_job(
+        self, fields: dict[str, Any], created_by: str | None, creator_owner: bool | None = True
+    ) -> dict[str, Any]:
         job = self.check(Job.model_validate(fields))
         if job.id.startswith("heartbeat-"):
             raise ValueError("ids starting with heartbeat- are the agents' heartbeats'")
@@ -55,7 +58,7 @@ class CronBook:
             raise ValueError(f"a job with id {job.id!r} exists already")
         if job.deliver is None:
             raise ValueError("the job needs `deliver`: the chat its answer goes to, e.g. telegram:direct:12345")
-        record = await self.store.save_job(job.model_dump(mode="json"), created_by)
+        record = await self.store.save_job(job.model_dump(mode="json"), created_by, creator_owner)
         return described(job, "db", record)
 
     # --- tools.cron.JobBook ---------------------------------------------------------------------------------------
@@ -63,16 +66,18 @@ class CronBook:
     async def add(self, fields: dict[str, Any], run: RunInfo) -> dict[str, Any]:
         fields = dict(fields)
         fields.setdefault("agent", run.agent)
-        here = _here(run)
-        deliver = fields.setdefault("deliver", here)
-        if deliver is not None and here is not None and deliver.strip() != here and not run.acts_anywhere:
-            raise ValueError("this run may only schedule answers to its own chat")
-        return await self.add_job(fields, f"{run.channel}:{run.sender_id}" if run.sender_id else None)
+        _own_chat(fields.setdefault("deliver", _here(run)), run)
+        return await self.add_job(fields, run.person, run.sender_is_owner)
 
     async def list(self, run: RunInfo | None = None) -> list[dict[str, Any]]:
-        shown = [described(job, "config") for job in self.config.cron.jobs]
-        shown += [described(beat.job, "heartbeat") for beat in heartbeats(self.config)]
+        """Every job (`bot cron list`, an owner's run); a non-owner's run sees only the jobs it made."""
+        shown: list[dict[str, Any]] = []
+        if _sees_all(run):
+            shown += [described(job, "config") for job in self.config.cron.jobs]
+            shown += [described(beat.job, "heartbeat") for beat in heartbeats(self.config)]
         for record in await self.store.list_jobs():
+            if not _made(record, run):
+                continue
             try:
                 shown.append(described(Job.model_validate(record.job), "db", record))
             except ValueError:
@@ -80,11 +85,11 @@ class CronBook:
         return shown
 
     async def update(self, job_id: str, fields: dict[str, Any], run: RunInfo | None = None) -> dict[str, Any]:
-        if self._config_job(job_id) is not None:
-            raise ValueError(f"job {job_id!r} is written in the config file; change it there")
-        record = await self.store.get_job(job_id)
-        if record is None:
-            raise LookupError(f"no job {job_id!r}")
+        """Change a job the state DB holds, held to the rules `add` is (a run may only point a job at its own chat
+        unless it may act anywhere)."""
+        record = await self._own(job_id, run, "change")
+        if "deliver" in fields and run is not None:
+            _own_chat(fields["deliver"], run)
         merged = {**record.job, **fields, "id": job_id}
         if {"cron", "every", "at"} & set(fields):  # a new schedule replaces the old one
             for key in {"cron", "every", "at"} - set(fields):
@@ -94,16 +99,42 @@ class CronBook:
         return described(job, "db", saved)
 
     async def remove(self, job_id: str, run: RunInfo | None = None) -> None:
-        if self._config_job(job_id) is not None:
-            raise ValueError(f"job {job_id!r} is written in the config file; remove it there")
+        await self._own(job_id, run, "remove")
         if not await self.store.remove_job(job_id):
             raise LookupError(f"no job {job_id!r}")
 
     async def run_now(self, job_id: str, run: RunInfo | None = None) -> dict[str, Any]:
-        if self._config_job(job_id) is None and await self.store.get_job(job_id) is None:
-            raise LookupError(f"no job {job_id!r}")
+        if self._config_job(job_id) is None or not _sees_all(run):
+            await self._own(job_id, run, "run", config_too=True)
         requested = await self.store.request_job_run(job_id)
         return {"job": job_id, "run": requested.id, "status": requested.status}
+
+    async def _own(self, job_id: str, run: RunInfo | None, action: str, *, config_too: bool = False) -> JobRecord:
+        """The state DB's job `job_id`, if `run` may `action` it: LookupError for a job it may not see (the same as
+        for none), ValueError for one the config file holds."""
+        if not config_too and self._config_job(job_id) is not None and _sees_all(run):
+            raise ValueError(f"job {job_id!r} is written in the config file; {action} it there")
+        record = await self.store.get_job(job_id)
+        if record is None or not _made(record, run):
+            raise LookupError(f"no job {job_id!r}")
+        return record
+
+
+def _sees_all(run: RunInfo | None) -> bool:
+    """Whether every job is the business of whoever asks: the CLI (no run), or a run acting for the owners."""
+    return run is None or run.sender_is_owner
+
+
+def _made(record: JobRecord, run: RunInfo | None) -> bool:
+    """Whether the job is one `run` may see: all of them for the owners, else the ones it made."""
+    return _sees_all(run) or (run is not None and run.person is not None and record.created_by == run.person)
+
+
+def _own_chat(deliver: str | None, run: RunInfo) -> None:
+    """ValueError unless a job of `run` may answer in `deliver`: its own chat, or anywhere when it may act there."""
+    here = _here(run)
+    if deliver is not None and deliver.strip() != here and not run.acts_anywhere:
+        raise ValueError("this run may only schedule answers to its own chat")
 
 
 def _here(run: RunInfo) -> str | None:

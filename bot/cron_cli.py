@@ -84,10 +84,12 @@ def cron_list(config_path: str, state_dir: str | None, as_json: bool) -> None:
 def cron_add(config_path: str, state_dir: str | None, job_id: str | None, cron_expr: str | None, disabled: bool,
              as_json: bool, **fields: Any) -> None:  # fmt: skip
     """Add a job to the state DB (a running bot picks it up within a second)."""
+    from bot.principal import SHELL
+
     given = {key: value for key, value in {**fields, "id": job_id, "cron": cron_expr}.items() if value is not None}
     if disabled:
         given["enabled"] = False
-    job = _with_book(config_path, state_dir, lambda book: book.add_job(given, "cli"))
+    job = _with_book(config_path, state_dir, lambda book: book.add_job(given, SHELL))
     click.echo(json.dumps(job, indent=2) if as_json else f"Added job {job['id']}.")
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from bot.delivery import Delivery
 from bot.intake import journal_entry_of
+from bot.principal import job_maker
 from bot.schedules import Job, parse_deliver
 from bot.store import JobRunRecord
 from bot.store.journal import JournalEntry
@@ -16,6 +17,7 @@ from routing import RoutingInput
 if TYPE_CHECKING:
     from bot.app import App
     from bot.intake import Intake
+    from bot.scheduler import ScheduledJob
 
 
 def isolated_session(agent: str, job_id: str) -> str:
@@ -39,8 +41,11 @@ class CronTurns:
         self.delivery = delivery
         self.intake = intake
 
-    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> JournalEntry | str:
-        """The journal row of the run's turn, or why it cannot reach its chat (the run is then undeliverable)."""
+    def prepare(self, scheduled: ScheduledJob, tick: float) -> JournalEntry | str:
+        """The journal row of the run's turn, acting for the job's maker (bot.principal.job_maker), or why it cannot
+        reach its chat (the run is then undeliverable)."""
+        job, heartbeat = scheduled.job, scheduled.heartbeat is not None
+        maker = job_maker(scheduled.made_by, scheduled.made_by_owner, self.app.owners)
         if job.deliver is None:
             return "the job names no chat to deliver to"
         channel, account, peer, thread = parse_deliver(job.deliver)
@@ -49,6 +54,13 @@ class CronTurns:
             account = "default" if "default" in running or not running else running[0]
         if self.delivery.adapter_for(channel, account) is None:
             return f"no running {channel} account {account!r}"
+        sender_id: str = f"cron:{job.id}"
+        sender_name: str | None = job.name or f"cron job {job.id}"
+        if not maker.owner:  # it acts for its maker, as a message of theirs would, on their own channel only
+            maker_channel, _, sender_id = (maker.person or ":").partition(":")
+            if maker_channel != channel.strip().lower():
+                return f"it was made by {maker.person}, who is not an owner, and may only answer on {maker_channel}"
+            sender_name = None
         agent = job.agent or self.app.router.default_agent
         if job.session == "main":
             source = RoutingInput(channel=channel, account=account, peer=peer, thread=thread)
@@ -59,13 +71,17 @@ class CronTurns:
             channel=channel,
             account=account,
             peer=peer,
-            sender_id=f"cron:{job.id}",
-            sender_name=job.name or f"cron job {job.id}",
+            sender_id=sender_id,
+            sender_name=sender_name,
             text=job.message if heartbeat else job_text(job),
             message_id=f"cron:{job.id}:{tick:.6f}",
             thread_id=thread,
             scheduled=Scheduled(
-                kind="heartbeat" if heartbeat else "cron", job=job.id, agent=agent, session_key=session_key
+                kind="heartbeat" if heartbeat else "cron",
+                job=job.id,
+                agent=agent,
+                session_key=session_key,
+                owner=maker.owner,
             ),
         )
         return journal_entry_of(message)

@@ -13,7 +13,7 @@ from bot.adapters import build_adapters
 from bot.approvals import Approvals
 from bot.channel_notices import ChannelNotices
 from bot.channel_start import ChannelStarter
-from bot.config import Config, own_files
+from bot.config import Config, bot_folders, own_files
 from bot.conversation import Conversations
 from bot.cron_book import CronBook
 from bot.cron_turns import CronTurns
@@ -62,7 +62,7 @@ class Gateway:
         self.admin: AdminServer | None = None  # the admin listener, when `admin.listen` is set
         own = own_files(config, app.state_dir)
         self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
-        self.processes = ProcessTable(hide=own)
+        self.processes = ProcessTable(hide=bot_folders(config, app.state_dir))
         self.jobs = CronBook(store, config, app.clock)
         self.sessions = StoredSessions(store, config, transcripts_for(config, store, app.state_dir), app.clock)
         self.lanes: Lanes[Job] = Lanes(
@@ -71,7 +71,7 @@ class Gateway:
             notify=lambda key, job, text: self.intake.notice(key, job, text),
             max_concurrent=config.defaults.max_concurrent,
             per_sender=config.lanes.per_sender,
-            party=lambda job: self.intake.party(job),
+            principal=lambda job: job.principal,
             settings=config.session.queue,
         )
         self.intake = Intake(app, store, self.delivery, self.lanes, self.approvals)
@@ -209,7 +209,8 @@ class Gateway:
             await self.cluster.start()
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
         if self.config.file is not None:
-            self.watch = ConfigWatch(self.config.file, self.reload, load=lambda path: validated(path, self.app.plugins))
+            state, plugins = self.app.state_dir, self.app.plugins
+            self.watch = ConfigWatch(self.config.file, self.reload, load=lambda path: validated(path, state, plugins))
             self._watch_task = asyncio.create_task(self.watch.run(), name="config watch")
         await self.status.start()
         self.notices.start()

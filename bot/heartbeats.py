@@ -13,12 +13,12 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from bot.schedules import Job, interval_seconds, parse_deliver
 from tools.clock import zone
+from tools.owner_files import HEARTBEAT_FILE
 
 if TYPE_CHECKING:
     from bot.config import Config
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
-HEARTBEAT_FILE = "HEARTBEAT.md"
 DEFAULT_PROMPT = (
     f"Heartbeat: read {HEARTBEAT_FILE} in your workspace if it exists and follow it. If nothing needs a person's "
     f"attention, answer exactly {HEARTBEAT_OK}."

@@ -11,13 +11,22 @@ import re
 import secrets
 from typing import TYPE_CHECKING
 
-from agent.lanes import OWNER, Lanes, Party
+from agent.lanes import Lanes
 from bot.access import check_access, owner_key
 from bot.approvals import Approvals
 from bot.assemble import model_refs
 from bot.commands import HELP, Command, parse_command, use_skill
 from bot.delivery import Delivery
-from bot.session_commands import model_command, queue_command, settings_line, think_command, usage_command
+from bot.principal import principal_of
+from bot.session_commands import (
+    active_in,
+    model_command,
+    queue_command,
+    refusal,
+    settings_line,
+    think_command,
+    usage_command,
+)
 from bot.status import health_lines
 from bot.store import InboundRecord, IntakeStore, SessionRecord
 from bot.store.journal import JournalEntry
@@ -85,14 +94,6 @@ class Intake:
     @property
     def router(self) -> Router:
         return self.app.router
-
-    def party(self, job: Job) -> Party:
-        """Whom a turn runs for, so run slots are shared fairly: an owner, or one other person."""
-        message = job.message
-        scheduled = message.scheduled
-        if self.app.owns(message.channel, message.sender_id) or (scheduled is not None and scheduled.owner):
-            return OWNER
-        return Party(sender=owner_key(message.channel, message.sender_id), owner=False)
 
     async def on_message(self, message: InboundMessage) -> None:
         """Called by adapters: journal first (the adapter acknowledges the platform after this returns). A message
@@ -172,8 +173,7 @@ class Intake:
             await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
             return
         route = self.router.resolve(message.routing_input())
-        owner = self.app.owns(message.channel, message.sender_id)
-        job = self._job(record.id, record.received, message, route.agent, route.session_key, owner=owner)
+        job = self._job(record.id, record.received, message, route.agent, route.session_key)
         if command is not None and command.name == "skill":
             used = await self._skill(job, command.args)
             if isinstance(used, str):
@@ -196,15 +196,15 @@ class Intake:
     async def _take_scheduled(self, inbound_id: int, received: float, message: InboundMessage) -> None:
         scheduled = message.scheduled
         assert scheduled is not None
-        job = self._job(inbound_id, received, message, scheduled.agent, scheduled.session_key, owner=scheduled.owner)
+        job = self._job(inbound_id, received, message, scheduled.agent, scheduled.session_key)
         await self._submit(job)
 
-    def _job(
-        self, inbound_id: int, received: float, message: InboundMessage, agent: str, session_key: str, *, owner: bool
-    ) -> Job:
-        """A message on its way to `agent`, stamped with when the journal received it, in the agent's zone."""
+    def _job(self, inbound_id: int, received: float, message: InboundMessage, agent: str, session_key: str) -> Job:
+        """A message on its way to `agent`, stamped with when the journal received it, in the agent's zone, acting
+        for whom bot.principal says."""
         stamp = envelope(received, zone(self.app.config.timezone_for(agent)))
-        return Job(inbound_id, message, agent, session_key, envelope=stamp, owner=owner, received=received)
+        principal = principal_of(message, self.app.owners)
+        return Job(inbound_id, message, agent, session_key, principal, envelope=stamp, received=received)
 
     async def _submit(self, job: Job) -> None:
         if self.lanes.closed:
@@ -224,25 +224,12 @@ class Intake:
     # --- chat commands --------------------------------------------------------------------------------------------
 
     async def _command(self, job: Job, command: Command) -> None:
-        key = job.session_key
-        queued = self.lanes.pending_items().get(key, [])
         if command.name in ("new", "reset"):
-            dropped = await self.lanes.stop(key)
-            await self._drop(queued, f"dropped by /{command.name}")
-            if await self.store.get_session(key) is not None:
-                await self.store.reset_session(key)
-            text = "Started a new conversation."
-            if dropped:
-                text += f" ({dropped} queued message{'s' if dropped != 1 else ''} dropped.)"
+            text = await self._new(job, command.name)
         elif command.name == "pair":
             text = await self._pair(job, command.args)
         elif command.name == "stop":
-            busy = self.lanes.busy(key)
-            dropped = await self.lanes.stop(key)
-            await self._drop(queued, "dropped by /stop")
-            text = "Stopped." if busy else "Nothing was running."
-            if dropped:
-                text += f" {dropped} queued message{'s' if dropped != 1 else ''} dropped."
+            text = await self._stop(job)
         elif command.name == "status":
             text = await self._status(job)
         elif command.name == "approve":
@@ -258,6 +245,36 @@ class Intake:
             text = HELP
         await self._reply(job, text)
 
+    async def _new(self, job: Job, name: str) -> str:
+        """`/new` (`/reset`): the conversation starts over, its queued messages dropped (agents[].commands.new)."""
+        session = await self.store.get_session(job.session_key)
+        active = active_in(self.lanes, job.session_key)
+        refused = refusal(name, self.config.agent(job.agent).commands.new, job, session, active)
+        if refused is not None:
+            return refused
+        queued = self.lanes.pending_items().get(job.session_key, [])
+        dropped = await self.lanes.stop(job.session_key)
+        await self._drop(queued, f"dropped by /{name}")
+        if session is not None:
+            await self.store.reset_session(job.session_key)
+        return "Started a new conversation." + (f" ({_messages(dropped)} dropped.)" if dropped else "")
+
+    async def _stop(self, job: Job) -> str:
+        """`/stop`: the running answer stopped and the queued messages dropped; under `own` (agents[].commands.stop)
+        someone who is not an owner stops only their own answer and their own messages."""
+        access = self.config.agent(job.agent).commands.stop
+        refused = refusal("stop", access, job, None)
+        if refused is not None:
+            return refused
+        key = job.session_key
+        only = None if job.owner or access == "everyone" else job.principal
+        busy = self.lanes.busy(key) and (only is None or self.lanes.running_for(key) == only.key)
+        pending = self.lanes.pending_items().get(key, [])
+        queued = [item for item in pending if only is None or item.principal.key == only.key]
+        dropped = await self.lanes.stop(key, only)
+        await self._drop(queued, "dropped by /stop")
+        return ("Stopped." if busy else "Nothing was running.") + (f" {_messages(dropped)} dropped." if dropped else "")
+
     async def _session_command(self, job: Job, command: Command) -> str:
         """/model, /think, /queue and /usage (bot.session_commands): one session's own settings and costs."""
         if command.name == "model":
@@ -265,7 +282,7 @@ class Intake:
         if command.name == "think":
             return await think_command(self.store, self.config, job, command.args)
         if command.name == "queue":
-            return await queue_command(self.store, self.lanes, job, command.args)
+            return await queue_command(self.store, self.config, self.lanes, job, command.args)
         return await usage_command(self.store, self.config, job, self.clock())
 
     async def _reply(self, job: Job, text: str) -> None:
@@ -347,3 +364,7 @@ def _tokens_line(session: SessionRecord | None) -> str:
         f"Tokens used: {session.input_tokens:,} in, {session.output_tokens:,} out; "
         f"cache: {session.cache_read_tokens:,} read ({hit:.0%} hit rate), {session.cache_write_tokens:,} written"
     )
+
+
+def _messages(count: int) -> str:
+    return f"{count} queued message{'s' if count != 1 else ''}"

@@ -12,7 +12,7 @@ from agent.prompt import read_bootstrap
 from agent.providers.config import sees_images
 from bot.app import App
 from bot.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
-from channels.base import CONSOLE, Capabilities
+from channels.base import CONSOLE, OWNERS, Capabilities
 
 # Previewing needs the provider's kind and model options, not its key: pretend every well-known key is set.
 _ANY_KEY = {name: "(preview)" for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
@@ -31,7 +31,7 @@ async def preview(app: App, agent: str, channel: str) -> str:
         choice = None
     capabilities = CONSOLE if channel == "console" else Capabilities()
     key = f"agent:{agent}:main"
-    run = app.run_info(agent, key, channel=channel, owner=True, capabilities=capabilities, model=model)
+    run = app.run_info(agent, key, channel=channel, principal=OWNERS, capabilities=capabilities, model=model)
     run = run.model_copy(update={"skills": (await asyncio.to_thread(app.skills, agent)).eligible})
     policy = policy_for(config, app.registry(), run)
     bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)

@@ -23,10 +23,11 @@ POLL_SECONDS = 1.0
 RESTART_SECTIONS = ("admin", "mcp", "state")
 
 
-def validated(path: Path, plugins: Plugins | None = None) -> Config:
-    """The config in `path` checked as `bot run` checks it (bot.config.validate_config); ConfigError when the bot
-    would refuse it. What it would only skip or warn about is logged, as at start."""
-    config, errors, warnings = validate_config(path, plugins=plugins)
+def validated(path: Path, state_dir: Path, plugins: Plugins | None = None) -> Config:
+    """The config in `path` checked as `bot run` checks it (bot.config.validate_config, with the state directory in
+    use: no workspace may hold it or the config); ConfigError when the bot would refuse it. What it would only skip
+    or warn about is logged, as at start. `.env` is not read again: it applies from the next start."""
+    config, errors, warnings = validate_config(path, plugins=plugins, state_dir=state_dir, env_file=False)
     if config is None:
         raise ConfigError(str(path), errors)
     for issue in [*errors, *warnings]:
@@ -51,7 +52,7 @@ class ConfigWatch:
         path: Path,
         apply: Callable[[Config], Awaitable[None]],
         *,
-        load: Callable[[Path], Config] = validated,
+        load: Callable[[Path], Config],
         poll: float = POLL_SECONDS,
     ) -> None:
         self.path = path

@@ -22,20 +22,24 @@ POLL_SECONDS = 1.0  # `bot cron add` and `bot cron run` beside a running bot are
 
 @dataclass(frozen=True)
 class ScheduledJob:
-    """A job as the scheduler sees it: where it comes from, when its intervals count from, and since when its
-    ticks are its own (before that, a tick was never this job's to run)."""
+    """A job as the scheduler sees it: where it comes from, when its intervals count from, since when its ticks are
+    its own (before that, a tick was never this job's to run), and who made it (the config's and `bot cron add`'s:
+    nobody in particular, an owner; the `cron` tool's: the person whose run made it, and whether that was an
+    owner's run; None when that was not kept)."""
 
     job: Job
     origin: str  # "config", "db" or "heartbeat"
     anchor: float
     since: float
     heartbeat: Heartbeat | None = None
+    made_by: str | None = None
+    made_by_owner: bool | None = True
 
 
 class Launcher(Protocol):
     """What the gateway does with a run: where its turn goes (or why it cannot go anywhere), then start it."""
 
-    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> JournalEntry | str: ...
+    def prepare(self, scheduled: ScheduledJob, tick: float) -> JournalEntry | str: ...
     async def launch(self, run: JobRunRecord, inbound: JournalEntry) -> None: ...
 
 
@@ -87,7 +91,9 @@ class Scheduler:
             except ValueError:
                 log.error("job %s in the state DB is not a valid job; skipped", record.id)
                 continue
-            found[job.id] = ScheduledJob(job, "db", record.created, record.created)
+            found[job.id] = ScheduledJob(
+                job, "db", record.created, record.created, made_by=record.created_by, made_by_owner=record.creator_owner
+            )
         return found
 
     async def tick(self) -> None:
@@ -121,7 +127,7 @@ class Scheduler:
             log.warning("job %s: a run is still going; the run asked for is skipped", run.job_id)
             await self.store.finish_job_run(run.id, "skipped", "a run of this job is still going")
             return
-        prepared = self.launcher.prepare(scheduled.job, run.tick, scheduled.heartbeat is not None)
+        prepared = self.launcher.prepare(scheduled, run.tick)
         if isinstance(prepared, str):
             log.warning("job %s cannot deliver: %s", run.job_id, prepared)
             await self.store.finish_job_run(run.id, "undeliverable", prepared)
@@ -145,7 +151,7 @@ class Scheduler:
             log.warning("job %s: its previous run is still going; this tick is skipped", job.id)
             await self.store.start_job_run(job.id, due, "skipped", "the previous run is still going")
         else:
-            prepared = self.launcher.prepare(job, due, scheduled.heartbeat is not None)
+            prepared = self.launcher.prepare(scheduled, due)
             if isinstance(prepared, str):
                 log.warning("job %s cannot deliver: %s", job.id, prepared)
                 await self.store.start_job_run(job.id, due, "undeliverable", prepared)

@@ -11,9 +11,10 @@ from pydantic import BaseModel, ValidationError
 
 from agent.messages import AssistantMessage, Message, TextBlock, UserMessage
 from agent.transcripts import Transcripts
+from bot.principal import session_principal
 from bot.store.base import Clock
 from bot.store.sessions import SessionRecord, SessionStore
-from channels.base import ChatTarget
+from channels.base import ChatTarget, Principal
 from tools.base import RunInfo
 from tools.message import format_target
 from tools.policy import AgentToAgent
@@ -128,8 +129,9 @@ def shown_messages(messages: Sequence[Message], limit: int) -> tuple[list[ShownM
 
 class StoredSessions:
     """The session book on the store's session index and `transcripts` (bot.state.transcripts_for). Read by a run
-    (`list`, `history`) it shows what that run's agent may see; read with `viewer=None` (`bot sessions`, the owner at
-    the shell) every agent's sessions."""
+    (`list`, `history`) it shows what that run's agent may see, and to a run that does not act for the owners only
+    the sessions that are that person's alone (every turn in them acted for them); read with `viewer=None`
+    (`bot sessions`, the owner at the shell) every agent's sessions."""
 
     def __init__(self, store: SessionStore, config: Config, transcripts: Transcripts, clock: Clock) -> None:
         self.store = store
@@ -157,9 +159,10 @@ class StoredSessions:
         agent: str | None = None,
         active_minutes: float | None = None,
         limit: int = 20,
+        person: Principal | None = None,
     ) -> list[dict[str, Any]]:
-        """The sessions `viewer` may see (None: all), newest first, filtered; ValueError for a bad filter,
-        LookupError for an agent `viewer` may not see."""
+        """The sessions `viewer` may see (None: all), newest first, filtered, only `person`'s own when it is not the
+        owners; ValueError for a bad filter, LookupError for an agent `viewer` may not see."""
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be from 1 to {MAX_LIMIT}")
         if kinds is not None and (unknown := sorted(set(kinds) - set(SESSION_KINDS))):
@@ -178,14 +181,20 @@ class StoredSessions:
             known = dict.fromkeys([viewer, *(item.id for item in self.config.agents)])
             agents = [name for name in known if self._may_see(viewer, name)]
         since = None if active_minutes is None else self.clock() - active_minutes * 60
-        records = await self.store.list_sessions(agents, since, None if kinds is not None else limit)
-        if kinds is not None:
-            records = [record for record in records if session_kind(record.session_key) in kinds][:limit]
+        filtered = kinds is not None or not _sees_all(person)
+        records = await self.store.list_sessions(agents, since, None if filtered else limit)
+        if filtered:
+            records = [
+                record for record in records
+                if (kinds is None or session_kind(record.session_key) in kinds) and _theirs(person, record)
+            ][:limit]  # fmt: skip
         return [described_session(record) for record in records]
 
-    async def read(self, viewer: str | None, session_key: str, *, limit: int = 20) -> SessionHistory:
+    async def read(
+        self, viewer: str | None, session_key: str, *, limit: int = 20, person: Principal | None = None
+    ) -> SessionHistory:
         """The session's latest messages, capped (shown_messages); LookupError for a session that does not exist or
-        that `viewer` may not see."""
+        that `viewer` (or `person`, when not the owners) may not see: the same as for none."""
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be from 1 to {MAX_LIMIT}")
         key = session_key.strip()
@@ -193,7 +202,7 @@ class StoredSessions:
         if viewer is not None and len(parts) >= 2 and parts[0] == "agent" and not self._may_see(viewer, parts[1]):
             raise LookupError(self._refusal(viewer, parts[1]))  # refused before looking: no hint whether it exists
         record = await self.store.get_session(key)
-        if record is None:
+        if record is None or not _theirs(person, record):
             raise LookupError(f"no session {key!r}")
         if viewer is not None and not self._may_see(viewer, record.agent):
             raise LookupError(self._refusal(viewer, record.agent))
@@ -218,7 +227,22 @@ class StoredSessions:
         active_minutes: float | None = None,
         limit: int = 20,
     ) -> list[dict[str, Any]]:
-        return await self.sessions(run.agent, kinds=kinds, agent=agent, active_minutes=active_minutes, limit=limit)
+        return await self.sessions(
+            run.agent, kinds=kinds, agent=agent, active_minutes=active_minutes, limit=limit, person=run.principal
+        )
 
     async def history(self, run: RunInfo, session_key: str, *, limit: int = 20) -> dict[str, Any]:
-        return (await self.read(run.agent, session_key, limit=limit)).model_dump(mode="json")
+        return (await self.read(run.agent, session_key, limit=limit, person=run.principal)).model_dump(mode="json")
+
+
+def _sees_all(person: Principal | None) -> bool:
+    return person is None or person.owner
+
+
+def _theirs(person: Principal | None, record: SessionRecord) -> bool:
+    """Whether `person` may reach the session: the owners (and the shell) any; anyone else only a session whose every
+    turn acted for them (bot.principal.session_principal)."""
+    if _sees_all(person):
+        return True
+    alone = session_principal(record.people)
+    return alone is not None and person is not None and alone.key == person.key

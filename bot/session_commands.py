@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import get_args
@@ -11,7 +11,7 @@ from typing import get_args
 from agent.lanes import Lanes, QueueMode
 from agent.providers.config import THINKING_LEVELS, ModelPrice
 from bot.assemble import SetupError, choose_model, session_models, session_refs
-from bot.config import Config
+from bot.config import CommandAccess, Config
 from bot.store import SessionRecord, SessionStore
 from bot.store.sessions import UsageRow
 from bot.turns import Job
@@ -20,10 +20,12 @@ from tools.clock import zone
 __all__ = [
     "QUEUE_MODES",
     "UsageTotal",
+    "active_in",
     "cost_of",
     "dollars",
     "model_command",
     "queue_command",
+    "refusal",
     "restore_queue_mode",
     "restore_queue_modes",
     "settings_line",
@@ -35,11 +37,23 @@ __all__ = [
 
 QUEUE_MODES: tuple[QueueMode, ...] = get_args(QueueMode)
 _CLEAR = ("default", "reset")
-_OWNERS_ONLY = "In a group, only the bot's owners can change this conversation's settings."
 
 
-def _may_change(job: Job) -> bool:
-    return job.message.peer.kind == "direct" or job.owner
+def refusal(
+    name: str, access: CommandAccess, job: Job, session: SessionRecord | None, active: Collection[str] = ()
+) -> str | None:
+    """Why `job`'s sender may not use `/name` (its `agents[].commands` rule: `access`), or None when they may.
+    `own` lets anyone act on what is theirs alone: `/stop` stops only their own answer and messages (the caller
+    sees to that); the others change the conversation, so it must be one only they have talked in, and that nobody
+    else has a turn running or waiting in (`active`: the principal keys of those)."""
+    if job.owner or access == "everyone":
+        return None
+    if access == "owners":
+        return f"Only the bot's owners can use /{name} here."
+    mine = {job.principal.key}
+    if name == "stop" or ((session is None or set(session.people) <= mine) and set(active) <= mine):
+        return None
+    return f"/{name} changes this conversation for everyone in it: only the bot's owners can use it here."
 
 
 def _current_model(config: Config, job: Job, session: SessionRecord | None) -> str:
@@ -65,8 +79,9 @@ async def model_command(store: SessionStore, config: Config, job: Job, args: str
             "Models for this conversation:\n" + "\n".join(lines)
             + "\nSwitch with /model NAME; /model default goes back to the agent's."
         )  # fmt: skip
-    if not _may_change(job):
-        return _OWNERS_ONLY
+    refused = refusal("model", config.agent(job.agent).commands.model, job, session)
+    if refused is not None:
+        return refused
     if wanted.lower() in _CLEAR:
         await store.set_overrides(job.session_key, job.agent, model=None)
         return f"This conversation uses the agent's model again: {allowed[0]}."
@@ -101,8 +116,9 @@ async def think_command(store: SessionStore, config: Config, job: Job, args: str
         )
     if level not in (*THINKING_LEVELS, *_CLEAR):
         return f"Unknown thinking level {level!r}: use one of {', '.join(THINKING_LEVELS)}, or default."
-    if not _may_change(job):
-        return _OWNERS_ONLY
+    refused = refusal("think", config.agent(job.agent).commands.think, job, await store.get_session(job.session_key))
+    if refused is not None:
+        return refused
     if level in _CLEAR:
         await store.set_overrides(job.session_key, job.agent, thinking=None)
         return "Thinking follows the model's setting again."
@@ -117,7 +133,7 @@ def _model_thinking(config: Config, job: Job, session: SessionRecord | None) -> 
         return "off"
 
 
-async def queue_command(store: SessionStore, lanes: Lanes[Job], job: Job, args: str) -> str:
+async def queue_command(store: SessionStore, config: Config, lanes: Lanes[Job], job: Job, args: str) -> str:
     """`/queue`: this session's queue mode; `/queue MODE` sets it (for the lanes at once, and stored for the next
     start), `/queue default` goes back to the configured one."""
     mode = args.strip().lower()
@@ -128,8 +144,10 @@ async def queue_command(store: SessionStore, lanes: Lanes[Job], job: Job, args: 
         return f"Queue mode: {lanes.mode(job.session_key)} ({why}). Modes: {modes}."
     if mode not in (*QUEUE_MODES, *_CLEAR):
         return f"Unknown queue mode {mode!r}: use one of {modes}, or default."
-    if not _may_change(job):
-        return _OWNERS_ONLY
+    session = await store.get_session(job.session_key)
+    refused = refusal("queue", config.agent(job.agent).commands.queue, job, session, active_in(lanes, job.session_key))
+    if refused is not None:
+        return refused
     if mode in _CLEAR:
         await store.set_overrides(job.session_key, job.agent, queue=None)
         lanes.set_mode(job.session_key, None)
@@ -138,6 +156,12 @@ async def queue_command(store: SessionStore, lanes: Lanes[Job], job: Job, args: 
     await store.set_overrides(job.session_key, job.agent, queue=chosen)
     lanes.set_mode(job.session_key, chosen)
     return f"Queue mode in this conversation: {chosen}."
+
+
+def active_in(lanes: Lanes[Job], key: str) -> set[str]:
+    """Whom the session's running and waiting turns act for (their principals' keys)."""
+    running = lanes.running_for(key)
+    return {job.principal.key for job in lanes.pending_items().get(key, [])} | ({running} if running else set())
 
 
 async def restore_queue_modes(store: SessionStore, lanes: Lanes[Job]) -> int:

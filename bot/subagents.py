@@ -10,11 +10,13 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bot.access import owner_key
 from bot.assemble import SetupError, session_models
 from bot.intake import journal_entry_of
+from bot.principal import lesser, session_principal
 from bot.store import InboundRecord, Store, SubagentRecord, SubagentStatus
 from bot.store.journal import JournalEntry
-from channels.base import ChatTarget, InboundMessage, Scheduled
+from channels.base import ChatTarget, InboundMessage, Principal, Scheduled
 from tools.base import RunInfo
 from tools.untrusted import wrap_untrusted
 
@@ -46,13 +48,22 @@ def child_key(agent: str, run_id: str) -> str:
 
 def _message(target: ChatTarget, run: RunInfo, text: str, message_id: str, scheduled: Scheduled) -> InboundMessage:
     """A message the bot writes into a session, in `target`'s chat, acting for whoever `run` acted for."""
+    return _written(target, run.principal, run.sender_name, text, message_id, scheduled)
+
+
+def _written(
+    target: ChatTarget, acting: Principal, name: str | None, text: str, message_id: str, scheduled: Scheduled
+) -> InboundMessage:
+    """A message the bot writes into a session, in `target`'s chat, as if `acting`'s person had sent it there: whom
+    its turn acts for is read off its sender (bot.principal), with an owner's powers only when `scheduled` says
+    (its maker sets `owner` from `acting`)."""
     return InboundMessage(
         channel=target.channel,
         account=target.account,
         peer=target.peer,
         thread_id=target.thread_id,
-        sender_id=run.sender_id or f"agent:{run.agent}",
-        sender_name=run.sender_name,
+        sender_id=(acting.person or "").partition(":")[2] or f"agent:{scheduled.agent}",
+        sender_name=name,
         text=text,
         message_id=message_id,
         scheduled=scheduled,
@@ -159,6 +170,7 @@ class Subagents:
             "parent_agent": run.agent,
             "target": run.target.model_dump(mode="json"),
             "owner": run.sender_is_owner,
+            "person": run.person,
             "sender_id": run.sender_id,
             "sender_name": run.sender_name,
             "depth": run.depth,
@@ -286,7 +298,9 @@ class Subagents:
         if session_key == run.session_key:
             raise ValueError("that is this conversation; answer in it instead")
         session = await self.store.get_session(session_key)
-        if session is None:
+        target = session_principal(session.people) if session is not None else None
+        if session is None or not (run.sender_is_owner or (target is not None and target.key == run.principal.key)):
+            # Someone who is not an owner reaches only sessions that are theirs alone; the rest are not there.
             raise LookupError(f"no session {session_key!r} (sessions_list shows them)")
         if not exchange.allows(run.agent, session.agent):
             raise ValueError(f"agent {run.agent} may not message agent {session.agent} (tools.agent_to_agent.allow)")
@@ -299,8 +313,9 @@ class Subagents:
         if where is None:
             raise ValueError("neither session has a chat to run in")
         message_id = f"send:{secrets.token_hex(6)}"
+        acting = lesser(run.principal, target)  # never more than the sender, nor than the people of the session
         scheduled = Scheduled(
-            kind="agent", job=message_id, agent=session.agent, session_key=session_key, owner=run.sender_is_owner,
+            kind="agent", job=message_id, agent=session.agent, session_key=session_key, owner=acting.owner,
             hops=run.hops + 1, reply_session=run.session_key,
         )  # fmt: skip
         source = f"session {run.session_key} (agent {run.agent})"
@@ -310,7 +325,8 @@ class Subagents:
         if wait_seconds > 0 and not busy:  # a busy session may be waiting for this one: never wait on it
             waiter = self._waiting[message_id] = asyncio.get_running_loop().create_future()
             scheduled = scheduled.model_copy(update={"awaited": True})
-        request = _message(ChatTarget.model_validate(where), run, text, message_id, scheduled)
+        name = run.sender_name if acting.key == run.principal.key else None
+        request = _written(ChatTarget.model_validate(where), acting, name, text, message_id, scheduled)
         await self._journal(request)
         if waiter is None:
             why = "it is busy; " if wait_seconds > 0 else ""
@@ -357,15 +373,14 @@ class Subagents:
     def _announcement(self, ended: SubagentRecord) -> InboundMessage:
         origin = ended.origin
         target = ChatTarget.model_validate(origin["target"])
-        parent = RunInfo(
-            agent=origin["parent_agent"], session_key=ended.parent_key, sender_id=origin["sender_id"],
-            sender_name=origin["sender_name"], sender_is_owner=origin["owner"],
-        )  # fmt: skip
+        person = origin.get("person") or owner_key(target.channel, origin["sender_id"] or "")  # kept since issue 33
+        parent = Principal(owner=origin["owner"], person=person)
         scheduled = Scheduled(
-            kind="announce", job=ended.id, agent=parent.agent, session_key=ended.parent_key,
-            owner=parent.sender_is_owner, depth=origin["depth"], hops=origin["hops"],
+            kind="announce", job=ended.id, agent=origin["parent_agent"], session_key=ended.parent_key,
+            owner=parent.owner, depth=origin["depth"], hops=origin["hops"],
         )  # fmt: skip
-        return _message(target, parent, announcement_text(ended), f"announce:{ended.id}", scheduled)
+        text = announcement_text(ended)
+        return _written(target, parent, origin["sender_name"], text, f"announce:{ended.id}", scheduled)
 
     async def answered(self, job: Job, answer: str, inbound_ids: list[int]) -> None:
         """A turn another session's message started has answered: to the waiting sessions_send, else as a message
@@ -381,16 +396,18 @@ class Subagents:
         if (waiter is None or waiter.done()) and not handed and answer.strip() and not capped:
             sender = await self.store.get_session(scheduled.reply_session)
             if sender is not None:
-                run = RunInfo(agent=scheduled.agent, session_key=scheduled.session_key, sender_id=job.message.sender_id,
-                              sender_name=job.message.sender_name, sender_is_owner=scheduled.owner)  # fmt: skip
+                # The answer came from a turn acting for `job.principal`: the turn it starts back in the sender's
+                # session acts for no more than that, nor than the sender session's people.
+                acting = lesser(job.principal, session_principal(sender.people))
                 answered = Scheduled(
                     kind="agent", job=f"send:{secrets.token_hex(6)}", agent=sender.agent,
-                    session_key=scheduled.reply_session, owner=scheduled.owner, hops=scheduled.hops + 1,
+                    session_key=scheduled.reply_session, owner=acting.owner, hops=scheduled.hops + 1,
                     reply_session=scheduled.session_key,
                 )  # fmt: skip
                 source = f"session {scheduled.session_key} (agent {scheduled.agent})"
                 text = _between(f"answer from the {source}; yours goes back to it, NO_REPLY sends none", answer, source)
-                reply = _message(job.message.target(), run, text, answered.job, answered)
+                name = job.message.sender_name if acting.key == job.principal.key else None
+                reply = _written(job.message.target(), acting, name, text, answered.job, answered)
         await self.intake.delivery.close(inbound_ids, session_key=scheduled.session_key)
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)

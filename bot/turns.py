@@ -27,7 +27,7 @@ from bot.heartbeats import quiet
 from bot.media import Received, describe, images, receive, refusal
 from bot.store import InboundRecord, PreviewStore, SubagentStatus
 from bot.streaming import StreamingReply
-from channels.base import ChatTarget, InboundMessage
+from channels.base import ChatTarget, InboundMessage, Principal
 from tools.base import RunInfo
 from tools.clock import zone
 from tools.message import MessageTool
@@ -49,18 +49,24 @@ class _Interrupted(Exception):
 
 @dataclass(frozen=True)
 class Job:
-    """One inbound message on its way to an agent: its journal row, the message, and where it routes."""
+    """One inbound message on its way to an agent: its journal row, the message, where it routes, and whom its turn
+    acts for (bot.principal decides)."""
 
     inbound_id: int
     message: InboundMessage
     agent: str
     session_key: str
+    principal: Principal
     folded_ids: tuple[int, ...] = ()  # journal rows of earlier messages folded into this one
     # When the journal received it, in the agent's zone (`[Wed 2026-11-25 14:03 UTC]`, tools.clock): the same
     # bytes when the turn runs again after a restart.
     envelope: str = ""
-    owner: bool = False  # the sender is one of the bot's owners
     received: float = 0.0  # when the journal received it (seconds since the epoch)
+
+    @property
+    def owner(self) -> bool:
+        """Whether the turn acts for the bot's owners."""
+        return self.principal.owner
 
     @property
     def inbound_ids(self) -> tuple[int, ...]:
@@ -86,7 +92,8 @@ def _line(job: Job, said: str) -> str:
 
 
 def fold(jobs: list[Job]) -> Job:
-    """Many queued messages folded into one: the newest message's place, every text kept in order."""
+    """Many queued messages of one principal (agent.lanes folds no others) folded into one: the newest message's
+    place, every text kept in order."""
     newest = jobs[-1]
     lines = [f"[{len(jobs)} earlier messages, combined because they arrived while I was busy]"]
     lines += [_line(job, _said(job.message)) for job in jobs]
@@ -314,7 +321,7 @@ class Turns:
             jobs[-1].agent,
             key,
             channel=sender.channel,
-            owner=self._acts_for_owner(jobs),
+            principal=_principal(jobs),
             peer_kind=sender.peer.kind,
             sender_id=sender.sender_id,
             sender_name=sender.sender_name,
@@ -364,15 +371,6 @@ class Turns:
             return _Answer(outcome.result.text, outcome.status)
         return _Answer(outcome.user_message or "Sorry, I could not answer that.", outcome.status)
 
-    def _acts_for_owner(self, jobs: list[Job]) -> bool:
-        """Whether the turn runs with an owner's powers: a turn the bot started itself (a schedule's, a subagent's,
-        another session's message) with those of whoever it acts for, when nothing a person sent is in it;
-        otherwise with the newest sender's."""
-        if all(job.message.scheduled is not None and not job.folded_ids for job in jobs):
-            return all(job.message.scheduled is not None and job.message.scheduled.owner for job in jobs)
-        newest = jobs[-1].message
-        return self.app.owns(newest.channel, newest.sender_id)
-
     async def _message(self, jobs: list[Job], run: RunInfo) -> UserMessage:
         """The user message for the batch, with the files that came with it fetched into the run's workspace."""
         files = [await self._receive(job, run) for job in jobs]
@@ -401,6 +399,17 @@ class Turns:
             with contextlib.suppress(Exception):
                 await adapter.typing(message.target())
             await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+
+def _principal(jobs: Sequence[Job]) -> Principal:
+    """Whom a batch's turn acts for: the one principal its messages share (agent.lanes batches no others). Should
+    they ever differ, the least of them: an owner's powers only when every message is an owner's."""
+    newest = jobs[-1].principal
+    if all(job.principal.key == newest.key for job in jobs):
+        return newest
+    log.error("a batch of %d messages acts for different principals; it runs with the least of them", len(jobs))
+    others = [job.principal for job in jobs if not job.owner]
+    return Principal(owner=False, person=others[0].person if others else None)
 
 
 def _user_message(jobs: Sequence[Job], files: Sequence[Sequence[Received]], show_images: bool) -> UserMessage:

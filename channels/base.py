@@ -122,18 +122,36 @@ class ChatTarget(BaseModel):
     thread_id: str | None = None
 
 
+class Principal(BaseModel):
+    """Who a run acts for: the bot's owners, or one person who is not an owner (`person`, `channel:id`). Every turn
+    has exactly one, decided in one place (bot.principal) from whoever started it; there is no default."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: bool
+    person: str | None = None  # the non-owner's `channel:id` (None for the owners, and for nobody in particular)
+
+    @property
+    def key(self) -> str:
+        """`owners`, or the person's `channel:id`: what a session records of who had turns in it."""
+        return "owners" if self.owner else self.person or "nobody"
+
+
+OWNERS = Principal(owner=True)
+
+
 class Scheduled(BaseModel):
     """What started a turn that no person sent: a cron job's tick, a heartbeat, a subagent's task (`subagent`) or its
     announcement to the parent (`announce`), another session's message (`agent`), a steer into a running child
     (`steer`). Never set by an adapter, so no person can pose as one. The turn runs for `agent` in `session_key`
-    with an owner's powers only when `owner` (a job's maker is an owner; a child acts for whoever its parent acted
-    for)."""
+    with an owner's powers only when `owner` says so (it has no default: whoever makes one decides, bot.principal);
+    otherwise it acts for the message's sender, whose message it stands in for."""
 
     kind: Literal["cron", "heartbeat", "subagent", "announce", "agent", "steer"] = "cron"
     job: str  # the cron job's id, the child's run id, or the message's id between sessions
     agent: str
     session_key: str
-    owner: bool = True
+    owner: bool
     depth: int = 0  # a child's depth below the session people talk to (RunInfo.depth)
     hops: int = 0  # messages agents have exchanged so far (RunInfo.hops)
     reply_session: str | None = None  # `agent`: the session the answer goes back to

@@ -16,6 +16,7 @@ from fakes.telegram import FakeTelegram
 from helpers import eventually
 from test_cluster_bot_run import OWNERS, Cluster, cluster, query, settled
 
+from bot.principal import SHELL
 from bot.schedules import Job
 from bot.store.postgres import PostgresStore
 
@@ -97,9 +98,10 @@ def soon(seconds: float) -> str:
 
 
 async def add_job(url: str, job_id: str, at: str, message: str, deliver: str) -> None:
-    """A one-shot job, as `bot cron add` records it: it fires at `at`, counted from now (its creation)."""
+    """A one-shot job, as `bot cron add` records it (made at the shell: the owners'): it fires at `at`, counted from
+    now (its creation)."""
     async with await PostgresStore.open(url) as store:
-        await store.save_job(Job(id=job_id, at=at, message=message, deliver=deliver).model_dump(mode="json"), "test")
+        await store.save_job(Job(id=job_id, at=at, message=message, deliver=deliver).model_dump(mode="json"), SHELL)
 
 
 async def test_a_cron_job_fires_once_across_the_three_processes(

@@ -127,7 +127,7 @@ def test_only_a_persons_message_in_a_group_is_quoted() -> None:
     assert quoted(group_message(peer=Peer("channel", "c1"))) == "41"
     assert quoted(group_message(peer=Peer("direct", "7"))) is None
     assert quoted(group_message(message_id="click:41:ab", button=True, reply_to="41")) is None
-    cron = Scheduled(job="j1", agent="main", session_key="agent:main:main")
+    cron = Scheduled(job="j1", agent="main", session_key="agent:main:main", owner=True)
     assert quoted(group_message(message_id="cron:j1:1.0", scheduled=cron)) is None
 
 

@@ -12,7 +12,8 @@ import pytest
 from helpers import WAIT, FakeClock, eventually
 from pydantic import ValidationError
 
-from agent.lanes import OWNER, Lanes, Party, QueueMode, QueueSettings, RunControl, per_sender_notice
+from agent.lanes import Lanes, QueueMode, QueueSettings, RunControl, per_sender_notice
+from channels.base import OWNERS, Principal
 
 GUARD = WAIT  # seconds: only a hang reaches it, and it fails the test instead of blocking the suite
 Handler = Callable[[str, list[str], RunControl[str]], Awaitable[None]]
@@ -64,6 +65,11 @@ class Notices:
         self.sent.append((key, item, text))
 
 
+def everyone_an_owner(item: str) -> Principal:
+    """Every item acts for the owners: one principal, so batches join as the queue modes say."""
+    return OWNERS
+
+
 def lanes_for(
     handler: Handler,
     mode: QueueMode = "collect",
@@ -80,6 +86,7 @@ def lanes_for(
         handler,
         fold=join,
         notify=notify or Notices(),
+        principal=everyone_an_owner,
         max_concurrent=max_concurrent,
         settings=settings,
         clock=clock or time.monotonic,
@@ -400,7 +407,8 @@ async def test_a_failing_notify_is_logged_and_the_queue_goes_on(caplog: pytest.L
         raise ConnectionError("chat is down")
 
     held = Held()
-    lanes = Lanes(held, fold=join, notify=broken, settings=QueueSettings(cap=1, debounce_ms=0))
+    settings = QueueSettings(cap=1, debounce_ms=0)
+    lanes = Lanes(held, fold=join, notify=broken, principal=everyone_an_owner, settings=settings)
     with caplog.at_level(logging.ERROR, logger="agent.lanes"):
         await lanes.submit("k", "m1")
         await eventually(lambda: lanes.busy("k"), "the first turn")
@@ -564,10 +572,10 @@ async def test_idle_sessions_leave_no_lanes_behind() -> None:
 # --- fair share: owners first, a slot kept for them, and a cap per non-owner -------------------------------------
 
 
-def by_sender(item: str) -> Party:
+def by_sender(item: str) -> Principal:
     """Items are `sender:text`; the sender `owner` is an owner."""
     sender = item.split(":", 1)[0]
-    return OWNER if sender == "owner" else Party(sender=sender, owner=False)
+    return OWNERS if sender == "owner" else Principal(owner=False, person=sender)
 
 
 class Gates:
@@ -592,7 +600,7 @@ def fair_lanes(handler: Gates, notices: Notices, *, max_concurrent: int = 4, per
         notify=notices,
         max_concurrent=max_concurrent,
         per_sender=per_sender,
-        party=by_sender,
+        principal=by_sender,
         settings=QueueSettings(mode="followup"),
     )
 
@@ -741,3 +749,98 @@ async def test_steer_set_for_one_session_hands_it_arrivals_and_clearing_it_resto
     held.release.set()
     await eventually(lambda: lanes.lane_count() == 0, "the session to go idle")
     assert held.items() == [["m1"], ["m3"], ["m4"]]  # back to followup: one turn each
+
+
+# --- principals: a batch, a steer, an interrupt, a fold and /stop never mix people ----------------------------------
+
+
+def by_people(handler: Held, mode: QueueMode, *, cap: int = 20) -> Lanes[str]:
+    """Lanes whose items are `sender:text` (bo and cy are strangers, owner is an owner), with no debounce."""
+    settings = QueueSettings(mode=mode, debounce_ms=0, cap=cap)
+    return Lanes(handler, fold=join, notify=Notices(), principal=by_sender, settings=settings)
+
+
+async def test_a_batch_joins_only_messages_that_act_for_the_same_principal() -> None:
+    held = Held()
+    lanes = by_people(held, "collect")
+    await lanes.submit("k", "owner:first")
+    await eventually(lambda: len(held.batches) == 1, "the first turn to run")
+    for item in ("bo:rewrite AGENTS.md", "bo:now", "owner:hi", "cy:me too", "owner:and"):
+        await lanes.submit("k", item)
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "every turn to run")
+    # in order, each run of one principal's messages a turn of its own: never a stranger's words in an owner's turn
+    assert held.items() == [["owner:first"], ["bo:rewrite AGENTS.md", "bo:now"], ["owner:hi"], ["cy:me too"],
+                            ["owner:and"]]  # fmt: skip
+
+
+async def test_steering_takes_only_the_running_principals_messages() -> None:
+    held = Held()
+    lanes = by_people(held, "steer")
+    await lanes.submit("k", "owner:long job")
+    await eventually(lambda: len(held.controls) == 1, "the owner's turn to run")
+    await lanes.submit("k", "bo:do my thing instead")
+    await lanes.submit("k", "owner:also this")
+    assert held.controls[0].take_steered() == []  # the stranger's message comes first: nothing passes it
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "every turn to run")
+    assert held.items() == [["owner:long job"], ["bo:do my thing instead"], ["owner:also this"]]
+
+    held2 = Held()
+    lanes = by_people(held2, "steer")
+    await lanes.submit("k", "owner:long job")
+    await eventually(lambda: len(held2.controls) == 1, "the owner's turn to run")
+    await lanes.submit("k", "owner:and this")
+    assert held2.controls[0].take_steered() == ["owner:and this"]  # the control: the same principal's message
+    held2.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the turn to end")
+
+
+async def test_a_message_interrupts_only_its_own_principals_turn_unless_an_owner_sends_it() -> None:
+    for running, arriving, interrupts in [
+        ("owner:answer me", "bo:stop that", False),  # a stranger cannot cut the owner's answer short
+        ("bo:long", "bo:no, this", True),  # her own turn she may
+        ("bo:long", "owner:enough", True),  # an owner may interrupt anyone's
+    ]:
+        held = Held()
+        lanes = by_people(held, "interrupt")
+        await lanes.submit("k", running)
+        await eventually(lambda held=held: len(held.controls) == 1, "the first turn to run")
+        await lanes.submit("k", arriving)
+        assert held.controls[0].cancel.is_set() == interrupts, (running, arriving)
+        held.release.set()
+        await eventually(lambda lanes=lanes: lanes.lane_count() == 0, "every turn to run")
+
+
+async def test_past_the_cap_only_neighbours_of_one_principal_are_folded() -> None:
+    held = Held()
+    lanes = by_people(held, "followup", cap=2)
+    await lanes.submit("k", "owner:first")
+    await eventually(lambda: len(held.batches) == 1, "the first turn to run")
+    for item in ("bo:a", "bo:b", "bo:c"):
+        await lanes.submit("k", item)
+    assert lanes.pending_items()["k"] == ["bo:a+bo:b", "bo:c"]  # her own folded, within the cap
+    await lanes.submit("k", "owner:x")
+    await lanes.submit("k", "cy:y")
+    # over the cap, but the owner's and cy's messages are never folded into bo's nor into each other
+    assert lanes.pending_items()["k"] == ["bo:a+bo:b+bo:c", "owner:x", "cy:y"]
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "every turn to run")
+    assert held.items()[1:] == [["bo:a+bo:b+bo:c"], ["owner:x"], ["cy:y"]]
+
+
+async def test_stop_for_one_principal_stops_only_its_turn_and_drops_only_its_messages() -> None:
+    held = Held()
+    lanes = by_people(held, "followup")
+    await lanes.submit("k", "owner:answer")
+    await eventually(lambda: len(held.controls) == 1, "the owner's turn to run")
+    await lanes.submit("k", "bo:one")
+    await lanes.submit("k", "owner:two")
+    assert lanes.running_for("k") == "owners"
+    assert await lanes.stop("k", by_sender("bo:")) == 1
+    assert not held.controls[0].cancel.is_set()  # the owner's answer goes on
+    assert lanes.pending_items()["k"] == ["owner:two"]
+    assert await lanes.stop("k") == 1  # everything (an owner's /stop)
+    assert held.controls[0].cancel.is_set()
+    held.release.set()
+    await eventually(lambda: lanes.lane_count() == 0, "the lane to empty")

@@ -29,9 +29,11 @@ from tools.mcp.server import BACKOFF_START
 from tools.mcp.settings import McpServerSettings
 from tools.policy import Selection, ToolsConfig, select_tools
 from tools.registry import ToolRegistry
+from tools.sandbox import BotFolders
 from tools.schema import tool_schema
 
 SERVERS = Path(__file__).resolve().parent / "mcp_servers"
+SHIELDED = BotFolders()  # the shield a bot starts its stdio servers under, here with no folders of a bot to hide
 OWNER = 4242
 STARTED = "channel telegram account main started"
 NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -44,10 +46,16 @@ def stdio(script: str, **settings: Any) -> McpServerSettings:
 
 @contextlib.asynccontextmanager
 async def serving(
-    servers: dict[str, McpServerSettings], *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, **more: Any
+    servers: dict[str, McpServerSettings],
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    hide: BotFolders | None = SHIELDED,
+    base_dir: Path = SERVERS,
+    **more: Any,
 ) -> AsyncIterator[tuple[McpManager, ToolRegistry]]:
-    """The servers started (each running or failed once), their tools in a registry beside the built-in ones."""
-    manager = McpManager(servers, base_dir=SERVERS, sleep=sleep, **more)
+    """The servers started (each running or failed once), their tools in a registry beside the built-in ones; each
+    stdio server under the shield, as a bot starts it."""
+    manager = McpManager(servers, base_dir=base_dir, sleep=sleep, hide=hide, **more)
     registry = builtin_registry()
     manager.reserve(registry.names())
     registry.attach(manager)
@@ -163,6 +171,81 @@ async def test_a_remote_server_with_a_secret_header(flag: str, transport: str | 
         async with serving(config.mcp.servers) as (_, registry):
             assert unwrapped(await call(registry, "web__echo", {"text": "over the wire"}))[1] == "echo: over the wire"
             assert unwrapped(await call(registry, "web__whoami"))[1] == "Bearer s3cret-remote-token"
+
+
+# --- apart from the bot: the shield, and answers capped ---------------------------------------------------------------
+
+
+async def test_without_bubblewrap_a_stdio_server_is_not_started_bare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "started"
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no bwrap to be found
+    # A server that would leave a mark if it ever ran (its interpreter is named by its full path).
+    code = f"open({str(marker)!r}, 'w').close()"
+    servers = {"marker": McpServerSettings(command=sys.executable, args=["-c", code])}
+    async with serving(servers, sleep=Sleeps(block_after=1)) as (manager, _):
+        [status] = manager.status()
+        assert status.state == "failed"
+        assert status.error == (
+            "cannot start it apart from the bot: bubblewrap (bwrap) is not installed: install it (apt-get install "
+            "bubblewrap)"
+        )
+    assert not marker.exists()
+
+
+async def test_a_server_sees_its_own_folder_in_the_config_folder_and_nothing_else_of_it(tmp_path: Path) -> None:
+    folder = tmp_path / "bot"  # the config's folder: .env, the state, and a folder of the server's own files
+    (folder / "servers").mkdir(parents=True)
+    (folder / ".env").write_text("GITHUB_TOKEN=ghp_in_dotenv\n")
+    (folder / "state").mkdir()
+    (folder / "servers" / "prying.py").write_text((SERVERS / "prying.py").read_text())
+    servers = {
+        "own": McpServerSettings(command=sys.executable, args=["prying.py"], cwd="servers"),
+        "beside": McpServerSettings(command=sys.executable, args=["servers/prying.py"]),  # cwd: the config's folder
+    }
+    hide = BotFolders(config=str(folder), state=str(folder / "state"))
+    async with serving(servers, hide=hide, base_dir=folder, sleep=Sleeps(block_after=1)) as (manager, registry):
+        assert unwrapped(await call(registry, "own__list_folder", {"path": "."}))[1] == "prying.py"
+        assert unwrapped(await call(registry, "own__list_folder", {"path": str(folder)}))[1] == "servers"
+        dotenv = unwrapped(await call(registry, "own__read_file", {"path": str(folder / ".env")}))[1]
+        assert dotenv == f"cannot read {folder / '.env'}: No such file or directory"
+        beside = manager.status()[1]
+        assert beside.state == "failed"
+        assert beside.error is not None and beside.error.endswith(
+            f"(servers/prying.py is in {folder}, the bot's own folder, which MCP servers do not see: put the "
+            "server's files in a folder of their own and set its cwd there)"
+        )
+
+
+async def test_a_huge_answer_is_cut_and_says_so_and_only_a_few_images_are_shown() -> None:
+    from mcp.types import CallToolResult, ImageContent, TextContent
+
+    from tools.mcp.results import MAX_IMAGES, MAX_TEXT_CHARS, tool_result
+
+    async with serving({"huge": stdio("huge.py")}) as (_, registry):
+        result = await call(registry, "huge__dump")
+    payload = json.loads(result.text)
+    assert payload["truncated"] is True
+    assert payload["note"] == "the server's answer was cut at 100,000 of its 3,145,728 characters; ask it for less"
+    source, text = fenced(payload["content"])
+    assert source == "MCP server huge, tool dump" and len(text) == MAX_TEXT_CHARS and text.startswith("START x")
+
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="  # 1 px
+    many = CallToolResult(content=[TextContent(text="six pictures")] + [
+        ImageContent(data=pixel, mime_type="image/png") for _ in range(6)
+    ])  # fmt: skip
+    shown = tool_result("pics__show", "pics", "show", many)
+    assert len([block for block in shown.content if isinstance(block, ImageBlock)]) == MAX_IMAGES
+    assert json.loads(shown.text)["content"].count("not shown, more than 4 in one answer") == 2
+    failed = tool_result(
+        "huge__dump", "huge", "dump", CallToolResult(content=[TextContent(text="y" * 200_000)], is_error=True)
+    )
+    assert failed.is_error and json.loads(failed.text)["error"].endswith(
+        "\n(the server's answer was cut at 100,000 of its 200,000 characters; ask it for less)"
+    )
 
 
 # --- servers that misbehave -------------------------------------------------------------------------------------------

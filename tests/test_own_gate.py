@@ -1,4 +1,5 @@
-"""The agent cannot touch its own gate: no workspace may hold the config file or the state directory."""
+"""The agent cannot touch its own gate: no workspace may hold the config file or the state directory (nor lie inside
+the state), and the error words each case as it is."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def config_with(folder: Path, agent: str) -> Path:
 @pytest.mark.parametrize(
     ("agent", "holds"),
     [
-        ("    workspace: .\n", "the config file"),
-        ("    workspace: ./\n", "the config file"),
-        ("    workspace: ../\n", "the config file"),
-        ("    workspace: state/agent\n", "the state directory"),
-        ("    workspace: state\n", "the state directory"),
+        ("    workspace: .\n", "holds the config file"),
+        ("    workspace: ./\n", "holds the config file"),
+        ("    workspace: ../\n", "holds the config file"),
+        ("    workspace: ../\n", "holds the state directory"),
+        ("    workspace: state/agent\n", "lies inside the state directory"),
+        ("    workspace: state\n", "is the state directory"),
     ],
 )
 def test_a_workspace_that_holds_the_config_or_the_state_is_refused(tmp_path: Path, agent: str, holds: str) -> None:

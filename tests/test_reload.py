@@ -1,6 +1,7 @@
 """Live reload through a real `bot run` (the fake Telegram, the fake LLM): a binding changed on disk routes the next
-message to the new agent with no restart, a broken edit leaves the old config serving, SIGHUP reloads at once, and a
-channel account whose settings changed is restarted alone; which sections need a restart."""
+message to the new agent with no restart, a broken edit (or one `bot run` would refuse at start: a workspace holding
+the config) leaves the old config serving, SIGHUP reloads at once, `.env` waits for the next start, and a channel
+account whose settings changed is restarted alone; which sections need a restart."""
 
 from __future__ import annotations
 
@@ -105,3 +106,48 @@ def test_which_accounts_restart_and_which_sections_wait_for_the_next_start() -> 
     assert stop == {("telegram", "main"), ("telegram", "other")}
     assert start == {("telegram", "main"), ("telegram", "third")}
     assert needs_restart(old, parsed(admin={"listen": "127.0.0.1:9464"}, owners=["telegram:1"])) == ["admin"]
+
+
+async def test_a_reload_whose_workspace_holds_the_config_is_refused_and_the_old_config_keeps_serving(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg, path, log = fake_telegram, tmp_path / "bindings.yaml", tmp_path / "bot.log"
+    process = await launch_bot(config(tmp_path, fake_llm, tg, "main"), tmp_path, STARTED)
+    try:
+        assert await answered_by(fake_llm, tg, "before") == "main-model"
+        edited = config(tmp_path, fake_llm, tg, "ops")  # would route DMs to ops, whose workspace holds the config
+        edited["agents"][1]["workspace"] = str(tmp_path)
+        path.write_text(json.dumps(edited))
+        await eventually(lambda: "is not valid; the bot keeps the config it had" in log.read_text(), "the refusal")
+        assert f"{path}:1: agents[1].workspace: agent 'ops': the workspace {tmp_path} holds the config file" in (
+            log.read_text()
+        )
+        assert await answered_by(fake_llm, tg, "after") == "main-model"  # the old config still serving
+        assert RELOADED not in log.read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await process.wait() == 0
+
+
+async def test_dotenv_edited_while_running_changes_nothing_until_the_next_start(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg, log = fake_telegram, tmp_path / "bot.log"
+    settings = config(tmp_path, fake_llm, tg, "main")
+    settings["defaults"]["model"] = "fake/${DOTENV_MODEL:-main-model}"
+    process = await launch_bot(settings, tmp_path, STARTED)
+    try:
+        assert await answered_by(fake_llm, tg, "before") == "main-model"
+        (tmp_path / ".env").write_text("DOTENV_MODEL=dotenv-model\n")
+        process.send_signal(signal.SIGHUP)  # a reload, as an edit of bindings.yaml would make
+        await eventually(lambda: RELOADED in log.read_text(), "the reload")
+        assert await answered_by(fake_llm, tg, "after the reload") == "main-model"  # .env was not read again
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await process.wait() == 0
+    process = await launch_bot(settings, tmp_path, STARTED)  # the control: at the next start it applies
+    try:
+        assert await answered_by(fake_llm, tg, "after the restart") == "dotenv-model"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await process.wait() == 0

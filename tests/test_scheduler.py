@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from helpers import FakeClock
 
-from bot.scheduler import Scheduler
+from bot.scheduler import ScheduledJob, Scheduler
 from bot.schedules import Job
 from bot.store import JobRunRecord, OutboxEntry, SqliteStore
 from bot.store.journal import JournalEntry
@@ -28,12 +28,13 @@ class Launcher:
         self.launched: list[tuple[str, float]] = []
         self.unreachable: str | None = None
 
-    def prepare(self, job: Job, tick: float, heartbeat: bool = False) -> JournalEntry | str:
+    def prepare(self, scheduled: ScheduledJob, tick: float) -> JournalEntry | str:
         if self.unreachable is not None:
             return self.unreachable
         return JournalEntry(
-            channel="telegram", account="default", chat="direct:1", message_id=f"cron:{job.id}:{tick}", payload={}
-        )
+            channel="telegram", account="default", chat="direct:1", message_id=f"cron:{scheduled.job.id}:{tick}",
+            payload={},
+        )  # fmt: skip
 
     async def launch(self, run: JobRunRecord, inbound: JournalEntry) -> None:
         self.launched.append((run.job_id, run.tick))

@@ -33,11 +33,12 @@ from bot.session_commands import (
 from bot.store import SqliteStore
 from bot.store.sessions import UsageRow
 from bot.turns import Job, fold
-from channels.base import InboundMessage
+from channels.base import OWNERS, InboundMessage, Principal
 from routing import Peer
 
 NOW = datetime(2026, 11, 27, 10, 0, tzinfo=UTC).timestamp()
 KEY = "agent:main:telegram:direct:1"
+DM = "agent:main:telegram:direct:7"  # the stranger's own
 PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
 
 
@@ -77,7 +78,8 @@ def make_config(**agent: Any) -> Config:
 
 def job(*, kind: Literal["direct", "group", "channel"] = "direct", owner: bool = True, key: str = KEY) -> Job:
     message = InboundMessage(channel="telegram", peer=Peer(kind, "1"), sender_id="7", message_id="m1")
-    return Job(1, message, "main", key, owner=owner)
+    principal = OWNERS if owner else Principal(owner=False, person="telegram:7")
+    return Job(1, message, "main", key, principal)
 
 
 def tokens(total: int, out: int, read: int = 0, write: int = 0) -> Usage:
@@ -186,23 +188,34 @@ async def test_model_lists_switches_refuses_and_resets(store: SqliteStore) -> No
     assert (await store.get_session(KEY)).overrides == {}  # type: ignore[union-attr]
 
 
-async def test_in_groups_only_owners_change_settings_and_everyone_may_look(store: SqliteStore) -> None:
+async def test_what_changes_the_cost_is_the_owners_and_the_queue_is_for_whose_conversation_it_is(
+    store: SqliteStore,
+) -> None:
     config = make_config()
     lanes = idle_lanes()
-    stranger = job(kind="group", owner=False)
-    assert "only the bot's owners" in await model_command(store, config, stranger, "fake/big")
-    assert "only the bot's owners" in await think_command(store, config, stranger, "high")
-    assert "only the bot's owners" in await queue_command(store, lanes, stranger, "steer")
-    assert await store.get_session(KEY) is None and lanes.mode(KEY) == "collect"
-    assert "fake/m (current" in await model_command(store, config, stranger, "")
-    assert (
-        await think_command(store, config, job(kind="group", owner=True), "high")
-        == "Thinking in this conversation: high."
+    in_group, in_dm = job(kind="group", owner=False), job(kind="direct", owner=False)
+    for stranger in (in_group, in_dm):  # agents[].commands: model and think are the owners' by default
+        assert await model_command(store, config, stranger, "fake/big") == "Only the bot's owners can use /model here."
+        assert await think_command(store, config, stranger, "high") == "Only the bot's owners can use /think here."
+    assert await store.get_session(KEY) is None
+    assert "fake/m (current" in await model_command(store, config, in_group, "")  # anyone may look
+    assert await think_command(store, config, job(kind="group", owner=True), "high") == (
+        "Thinking in this conversation: high."
     )
-    assert (
-        await think_command(store, config, job(kind="direct", owner=False), "low")
-        == "Thinking in this conversation: low."
-    )
+    # /queue is `own`: a conversation others have talked in is not this person's to change...
+    await store.touch_session(KEY, principal="owners")  # the owners had a turn here
+    refused = await queue_command(store, config, lanes, in_group, "steer")
+    assert "changes this conversation for everyone in it" in refused
+    assert lanes.mode(KEY) == "collect"
+    # ...while one only they have talked in is
+    own = job(kind="direct", owner=False, key=DM)
+    await store.ensure_session(DM, "main")
+    await store.touch_session(DM, principal="telegram:7")
+    assert await queue_command(store, config, lanes, own, "steer") == "Queue mode in this conversation: steer."
+    # and `agents[].commands` opens what the owners choose
+    generous = make_config(commands={"think": "own", "model": "everyone"})
+    assert await think_command(store, generous, own, "low") == "Thinking in this conversation: low."
+    assert "now uses fake/big" in await model_command(store, generous, in_group, "fake/big")
 
 
 async def test_think_shows_sets_and_reaches_every_candidate(store: SqliteStore) -> None:
@@ -234,23 +247,24 @@ def idle_lanes() -> Lanes[Job]:
     async def notify(key: str, item: Job, text: str) -> None:
         return None
 
-    return Lanes(handler, fold=fold, notify=notify)
+    return Lanes(handler, fold=fold, notify=notify, principal=lambda job: job.principal)
 
 
 async def test_queue_sets_the_lanes_mode_stores_it_and_a_new_start_restores_it(store: SqliteStore) -> None:
     lanes = idle_lanes()
-    assert await queue_command(store, lanes, job(), "") == (
+    assert await queue_command(store, make_config(), lanes, job(), "") == (
         "Queue mode: collect (the default). Modes: collect, followup, steer, interrupt."
     )
-    assert "Unknown queue mode 'later'" in await queue_command(store, lanes, job(), "later")
-    assert await queue_command(store, lanes, job(), "steer") == "Queue mode in this conversation: steer."
+    assert "Unknown queue mode 'later'" in await queue_command(store, make_config(), lanes, job(), "later")
+    assert await queue_command(store, make_config(), lanes, job(), "steer") == "Queue mode in this conversation: steer."
     assert lanes.mode(KEY) == "steer" and lanes.mode("another") == "collect"
-    assert (await queue_command(store, lanes, job(), "")).startswith("Queue mode: steer (this conversation's)")
+    shown = await queue_command(store, make_config(), lanes, job(), "")
+    assert shown.startswith("Queue mode: steer (this conversation's)")
     await store.set_overrides("k2", "main", model="fake/big")  # no queue mode: nothing to restore
     restarted = idle_lanes()
     assert await restore_queue_modes(store, restarted) == 1
     assert restarted.mode(KEY) == "steer" and restarted.mode("k2") == "collect"
-    assert "back to the default: collect" in await queue_command(store, lanes, job(), "default")
+    assert "back to the default: collect" in await queue_command(store, make_config(), lanes, job(), "default")
     assert lanes.mode(KEY) == "collect"
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
-from channels.base import Capabilities, ChatTarget
+from channels.base import Capabilities, ChatTarget, Principal
 from tools.sandbox import SandboxSettings
 from tools.skills import Skill
 
@@ -120,7 +120,10 @@ class RunInfo(BaseModel):
     channel: str = "console"
     sender_id: str | None = None
     sender_name: str | None = None
+    # Whom the run acts for (bot.principal decides; bot.app.run_info sets both): the owners, or `person`
+    # (`channel:id`, None for nobody in particular). Not an owner unless said.
     sender_is_owner: bool = False
+    person: str | None = None
     capabilities: Capabilities = Field(default_factory=Capabilities)
     workspace: str | None = None  # the folder the file, memory and exec tools work in
     # The agent's whole workspace (None: `workspace` itself). Under `memory.scope: sender` a non-owner's run has
@@ -141,6 +144,11 @@ class RunInfo(BaseModel):
     # Messages agents have passed back and forth in the exchange this run belongs to (sessions_send): capped by
     # `tools.agent_to_agent.max_exchanges`, so two agents cannot keep each other busy for ever.
     hops: int = 0
+
+    @property
+    def principal(self) -> Principal:
+        """Whom the run acts for."""
+        return Principal(owner=self.sender_is_owner, person=self.person)
 
     @property
     def acts_anywhere(self) -> bool:

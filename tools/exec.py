@@ -16,7 +16,16 @@ from pydantic import BaseModel, Field, model_validator
 
 from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
 from tools.exec_programs import NEUTRAL_ENV
-from tools.sandbox import Launch, Release, SandboxSettings, launch, sandbox_problem, shield, shield_problem
+from tools.sandbox import (
+    BotFolders,
+    Launch,
+    Release,
+    SandboxSettings,
+    launch,
+    sandbox_problem,
+    shield,
+    shield_problem,
+)
 
 ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -107,13 +116,13 @@ class OutputBuffer:
         return f"{head}{newline}[… {self.cut:,} bytes cut …]\n{tail}"
 
 
-def _launch(command: str, cwd: str, sandbox: SandboxSettings | None, hide: Sequence[str] | None) -> Launch:
-    """The command line: /bin/sh inside the sandbox; else, shielded from the bot when `hide` lists its own files;
+def _launch(command: str, cwd: str, sandbox: SandboxSettings | None, hide: BotFolders | None) -> Launch:
+    """The command line: /bin/sh inside the sandbox; else, shielded from the bot when `hide` names its folders;
     else (a tool used without a bot around it) /bin/sh itself."""
     if sandbox is not None:
         return launch(sandbox, command, cwd, command_environment(cwd))
     if hide is not None:
-        return shield(command, cwd, hide)
+        return shield([SHELL, "-c", command], cwd, hide)
     return Launch([SHELL, "-c", command])
 
 
@@ -127,7 +136,7 @@ def _release_later(release: Release) -> None:
 
 
 async def _spawn(
-    command: str, cwd: str, sandbox: SandboxSettings | None = None, hide: Sequence[str] | None = None
+    command: str, cwd: str, sandbox: SandboxSettings | None = None, hide: BotFolders | None = None
 ) -> tuple[asyncio.subprocess.Process, Release]:
     """Start `command` under /bin/sh in `cwd` (inside the sandbox when `sandbox` is set), in its own process group,
     with stdout and stderr as one pipe; also returns what to clean up once it has ended.
@@ -301,11 +310,11 @@ class BackgroundProcess:
 class ProcessTable:
     """The background commands of all runs, keyed by handle; each handle belongs to one session key."""
 
-    def __init__(self, *, sleep: Sleep = asyncio.sleep, hide: Sequence[str] | None = None) -> None:
+    def __init__(self, *, sleep: Sleep = asyncio.sleep, hide: BotFolders | None = None) -> None:
         self._entries: dict[str, BackgroundProcess] = {}
-        # The bot's own files (its config, its state): every command of a bot runs shielded from them and from the
-        # bot's processes; None only where no bot is around (a tool used on its own).
-        self.hide = None if hide is None else list(hide)
+        # The bot's own folders (its config's, its state): every command of a bot runs shielded from them and from
+        # the bot's processes; None only where no bot is around (a tool used on its own).
+        self.hide = hide
         self._closed = False
         self.sleep = sleep  # waits out each command's timeout
 

@@ -18,12 +18,14 @@ from tools.base import RunInfo
 
 __all__ = [
     "AUTHORS_FILE",
+    "NOBODY_FOLDER",
     "RECORDS_FOLDER",
     "SENDERS_FOLDER",
     "Author",
     "Provenance",
     "ScopeError",
     "clean_name",
+    "person_workspace",
     "prepare_root",
     "record_write",
     "run_author",
@@ -109,6 +111,18 @@ def sender_folder_name(channel: str, sender_id: str) -> str:
 def sender_workspace(workspace: Path, channel: str, sender_id: str) -> Path:
     """The folder a non-owner's run works in under `memory.scope: sender`: `<workspace>/senders/<channel>-<id>`."""
     return workspace / SENDERS_FOLDER / sender_folder_name(channel, sender_id)
+
+
+NOBODY_FOLDER = "_nobody"  # every sender's folder name has a dash: this one is never a person's
+
+
+def person_workspace(workspace: Path, person: str | None) -> Path:
+    """The folder of a non-owner's run acting for `person` (`channel:id`); for nobody in particular (None), a
+    folder of its own that no person's run shares."""
+    if person is None:
+        return workspace / SENDERS_FOLDER / NOBODY_FOLDER
+    channel, _, sender_id = person.partition(":")
+    return sender_workspace(workspace, channel, sender_id)
 
 
 def run_author(run: RunInfo) -> Author | None:

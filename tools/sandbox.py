@@ -1,4 +1,5 @@
-"""The sandbox `exec` and `process` commands run in: bubblewrap (or docker), only the workspace writable, no network."""
+"""The sandbox `exec` and `process` commands run in: bubblewrap (or docker), only the workspace writable, no network;
+and the shield everything else the bot runs (an owner's command, an MCP server) runs under: apart from the bot."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ __all__ = [
     "ETC_FILES",
     "NETWORK_ETC_FILES",
     "SYSTEM_DIRS",
+    "BotFolders",
     "Launch",
     "SandboxSettings",
     "bwrap_argv",
@@ -439,27 +441,82 @@ def launch(settings: SandboxSettings, command: str, workspace: str, env: Mapping
 
 
 # --- outside the sandbox: the host's files, without the bot's own --------------------------------------------------
-# An owner's unsandboxed command still is not the bot: it runs in a PID namespace of its own (the bot's /proc and
-# environment are not there, and nothing it starts outlives it) with the config file and the state directory hidden.
+# An owner's unsandboxed command (and every stdio MCP server) still is not the bot: it runs in a PID namespace of its
+# own (the bot's /proc and environment are not there, and nothing it starts outlives it), without capabilities, with
+# the bot's folders hidden and pinned where they are.
 
 
-def shield_argv(command: str, workspace: str, hidden: Sequence[str], *, bwrap: str = "bwrap") -> list[str]:
-    """The bubblewrap command line that runs `/bin/sh -c command` on the host's files, with `hidden` paths covered
-    (a folder by an empty read-only tmpfs, a file by /dev/null, read-only) and a PID namespace of its own."""
-    argv = [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
-    argv += ["--unshare-pid", "--die-with-parent"]
+@dataclass(frozen=True)
+class BotFolders:
+    """The bot's own folders, which nothing it runs may see or move: the config's folder (the config, `.env` and
+    whatever else the bot reads from there) and the state directory. The folder a process is given to work in (an
+    agent's workspace, an MCP server's `cwd`) stays in sight when it lies inside the config's folder, never when it
+    lies inside the state or holds part of it."""
+
+    config: str | None = None
+    state: str | None = None
+
+    def hidden(self) -> list[str]:
+        """The folders to cover, as real paths; one inside another is covered with it, so none is listed."""
+        found = sorted({os.path.realpath(path) for path in (self.config, self.state) if path is not None})
+        return [path for path in found if os.path.isdir(path) and not any(_inside(path, other) for other in found)]
+
+    def shows(self, folder: str) -> bool:
+        """Whether `folder`, inside the config's folder, is bound back into sight for a process working there."""
+        real = os.path.realpath(folder)
+        if self.config is None or not _inside(real, os.path.realpath(self.config)):
+            return False
+        state = os.path.realpath(self.state) if self.state is not None else None
+        return state is None or not (_inside(real, state) or _inside(state, real) or real == state)
+
+    def hides(self, folder: str) -> bool:
+        """Whether a process working in `folder` finds it covered (empty, or not there at all)."""
+        real = os.path.realpath(folder)
+        covered = any(real == path or _inside(real, path) for path in self.hidden())
+        return covered and not self.shows(folder)
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether `path` lies strictly inside `folder` (both real, absolute paths)."""
+    return path != folder and path.startswith(folder.rstrip("/") + "/")
+
+
+def _ancestors(path: str) -> list[str]:
+    """Every folder above `path` but the root, outermost first."""
+    parents = [str(parent) for parent in Path(path).parents if str(parent) != "/"]
+    return parents[::-1]
+
+
+def shield_argv(argv: Sequence[str], cwd: str, hide: BotFolders, *, bwrap: str = "bwrap") -> list[str]:
+    """The bubblewrap command line that runs `argv` in `cwd` on the host's files, with the bot's folders covered (an
+    empty read-only tmpfs over each), a PID namespace and a /dev of its own, and no capabilities.
+
+    Covering alone is not enough: a command that renames a hidden folder, or any folder above it, carries the real
+    one away and can put its own in its place, where the bot reads it next. So every folder above a hidden one is
+    bound onto itself first: rename(2) of a mount point fails (EBUSY), and without capabilities (dropped even when
+    the bot is root) the command cannot unmount it; a namespace it makes itself gets the mounts locked. A raw disk
+    read (root owns the block devices) is the other way around the cover: hence a /dev without them."""
+    out = [bwrap, "--bind", "/", "/", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
+    hidden = hide.hidden()
+    pinned: list[str] = []
     for path in hidden:
-        real = os.path.realpath(path)
-        if os.path.isdir(real):
-            argv += ["--tmpfs", real, "--remount-ro", real]
-        elif os.path.exists(real):
-            argv += ["--ro-bind", "/dev/null", real]
-    return [*argv, "--chdir", workspace, "--", SHELL, "-c", command]
+        pinned += [parent for parent in _ancestors(path) if parent not in pinned]
+    for parent in pinned:
+        out += ["--bind", parent, parent]
+    for path in hidden:
+        out += ["--tmpfs", path]
+    out += ["--dev", "/dev", "--proc", "/proc"]
+    if hide.shows(cwd):  # the default workspaces lie in the config's folder
+        real = os.path.realpath(cwd)
+        out += ["--bind", real, real]
+    for path in hidden:
+        out += ["--remount-ro", path]
+    return [*out, "--chdir", os.path.realpath(cwd), "--", *argv]
 
 
 @functools.lru_cache(maxsize=4)
 def _probe_shield(bwrap: str) -> str | None:
-    failed = _probe(shield_argv("true", "/", (), bwrap=bwrap))
+    failed = _probe(shield_argv(["true"], "/", BotFolders(), bwrap=bwrap))
     if failed is None:
         return None
     if not failed.started:
@@ -480,6 +537,6 @@ async def shield_problem() -> str | None:
     return await asyncio.to_thread(shield_problem_sync)
 
 
-def shield(command: str, workspace: str, hidden: Sequence[str]) -> Launch:
-    """How to start an unsandboxed command shielded from the bot (call `shield_problem` first)."""
-    return Launch(shield_argv(command, workspace, hidden, bwrap=shutil.which("bwrap") or "bwrap"))
+def shield(argv: Sequence[str], cwd: str, hide: BotFolders) -> Launch:
+    """How to start `argv` shielded from the bot (call `shield_problem` first)."""
+    return Launch(shield_argv(argv, cwd, hide, bwrap=shutil.which("bwrap") or "bwrap"))

@@ -20,11 +20,14 @@ FINAL_STATUSES = ("ok", "error", "skipped", "undeliverable")
 
 
 class JobRecord(Record):
-    """A job made at run time (the flat `bot.schedules.Job`, as JSON), and who made it."""
+    """A job made at run time (the flat `bot.schedules.Job`, as JSON), and who made it: `created_by` the person
+    (`channel:id`; None for `bot cron add`), `creator_owner` whether that was an owner's run (None: made before
+    this was kept)."""
 
     id: str
     job: dict[str, Any]
     created_by: str | None = None
+    creator_owner: bool | None = None
     created: float
     updated: float
 
@@ -47,7 +50,9 @@ class JobRunRecord(Record):
 class JobStore(Protocol):
     """What the scheduler, the `cron` tool and `bot cron` need: jobs kept, and each tick recorded once."""
 
-    async def save_job(self, job: dict[str, Any], created_by: str | None = None) -> JobRecord: ...
+    async def save_job(
+        self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
+    ) -> JobRecord: ...
     async def get_job(self, job_id: str) -> JobRecord | None: ...
     async def list_jobs(self) -> list[JobRecord]: ...
     async def remove_job(self, job_id: str) -> bool: ...
@@ -73,9 +78,11 @@ class JobStore(Protocol):
 class SqliteJobs(Part):
     """Jobs in the `jobs` table, their runs in `job_runs`; a run's turn is journaled with it, in `inbound`."""
 
-    async def save_job(self, job: dict[str, Any], created_by: str | None = None) -> JobRecord:
+    async def save_job(
+        self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
+    ) -> JobRecord:
         """Insert or replace the job with `job["id"]` (a replaced job keeps its maker and creation time)."""
-        return await self._call(_save_job, job, created_by, self._db.clock())
+        return await self._call(_save_job, job, created_by, creator_owner, self._db.clock())
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         rows = await self._call(_job_rows, "WHERE id = ?", (job_id,))
@@ -168,12 +175,14 @@ def _execute(connection: sqlite3.Connection, sql: str, params: tuple[object, ...
     connection.execute(sql, params)
 
 
-def _save_job(connection: sqlite3.Connection, job: dict[str, Any], created_by: str | None, now: float) -> JobRecord:
+def _save_job(
+    connection: sqlite3.Connection, job: dict[str, Any], created_by: str | None, creator_owner: bool | None, now: float
+) -> JobRecord:
     with write_transaction(connection):
         connection.execute(
-            "INSERT INTO jobs (id, payload, created_by, created, updated) VALUES (?, ?, ?, ?, ?)"
+            "INSERT INTO jobs (id, payload, created_by, creator_owner, created, updated) VALUES (?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, updated = excluded.updated",
-            (job["id"], dumps(job), created_by, now, now),
+            (job["id"], dumps(job), created_by, creator_owner, now, now),
         )
         rows = _job_rows(connection, "WHERE id = ?", (job["id"],))
     return rows[0]
@@ -186,6 +195,7 @@ def _job_rows(connection: sqlite3.Connection, where: str, params: tuple[object, 
             id=row["id"],
             job=loads(row["payload"]),
             created_by=row["created_by"],
+            creator_owner=None if row["creator_owner"] is None else bool(row["creator_owner"]),
             created=row["created"],
             updated=row["updated"],
         )

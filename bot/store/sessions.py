@@ -37,6 +37,9 @@ class SessionRecord(Record):
     # What the chat changed for this session alone (`/model`, `/think`, `/queue`): {"model": ..., "thinking": ...,
     # "queue": ...}, each key present only while set. Kept across `/new`.
     overrides: dict[str, str] = Field(default_factory=dict)
+    # Whom its turns have acted for (channels.base.Principal.key: `owners`, or a person's `channel:id`), in the order
+    # they first did. Kept across `/new` (the same people are in the chat).
+    people: list[str] = Field(default_factory=list)
 
 
 class UsageRow(Record):
@@ -66,6 +69,7 @@ class SessionStore(Protocol):
         channel: str | None = None,
         account: str | None = None,
         target: dict[str, Any] | None = None,
+        principal: str | None = None,
     ) -> SessionRecord: ...
     async def reset_session(self, session_key: str) -> SessionRecord: ...
     async def count_sessions(self) -> int: ...
@@ -101,16 +105,18 @@ class SqliteSessions(Part):
         channel: str | None = None,
         account: str | None = None,
         target: dict[str, Any] | None = None,
+        principal: str | None = None,
     ) -> SessionRecord:
         """Mark the session used now; `usage` (a run's tokens) is added to its totals and, in the same transaction,
-        recorded as a row of the `usage` table (with `model`); None leaves a field.
+        recorded as a row of the `usage` table (with `model`); `principal` (whom the turn acted for: its key) joins
+        the session's people; None leaves a field.
 
         KeyError if there is no such session.
         """
         counts = token_counts(usage or Usage())
         if min(counts) < 0:
             raise ValueError(f"token counts cannot be negative: {usage}")
-        values = (model, *counts, channel, account, dumps(target) if target is not None else None)
+        values = (model, *counts, channel, account, dumps(target) if target is not None else None, principal)
         return await self._call(_touch_session, session_key, self._db.clock(), *values, usage is not None)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
@@ -166,7 +172,12 @@ OVERRIDE_KEYS = ("model", "thinking", "queue")
 
 def session_record(row: Row) -> SessionRecord:
     """A `sessions` row (either backend's) as its record."""
-    fields = {**dict(row), "last_target": loads(row["last_target"]), "overrides": loads(row["overrides"]) or {}}
+    fields = {
+        **dict(row),
+        "last_target": loads(row["last_target"]),
+        "overrides": loads(row["overrides"]) or {},
+        "people": loads(row["people"]) or [],
+    }
     return SessionRecord.model_validate(fields)
 
 
@@ -205,6 +216,7 @@ def _touch_session(
     channel: str | None,
     account: str | None,
     target: str | None,
+    principal: str | None,
     record_usage: bool,
 ) -> SessionRecord:
     with write_transaction(connection):
@@ -214,10 +226,14 @@ def _touch_session(
             " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
             " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
             " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
-            " last_target = coalesce(?, last_target)"
+            " last_target = coalesce(?, last_target),"
+            f" people = {_WITH_PERSON}"
             " WHERE session_key = ? RETURNING *",
-            (now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, session_key),
-        )
+            (
+                now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target,
+                principal, principal, principal, session_key,
+            ),
+        )  # fmt: skip
         if row is None:
             raise KeyError(f"no session {session_key!r}")
         if record_usage:
@@ -227,6 +243,13 @@ def _touch_session(
                 (now, session_key, row["agent"], row["model"], tokens_in, tokens_out, cache_read, cache_write),
             )
     return session_record(row)
+
+
+# The session's people with the turn's principal added once (three times the same parameter: none leaves them).
+_WITH_PERSON = (
+    "CASE WHEN ? IS NULL OR EXISTS (SELECT 1 FROM json_each(coalesce(people, '[]')) WHERE value = ?) THEN people"
+    " ELSE json_insert(coalesce(people, '[]'), '$[#]', ?) END"
+)
 
 
 def _reset_session(connection: sqlite3.Connection, session_key: str, session_id: str, now: float) -> SessionRecord:

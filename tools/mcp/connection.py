@@ -1,5 +1,6 @@
-"""One connection to an MCP server on the official SDK: the stdio process (an environment built from scratch, its
-stderr kept for the reason it stopped) or the remote URL, the initialized session, and a signal when it ends."""
+"""One connection to an MCP server on the official SDK: the stdio process (shielded from the bot like a command, an
+environment built from scratch, its stderr kept for the reason it stopped) or the remote URL, the initialized
+session, and a signal when it ends."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ from mcp.types import Implementation
 
 from tools.exec import base_environment
 from tools.mcp.settings import McpServerSettings
+from tools.sandbox import BotFolders, shield
 
 if TYPE_CHECKING:
     from mcp.client.session import MessageHandlerFnT
 
-__all__ = ["Connection", "StderrTail", "connect", "server_environment"]
+__all__ = ["Connection", "StderrTail", "connect", "server_cwd", "server_environment"]
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +104,19 @@ class Connection:
     ended: asyncio.Event
 
 
-def _stdio(name: str, settings: McpServerSettings, base_dir: Path, stderr: StderrTail) -> Any:
+def server_cwd(settings: McpServerSettings, base_dir: Path) -> Path:
+    """The folder a stdio server starts in: its `cwd`, taken from the config's folder, which is the default."""
+    return base_dir / Path(settings.cwd).expanduser() if settings.cwd else base_dir
+
+
+def _stdio(name: str, settings: McpServerSettings, base_dir: Path, stderr: StderrTail, hide: BotFolders | None) -> Any:
+    """The SDK's stdio client for the server; under the shield (tools.sandbox) when `hide` names the bot's folders."""
     assert settings.command is not None
-    cwd = base_dir / Path(settings.cwd).expanduser() if settings.cwd else base_dir
-    parameters = StdioServerParameters(
-        command=settings.command, args=list(settings.args), env=server_environment(settings), cwd=cwd
-    )
+    cwd = server_cwd(settings, base_dir)
+    argv = [settings.command, *settings.args]
+    if hide is not None:
+        argv = shield(argv, str(cwd), hide).argv
+    parameters = StdioServerParameters(command=argv[0], args=argv[1:], env=server_environment(settings), cwd=cwd)
     return stdio_client(parameters, errlog=stderr.writer)
 
 
@@ -130,16 +139,22 @@ async def _owned_client(client: Any, transport: Any) -> AsyncIterator[Any]:
 
 @contextlib.asynccontextmanager
 async def connect(
-    name: str, settings: McpServerSettings, base_dir: Path, on_message: MessageHandlerFnT, stderr: StderrTail | None
+    name: str,
+    settings: McpServerSettings,
+    base_dir: Path,
+    on_message: MessageHandlerFnT,
+    stderr: StderrTail | None,
+    hide: BotFolders | None,
 ) -> AsyncIterator[Connection]:
-    """Start (stdio) or reach (remote) the server and initialize a session; `startup_timeout_seconds` bounds the
-    handshake. The session's read stream passes through a pump that sets `ended` when the server's side closes,
-    which the SDK does not otherwise tell."""
+    """Start (stdio; shielded from the bot when `hide` names its folders: call `shield_problem` first) or reach
+    (remote) the server and initialize a session; `startup_timeout_seconds` bounds the handshake. The session's read
+    stream passes through a pump that sets `ended` when the server's side closes, which the SDK does not otherwise
+    tell."""
     ended = asyncio.Event()
     async with contextlib.AsyncExitStack() as stack:
         if settings.command is not None:
             assert stderr is not None
-            read, write = await stack.enter_async_context(_stdio(name, settings, base_dir, stderr))
+            read, write = await stack.enter_async_context(_stdio(name, settings, base_dir, stderr, hide))
             stderr.start()
         else:
             read, write = await stack.enter_async_context(_remote(settings))

@@ -17,6 +17,7 @@ from tools.mcp.naming import tool_name
 from tools.mcp.server import McpServer, ServerStatus, Sleep
 from tools.mcp.settings import McpServerSettings
 from tools.mcp.tools import MCP_GROUP, mcp_tool
+from tools.sandbox import BotFolders
 from tools.schema import normalize_schema
 
 if TYPE_CHECKING:  # `tools` must not import `agent` at runtime
@@ -41,13 +42,15 @@ def _schema_problem(schema: dict[str, object]) -> str | None:
 
 class McpManager:
     """The MCP servers of one application. `start()` starts them all in the background; `current_tools()` is what
-    they offer now (a `tools.registry.ToolSource`); `status()` is what `bot mcp list` shows."""
+    they offer now (a `tools.registry.ToolSource`); `status()` is what `bot mcp list` shows. With `hide` (the bot's
+    folders) every stdio server runs shielded from the bot, and one that cannot be is not started."""
 
     def __init__(
         self,
         servers: Mapping[str, McpServerSettings],
         *,
         base_dir: Path,
+        hide: BotFolders | None = None,
         unset: Mapping[str, Sequence[str]] | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -55,8 +58,8 @@ class McpManager:
         unset = unset or {}
         self.servers = {
             name: McpServer(
-                name, settings, base_dir=base_dir, on_change=self._rebuild, unset=unset.get(name, ()), sleep=sleep,
-                clock=clock,
+                name, settings, base_dir=base_dir, hide=hide, on_change=self._rebuild, unset=unset.get(name, ()),
+                sleep=sleep, clock=clock,
             )
             for name, settings in servers.items()
         }  # fmt: skip

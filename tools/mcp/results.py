@@ -1,5 +1,6 @@
 """An MCP server's answer as a tool result: text, images a model that can see is shown, embedded resources with
-their URI, `isError` as an error the model reads; all of it wrapped as untrusted content naming the server."""
+their URI, `isError` as an error the model reads; all of it capped and wrapped as untrusted content naming the
+server."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from tools.untrusted import wrap_untrusted
 if TYPE_CHECKING:
     from mcp.types import CallToolResult
 
-__all__ = ["tool_result"]
+__all__ = ["MAX_IMAGES", "MAX_TEXT_CHARS", "tool_result"]
 
 _SHOWABLE = frozenset(IMAGE_TYPES.values())
+# The most text one answer gives the model: as much as `web_fetch` returns at most (a server's 3 MB would otherwise
+# go whole into the request, and stay in the session's history).
+MAX_TEXT_CHARS = 100_000
+MAX_IMAGES = 4  # shown from one answer (each at most MAX_IMAGE_BYTES)
 
 
 def _image(data: str, mime_type: str) -> ImageBlock | str:
@@ -40,6 +45,9 @@ def _parts(result: CallToolResult) -> tuple[list[str], list[ImageBlock]]:
     images: list[ImageBlock] = []
 
     def picture(data: str, mime_type: str, where: str) -> None:
+        if len(images) >= MAX_IMAGES:
+            texts.append(f"[an image{where}: not shown, more than {MAX_IMAGES} in one answer]")
+            return
         image = _image(data, mime_type)
         if isinstance(image, ImageBlock):
             images.append(image)
@@ -70,13 +78,25 @@ def _parts(result: CallToolResult) -> tuple[list[str], list[ImageBlock]]:
     return texts, images
 
 
+def _capped(text: str) -> tuple[str, str | None]:
+    """The text cut to MAX_TEXT_CHARS, and the note that says so (None when it was whole)."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text, None
+    return text[:MAX_TEXT_CHARS], (
+        f"the server's answer was cut at {MAX_TEXT_CHARS:,} of its {len(text):,} characters; ask it for less"
+    )
+
+
 def tool_result(name: str, server: str, tool: str, result: CallToolResult) -> ToolResult:
-    """`result` of the call of `tool` on `server` (known here as `name`) as what the model reads."""
+    """`result` of the call of `tool` on `server` (known here as `name`) as what the model reads: the text fenced as
+    untrusted content naming the server, and cut (saying so) where it is longer than MAX_TEXT_CHARS."""
     texts, images = _parts(result)
-    content = wrap_untrusted("\n\n".join(texts) or "(no content)", f"MCP server {server}, tool {tool}")
+    text, note = _capped("\n\n".join(texts) or "(no content)")
+    content = wrap_untrusted(text, f"MCP server {server}, tool {tool}")
     if result.is_error:
-        answer = error_result(name, content)
+        answer = error_result(name, content if note is None else f"{content}\n({note})")
     else:
-        answer = json_result({"status": "ok", "server": server, "tool": tool, "content": content})
+        payload = {"status": "ok", "server": server, "tool": tool, "content": content}
+        answer = json_result(payload if note is None else payload | {"truncated": True, "note": note})
     answer.content += images
     return answer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import anyio
 from routing.errors import ToolError
 from tools.mcp.naming import offered
 from tools.mcp.settings import McpServerSettings
+from tools.sandbox import BotFolders, shield_problem
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -81,6 +83,7 @@ class McpServer:
         settings: McpServerSettings,
         *,
         base_dir: Path,
+        hide: BotFolders | None = None,
         on_change: Callable[[], None] = lambda: None,
         unset: Sequence[str] = (),
         sleep: Sleep = asyncio.sleep,
@@ -89,6 +92,9 @@ class McpServer:
         self.name = name
         self.settings = settings
         self.base_dir = base_dir
+        # The bot's folders: a stdio server runs shielded from them and from the bot's processes, like a command;
+        # None only where no bot is around (a manager used on its own).
+        self.hide = hide
         self.on_change = on_change
         self.unset = list(unset)
         self.state: State = "stopped"
@@ -185,11 +191,16 @@ class McpServer:
         running = False
         self._lost, self._relist = None, False
         self._wake.clear()
+        shielded = self.settings.kind == "stdio" and self.hide is not None
+        problem = await shield_problem() if shielded else None
+        if problem is not None:  # never started bare instead
+            return False, f"cannot start it apart from the bot: {problem}"
         try:
             from tools.mcp.connection import StderrTail, connect  # the SDK: imported once a server starts
 
             stderr = StderrTail(self.name) if self.settings.kind == "stdio" else None
-            async with connect(self.name, self.settings, self.base_dir, self._on_message, stderr) as connection:
+            opened = connect(self.name, self.settings, self.base_dir, self._on_message, stderr, self.hide)
+            async with opened as connection:
                 session = connection.session
                 await self._list(session)
                 self._session, running = session, True
@@ -204,7 +215,25 @@ class McpServer:
             if stderr is not None:
                 with anyio.CancelScope(shield=True):  # also when stopping: the reader task must not be left behind
                     await stderr.close()
-        return running, _with_stderr(reason, stderr)
+        return running, _with_stderr(reason, stderr) + ("" if running else self._cwd_hint())
+
+    def _cwd_hint(self) -> str:
+        """Why a server that would not start missed a file it names: the file is in its cwd, one of the bot's own
+        folders, which it does not see."""
+        from tools.mcp.connection import server_cwd
+
+        settings, cwd = self.settings, server_cwd(self.settings, self.base_dir)
+        if settings.command is None or self.hide is None or not self.hide.hides(str(cwd)):
+            return ""
+        missed = [
+            word for word in (settings.command, *settings.args) if not os.path.isabs(word) and (cwd / word).is_file()
+        ]
+        if not missed:
+            return ""
+        return (
+            f" ({missed[0]} is in {cwd}, the bot's own folder, which MCP servers do not see: put the server's files in "
+            "a folder of their own and set its cwd there)"
+        )
 
     def _start_failure(self, failure: Exception) -> str:
         """Why a start failed, in words: the SDK's errors for these two say little."""

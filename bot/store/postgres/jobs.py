@@ -22,15 +22,19 @@ _OPEN = "status IN ('requested', 'running')"
 class PgJobs(PgPart):
     """Jobs in the `jobs` table, their runs in `job_runs`; a run's turn is journaled with it, in `inbound`."""
 
-    async def save_job(self, job: dict[str, Any], created_by: str | None = None) -> JobRecord:
+    async def save_job(
+        self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
+    ) -> JobRecord:
         """Insert or replace the job with `job["id"]` (a replaced job keeps its maker and creation time)."""
         now = self._db.clock()
         row = await self._db.fetchone(
-            "INSERT INTO jobs (id, payload, created_by, created, updated) VALUES (%s, %s, %s, %s, %s)"
+            "INSERT INTO jobs (id, payload, created_by, creator_owner, created, updated)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (id) DO UPDATE SET payload = excluded.payload, updated = excluded.updated RETURNING *",
             job["id"],
             dumps(job),
             created_by,
+            creator_owner,
             now,
             now,
         )
@@ -197,6 +201,7 @@ def _job(row: dict[str, Any]) -> JobRecord:
         id=row["id"],
         job=loads(row["payload"]),
         created_by=row["created_by"],
+        creator_owner=row["creator_owner"],
         created=row["created"],
         updated=row["updated"],
     )

@@ -217,5 +217,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX session_answers_created ON session_answers (created)",
     ),
+    # Version 4: who a job's maker was (NULL before this was kept), and whom each session's turns acted for (a JSON
+    # list of principal keys), as in SQLite's migration of the same purpose (bot.store.schema).
+    (
+        "ALTER TABLE jobs ADD COLUMN creator_owner BOOLEAN",
+        "ALTER TABLE sessions ADD COLUMN people TEXT",
+        """UPDATE sessions SET people = '["earlier"]'""",  # bot.principal.EARLIER: whose turns they were is not known
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

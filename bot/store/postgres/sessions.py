@@ -48,9 +48,11 @@ class PgSessions(PgPart):
         channel: str | None = None,
         account: str | None = None,
         target: dict[str, Any] | None = None,
+        principal: str | None = None,
     ) -> SessionRecord:
         """Mark the session used now; `usage` (a run's tokens) is added to its totals and, in the same transaction,
-        recorded as a row of the `usage` table (with `model`); None leaves a field.
+        recorded as a row of the `usage` table (with `model`); `principal` (whom the turn acted for: its key) joins
+        the session's people; None leaves a field.
 
         KeyError if there is no such session.
         """
@@ -64,7 +66,9 @@ class PgSessions(PgPart):
                 " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
                 " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
                 " last_channel = coalesce(%s, last_channel), last_account = coalesce(%s, last_account),"
-                " last_target = coalesce(%s, last_target)"
+                " last_target = coalesce(%s, last_target),"
+                " people = CASE WHEN %s::text IS NULL OR coalesce(people, '[]')::jsonb ? %s::text THEN people"
+                " ELSE (coalesce(people, '[]')::jsonb || to_jsonb(%s::text))::text END"
                 " WHERE session_key = %s RETURNING *",
                 now,
                 model,
@@ -72,6 +76,9 @@ class PgSessions(PgPart):
                 channel,
                 account,
                 dumps(target) if target is not None else None,
+                principal,
+                principal,
+                principal,
                 session_key,
             )
             if row is None:

@@ -22,12 +22,15 @@ from bot.app import App
 from bot.approval_text import shown_command
 from bot.approvals import Approvals
 from bot.assemble import SetupError, candidates
-from bot.commands import parse_command, use_skill
+from bot.commands import HELP as COMMANDS_HELP
+from bot.commands import Command, parse_command, use_skill
 from bot.config import bot_folders, own_files
 from bot.conversation import Conversations
+from bot.session_commands import model_command, status_lines, think_command, usage_command
 from bot.state import open_state, transcripts_for
 from bot.store import ApprovalDecision, ApprovalRecord
-from channels.base import CONSOLE, Principal
+from bot.turns import Job
+from channels.base import CONSOLE, InboundMessage, Principal
 from channels.console import console_user
 from routing import Peer, RoutingInput
 from routing.errors import SwitchboardError
@@ -50,6 +53,13 @@ class ChatSession:
     session_key: str
     run: RunInfo
     peer: Peer
+
+    @property
+    def job(self) -> Job:
+        """The console's conversation as a chat command sees it (bot.session_commands): the owner, in a DM."""
+        user = self.peer.id
+        message = InboundMessage(channel="console", peer=self.peer, sender_id=user, sender_name=user, message_id="-")
+        return Job(0, message, self.agent, self.session_key, self.run.principal)
 
 
 async def open_session(app: App, agent: str | None = None, user: str | None = None) -> ChatSession:
@@ -170,7 +180,12 @@ async def skill_request(session: ChatSession, text: str) -> tuple[str | None, st
 
 
 async def chat_once(session: ChatSession, text: str, out: TextIO = sys.stdout) -> int:
-    """`bot chat -m`: print the final answer (nothing for NO_REPLY); exit status 1 with a reason on failure."""
+    """`bot chat -m`: print the final answer (nothing for NO_REPLY), or a command's; exit status 1 with a reason on
+    failure."""
+    command = parse_command(text)
+    if command is not None and command.name != "skill":
+        out.write(await console_command(session, command) + "\n")
+        return 0
     request, listing = await skill_request(session, text)
     if request is None:
         out.write(listing + "\n")
@@ -201,10 +216,38 @@ def _images_note(session: ChatSession) -> str:
     return f"; {candidate.ref} is {'shown images' if sees else 'not shown images'} ({why})"
 
 
-HELP = (
-    "Type a message. /new starts a new conversation, /skill NAME request uses a skill, /exit (or Ctrl-D) leaves, "
-    "Ctrl-C stops an answer."
-)
+HELP = "Type a message. /help lists the commands, /exit (or Ctrl-D) leaves, Ctrl-C stops an answer."
+# What the chats' commands that have no meaning in the console answer there.
+_ELSEWHERE = {
+    "queue": "bot chat answers one message at a time: queue modes are for the chats `bot run` serves.",
+    "pair": "Pairing lets people talk to the bot on a chat platform; the console is yours already.",
+    "approve": "Commands that need an approval are asked here in the terminal, as they come.",
+    "subagents": "Background tasks run in the chats `bot run` serves (sessions_spawn is not offered here).",
+}
+
+
+async def console_command(session: ChatSession, command: Command) -> str:
+    """A chat command typed in the console, answered from the same table (bot.commands) and, for the settings and
+    costs of the conversation, by the same code as in chats (bot.session_commands)."""
+    store, config = session.conversations.store, session.conversations.config
+    job, name, args = session.job, command.name, command.args
+    if name in ("new", "reset"):
+        await store.reset_session(session.session_key)
+        return "(new conversation)"
+    if name == "stop":
+        return "Nothing was running. (Ctrl-C stops an answer while it is written.)"
+    if name == "model":
+        return await model_command(store, config, job, args)
+    if name == "think":
+        return await think_command(store, config, job, args)
+    if name == "usage":
+        return await usage_command(store, config, job, time.time())
+    if name == "status":
+        session_record = await store.get_session(session.session_key)
+        return "\n".join(status_lines(config, job, session_record, "one message at a time (bot chat)"))
+    if name == "whoami":
+        return f"You are {job.principal.person} here, at the bot's own terminal: an owner."
+    return _ELSEWHERE.get(name, COMMANDS_HELP)
 
 
 async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable[str]] | None = None) -> int:
@@ -222,9 +265,9 @@ async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable
             continue
         if text in ("/exit", "/quit"):
             return 0
-        if text in ("/new", "/reset"):
-            await session.conversations.store.reset_session(session.session_key)
-            print("(new conversation)", file=sys.stderr)
+        command = parse_command(text)
+        if command is not None and command.name != "skill":  # /skill becomes a message below
+            print(await console_command(session, command), file=sys.stderr)
             continue
         request, listing = await skill_request(session, text)
         if request is None:

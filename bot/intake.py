@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from agent.lanes import Lanes
 from bot.access import check_access, owner_key
 from bot.approvals import Approvals
-from bot.assemble import model_refs
 from bot.commands import HELP, Command, parse_command, use_skill
 from bot.delivery import Delivery
 from bot.principal import principal_of
@@ -23,12 +22,12 @@ from bot.session_commands import (
     model_command,
     queue_command,
     refusal,
-    settings_line,
+    status_lines,
     think_command,
     usage_command,
 )
 from bot.status import health_lines
-from bot.store import InboundRecord, IntakeStore, SessionRecord
+from bot.store import InboundRecord, IntakeStore
 from bot.store.journal import JournalEntry
 from bot.turns import Job
 from bot.whoami import asks_whoami_in_dm, stranger_whoami, whoami
@@ -333,18 +332,10 @@ class Intake:
         return f"Approved {approved.sender_name or approved.sender_id}."
 
     async def _status(self, job: Job) -> str:
-        session = await self.store.get_session(job.session_key)
-        refs = model_refs(self.config, job.agent) if self.config.model_for(job.agent) else []
-        lines = [
-            f"Agent: {job.agent}",
-            f"Model: {session.model if session and session.model else (refs[0] if refs else 'none configured')}",
-            f"Session: {job.session_key}",
-            _tokens_line(session),
-            f"Queue: {self.lanes.depth(job.session_key)} waiting"
-            + (", answering now" if self.lanes.busy(job.session_key) else "")
-            + f" (mode {self.lanes.mode(job.session_key)})",
-            settings_line(session),
-        ]
+        key = job.session_key
+        busy = ", answering now" if self.lanes.busy(key) else ""
+        queue = f"{self.lanes.depth(key)} waiting{busy} (mode {self.lanes.mode(key)})"
+        lines = status_lines(self.config, job, await self.store.get_session(key), queue)
         if job.owner and self.health is not None:  # how the bot's channels are doing: the owners' business only
             lines += ["Channels:", *health_lines(self.health())]
         return "\n".join(lines)
@@ -352,18 +343,6 @@ class Intake:
     async def notice(self, key: str, job: Job, text: str) -> None:
         """A lane's notice about a queued message (dropped, folded, busy), to its chat."""
         await self.delivery.reply(job.message, text)
-
-
-def _tokens_line(session: SessionRecord | None) -> str:
-    """`/status`'s account of what the session cost: tokens in and out, and how much of the input the provider's
-    prompt cache served (its hit rate) and stored."""
-    if session is None or not session.input_tokens:
-        return f"Tokens used: 0 in, {session.output_tokens if session else 0} out"
-    hit = session.cache_read_tokens / session.input_tokens
-    return (
-        f"Tokens used: {session.input_tokens:,} in, {session.output_tokens:,} out; "
-        f"cache: {session.cache_read_tokens:,} read ({hit:.0%} hit rate), {session.cache_write_tokens:,} written"
-    )
 
 
 def _messages(count: int) -> str:

@@ -10,7 +10,7 @@ from typing import get_args
 
 from agent.lanes import Lanes, QueueMode
 from agent.providers.config import THINKING_LEVELS, ModelPrice
-from bot.assemble import SetupError, choose_model, session_models, session_refs
+from bot.assemble import SetupError, choose_model, model_refs, session_models, session_refs
 from bot.config import CommandAccess, Config
 from bot.store import SessionRecord, SessionStore
 from bot.store.sessions import UsageRow
@@ -30,6 +30,7 @@ __all__ = [
     "restore_queue_modes",
     "settings_line",
     "start_of_day",
+    "status_lines",
     "think_command",
     "total_usage",
     "usage_command",
@@ -184,6 +185,32 @@ async def restore_queue_mode(store: SessionStore, lanes: Lanes[Job], key: str) -
 
 def _queue_mode(overrides: dict[str, str]) -> QueueMode | None:
     return next((item for item in QUEUE_MODES if item == overrides.get("queue")), None)
+
+
+def status_lines(config: Config, job: Job, session: SessionRecord | None, queue: str) -> list[str]:
+    """`/status`: the agent, model, session, tokens, `queue` (how its messages wait) and this conversation's own
+    settings."""
+    refs = model_refs(config, job.agent) if config.model_for(job.agent) else []
+    return [
+        f"Agent: {job.agent}",
+        f"Model: {session.model if session and session.model else (refs[0] if refs else 'none configured')}",
+        f"Session: {job.session_key}",
+        tokens_line(session),
+        f"Queue: {queue}",
+        settings_line(session),
+    ]
+
+
+def tokens_line(session: SessionRecord | None) -> str:
+    """`/status`'s account of what the session cost: tokens in and out, and how much of the input the provider's
+    prompt cache served (its hit rate) and stored."""
+    if session is None or not session.input_tokens:
+        return f"Tokens used: 0 in, {session.output_tokens if session else 0} out"
+    hit = session.cache_read_tokens / session.input_tokens
+    return (
+        f"Tokens used: {session.input_tokens:,} in, {session.output_tokens:,} out; "
+        f"cache: {session.cache_read_tokens:,} read ({hit:.0%} hit rate), {session.cache_write_tokens:,} written"
+    )
 
 
 def settings_line(session: SessionRecord | None) -> str:

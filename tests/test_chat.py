@@ -281,6 +281,28 @@ async def test_new_starts_a_fresh_conversation_and_keeps_the_old_transcript(tmp_
     assert len(list((tmp_path / "state" / "transcripts").glob("*.jsonl"))) == 2
 
 
+async def test_the_chats_session_commands_work_in_the_console_from_the_same_table(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    extra = {"agents": [{"id": "main", "default": True, "models": ["fake/model-b"]}]}
+    config = write_config(tmp_path, fake_llm, "openai", **extra)
+    fake_llm.script(Reply.text("Hello.", usage=(40, 5)), "Answered by b.")
+    typed = "hi\n/model fake/model-b\n/think high\n/status\n/usage\n/queue steer\n/stop\nagain\n/help\n/exit\n"
+    code, _, err = await bot("chat", "--config", str(config), stdin=typed)
+    assert code == 0, err
+    assert "This conversation now uses fake/model-b" in err  # the same /model as in a chat: the owner may
+    assert "Thinking in this conversation: high." in err
+    assert "Tokens used: 40 in, 5 out" in err  # /status
+    assert "This conversation's settings: model fake/model-b, thinking high" in err
+    assert "This conversation: " in err and "all conversations: " in err  # /usage, with the owner's day total
+    assert "queue modes are for the chats" in err and "Nothing was running." in err
+    assert "/think [off|low|medium|high|default]" in err  # /help: the one command table's text
+    assert fake_llm.requests[-1].body["model"] == "model-b"  # the switch held for the next turn
+    assert fake_llm.requests[-1].body.get("reasoning_effort") == "high"
+    one = await bot("chat", "--config", str(config), "-m", "/model")  # and with -m
+    assert one[0] == 0 and "fake/model-b (current: this conversation's choice)" in one[1]
+
+
 async def test_a_risky_command_in_the_terminal_without_a_tty_is_denied(tmp_path: Path, fake_llm: FakeLLM) -> None:
     config = write_config(tmp_path, fake_llm, "openai")
     fake_llm.script(Reply.tool_calls(ToolCallSpec("exec", {"command": "touch never.txt"})), "I could not.")

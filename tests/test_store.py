@@ -744,6 +744,18 @@ async def test_settling_ends_runs_whose_answer_has_left_the_outbox(
     assert await store.settle_job_runs() == []
 
 
+async def test_a_run_answered_in_a_batch_settles_by_the_batchs_answer(store: AnyStore) -> None:
+    run = await store.start_job_run("job", 100.0, inbound=entry("cron:1"))
+    assert run is not None and run.inbound_id is not None
+    person = await store.record_inbound("telegram", "main", "direct:1", "m-1", {"text": "and also"})
+    assert person is not None
+    # One turn answered both: its replies hang off its newest message, the person's.
+    [sent] = await store.finish_inbound([run.inbound_id, person.id], "done", replies=[reply(person.id, "both")])
+    await store.mark_sent(sent.id, "m-42")
+    [ended] = await store.settle_job_runs()
+    assert (ended.status, ended.detail, ended.message_ids) == ("ok", None, ["m-42"])
+
+
 async def test_prune_job_runs_keeps_open_runs_and_each_jobs_latest(store: AnyStore, clock: FakeClock) -> None:
     for tick in (1.0, 2.0, 3.0):
         await store.start_job_run("daily", tick, "ok")

@@ -271,15 +271,16 @@ def _settle_runs(connection: sqlite3.Connection, now: float) -> list[JobRunRecor
     ended: list[int] = []
     with write_transaction(connection):
         runs = connection.execute(
-            "SELECT r.id, r.inbound_id, i.status AS turn, i.error AS turn_error FROM job_runs r"
+            "SELECT r.id, coalesce(i.answered_in, r.inbound_id) AS answered_in, i.status AS turn,"
+            " i.error AS turn_error FROM job_runs r"
             " LEFT JOIN inbound i ON i.id = r.inbound_id WHERE r.status = 'running' AND r.inbound_id IS NOT NULL"
         ).fetchall()
         for run in runs:
             if run["turn"] in ("pending", "running"):
                 continue
-            sends = connection.execute(
+            sends = connection.execute(  # the answer's entries, wherever the batch that carried the run hung them
                 "SELECT status, platform_message_id, error FROM outbox WHERE inbound_id = ? ORDER BY id",
-                (run["inbound_id"],),
+                (run["answered_in"],),
             ).fetchall()
             outcome = run_outcome(run["turn"], run["turn_error"], sends)
             if outcome is None:

@@ -88,11 +88,14 @@ class SqliteJournal(Part):
         replies: Sequence[OutboxEntry] = (),
     ) -> list[OutboxRecord]:
         """Record `replies` in the outbox and move the messages to their final `status` (noting the session that
-        answered them, and forgetting their streamed previews), in one transaction: after a crash all of it
-        happened or none did. KeyError for an unknown message, ValueError for one already finished; nothing is
-        written then."""
+        answered them, the row whose replies hold their answer, and forgetting their streamed previews), in one
+        transaction: after a crash all of it happened or none did. KeyError for an unknown message, ValueError for
+        one already finished; nothing is written then."""
         rows = [outbox_row(reply) for reply in replies]
-        return await self._call(_finish_inbound, list(inbound_ids), status, error, session_key, rows, self._db.clock())
+        answered = answered_in(replies)
+        return await self._call(
+            _finish_inbound, list(inbound_ids), status, error, session_key, answered, rows, self._db.clock()
+        )
 
     async def unfinished_inbound(self) -> list[InboundRecord]:
         """Pending and running messages in arrival order: after a crash, the work to run again."""
@@ -165,6 +168,7 @@ def _finish_inbound(
     status: InboundStatus,
     error: str | None,
     session_key: str | None,
+    answered: int | None,
     rows: list[tuple[object, ...]],
     now: float,
 ) -> list[OutboxRecord]:
@@ -172,8 +176,15 @@ def _finish_inbound(
         records = [insert_outbox(connection, row, now) for row in rows]
         for inbound_id in inbound_ids:
             _mark_inbound(connection, inbound_id, status, error, now, session_key)
+            if answered is not None:
+                connection.execute("UPDATE inbound SET answered_in = ? WHERE id = ?", (answered, inbound_id))
         delete_previews(connection, inbound_ids)
     return records
+
+
+def answered_in(replies: Sequence[OutboxEntry]) -> int | None:
+    """The journal row a batch's replies hang off (its newest message's), or None when it said nothing."""
+    return next((reply.inbound_id for reply in replies if reply.inbound_id is not None), None)
 
 
 def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:

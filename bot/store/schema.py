@@ -203,5 +203,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE sessions ADD COLUMN people TEXT",
         """UPDATE sessions SET people = '["earlier"]'""",  # bot.principal.EARLIER: whose turns they were is not known
     ),
+    # The journal row whose outbox entries hold the answer a message got: its own, or the newest of the batch it was
+    # answered in (a cron tick folded into a person's turn), so a run's record tells what was really delivered.
+    ("ALTER TABLE inbound ADD COLUMN answered_in INTEGER",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -112,16 +112,17 @@ class PgJobs(PgPart):
         async with self._db.transaction() as tx:
             # FOR UPDATE OF r: a second process settling at once waits, then skips the runs this one ended.
             runs = await tx.fetch(
-                "SELECT r.id, r.inbound_id, i.status AS turn, i.error AS turn_error FROM job_runs r"
+                "SELECT r.id, coalesce(i.answered_in, r.inbound_id) AS answered_in, i.status AS turn,"
+                " i.error AS turn_error FROM job_runs r"
                 " LEFT JOIN inbound i ON i.id = r.inbound_id WHERE r.status = 'running' AND r.inbound_id IS NOT NULL"
                 " ORDER BY r.id FOR UPDATE OF r"
             )
             for run in runs:
                 if run["turn"] in ("pending", "running"):
                     continue
-                sends = await tx.fetch(
+                sends = await tx.fetch(  # the answer's entries, wherever the batch that carried the run hung them
                     "SELECT status, platform_message_id, error FROM outbox WHERE inbound_id = %s ORDER BY id",
-                    run["inbound_id"],
+                    run["answered_in"],
                 )
                 outcome = run_outcome(run["turn"], run["turn_error"], sends)
                 if outcome is None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bot.store.base import DEDUPE_SECONDS
 from bot.store.database import dumps, loads
-from bot.store.journal import InboundRecord, InboundStatus, JournalEntry
+from bot.store.journal import InboundRecord, InboundStatus, JournalEntry, answered_in
 from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_row
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx, check_fence
 from bot.store.postgres.outbox import insert_outbox
@@ -56,6 +56,7 @@ class PgJournal(PgPart):
         written then."""
         rows = [outbox_row(reply) for reply in replies]
         ids = list(inbound_ids)
+        answered = answered_in(replies)
         now = self._db.clock()
         async with self._db.transaction() as tx:
             await check_fence(tx)  # a process whose session was taken over writes nothing more for it
@@ -64,6 +65,8 @@ class PgJournal(PgPart):
             records = [await insert_outbox(tx, row, now) for row in rows]
             for inbound_id in ids:
                 await mark_inbound(tx, inbound_id, status, error, now, session_key)
+            if answered is not None and ids:
+                await tx.execute("UPDATE inbound SET answered_in = %s WHERE id = ANY(%s)", answered, ids)
             await delete_previews(tx, ids)
         return records
 

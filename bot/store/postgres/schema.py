@@ -224,5 +224,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE sessions ADD COLUMN people TEXT",
         """UPDATE sessions SET people = '["earlier"]'""",  # bot.principal.EARLIER: whose turns they were is not known
     ),
+    # Version 5: the journal row whose outbox entries hold a message's answer (bot.store.schema, the same purpose).
+    ("ALTER TABLE inbound ADD COLUMN answered_in BIGINT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -137,17 +137,25 @@ class Approvals:
         if too_long is not None:  # refused before anything is stored or sent: never part of a command under buttons
             return Authorization(allowed=False, status="denied", reason=too_long)
         decided = self._decided[record.id] = asyncio.Event()  # first: a sweep for orphans must skip it
+        announcing: asyncio.Future[int] | None = None
         try:
             if record is not again:
                 await self.store.create_approval(record)  # before any message: a click only finds a stored request
             if targets is None:
                 settled = await self._ask_terminal(record)
-            elif await self._announce(record, targets):
-                settled = await self._wait(record, decided)
-            else:  # shown nowhere: nobody can answer it, so do not make the run wait for the expiry
-                settled = await self._settle(record.id, "denied", "deny", "nobody (the request could not be shown)")
+            else:
+                # Shielded: a card that reached the chat is recorded even when the run is stopped meanwhile, so that
+                # the request's end can be shown on it (else its buttons would stay, looking live).
+                announcing = asyncio.ensure_future(self._announce(record, targets))
+                if await asyncio.shield(announcing):
+                    settled = await self._wait(record, decided)
+                else:  # shown nowhere: nobody can answer it, so do not make the run wait for the expiry
+                    reason = "nobody (the request could not be shown)"
+                    settled = await self._settle(record.id, "denied", "deny", reason)
         except asyncio.CancelledError:  # the run was stopped: nobody can answer this request any more
             with contextlib.suppress(Exception):
+                if announcing is not None:
+                    await asyncio.shield(announcing)
                 await self._show_outcome(await self._settle(record.id, "expired", None, None))
             raise
         finally:

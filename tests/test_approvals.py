@@ -270,6 +270,26 @@ async def test_a_click_that_comes_before_the_cards_place_is_recorded_still_count
     assert outcome.allowed and outcome.decided_by == "telegram:42"
 
 
+async def test_a_run_stopped_while_its_card_is_being_sent_still_shows_the_card_expired(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    chats = RecordingMessenger()
+    gate = approvals(store, chats, tmp_path)
+    asking = asyncio.create_task(gate.authorize("rm -rf build", context(tmp_path)))
+
+    async def stop_the_run(card: OutboundMessage) -> None:
+        asking.cancel()  # a shutdown, while the card is in the chat and its place not yet recorded
+        await asyncio.sleep(0)
+
+    chats.on_delivered = stop_the_run
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asking, WAIT)
+    [record] = await store.find_approvals("", pending_only=False)
+    assert record.status == "expired" and len(record.messages) == 1  # its place recorded all the same
+    [(message_id, edit)] = chats.edits
+    assert message_id == "1" and "Expired" in edit.text and not edit.buttons  # no live-looking buttons left
+
+
 async def test_in_a_cluster_a_click_reaching_another_process_before_the_card_is_recorded_still_counts(
     store: SqliteStore, tmp_path: Path
 ) -> None:

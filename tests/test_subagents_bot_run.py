@@ -1,8 +1,8 @@
 """Subagents and messages between sessions through a real `bot run` (the fake Telegram, the fake LLM): a child's result
 announced in the parent's chat once while the parent answers meanwhile, without `sessions_spawn` in the child's tools;
 a child stopped with `/subagents kill` announced as killed; a child running when the bot is SIGKILLed run again and
-announced once after the restart; `sessions_send` answered between allowed agents and refused otherwise; two agents
-messaging each other stopped at the cap."""
+announced once after the restart; `sessions_send` answered between allowed agents and refused otherwise, and answered
+once when the bot is SIGKILLed while its sender waits; two agents messaging each other stopped at the cap."""
 
 from __future__ import annotations
 
@@ -111,6 +111,7 @@ async def test_a_child_killed_with_subagents_kill_is_announced_as_killed(
         await tg.private_message("Research these five libraries", user_id=OWNER, name="Owner")
         await eventually(lambda: fake_llm.holding == 1, "the child to be working")
         [run_id] = [row[0] for row in read_state(tmp_path / "state", "SELECT id FROM subagent_runs")]
+        assert await tg.wait_sent(OWNER, 1) == ["Started it."]  # the parent's answer first: then the listing
 
         await tg.private_message("/subagents", user_id=OWNER, name="Owner")
         listed = (await tg.wait_sent(OWNER, 2))[-1]
@@ -242,3 +243,34 @@ async def test_two_agents_that_keep_messaging_each_other_stop_at_the_cap(
     last = tool_results(ops_turns[-1])[-1]
     assert "has had 5 messages (tools.agent_to_agent.max_exchanges 5)" in last
     assert len(requests_of(fake_llm, "Keep pinging")) == 6  # the owner's turn, then exchanges 2 and 4
+
+
+async def test_a_sessions_send_whose_sender_waited_across_a_sigkill_gets_one_answer(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    settings = agents_config(tmp_path, fake_llm, tg, [["main", "ops"]])
+    process = await launch_bot(settings, tmp_path, STARTED)
+    try:
+        key = await ops_session(tmp_path, fake_llm, tg)
+        # Each turn runs again from its start after the restart, so each is scripted twice; a third answer would
+        # come only from a second request to ops, or from its answer coming back to main as a message as well.
+        fake_llm.script_for("hello ops", Reply.held("lost with the process"), "All green.", "All green, again.")
+        fake_llm.script_for("How is ops", send(key, "status?", 60), send(key, "status?", 60), "Ops says: all green.",
+                            "Ops says: all green, again.")  # fmt: skip
+        await tg.private_message("How is ops doing?", user_id=OWNER, name="Owner")
+        await eventually(lambda: fake_llm.holding == 1, "ops to be answering main's message, main waiting")
+        await eventually(lambda: not unsent(tmp_path), "ops's hello to be recorded as sent")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+
+    async with bot_run(settings, tmp_path, STARTED):
+        assert await tg.wait_sent(OWNER, 1) == ["Ops says: all green."]
+        await eventually(lambda: settled(tmp_path / "state"), "every turn to settle")
+    assert tg.sent[OWNER] == ["Ops says: all green."] and tg.sent[OTHER_OWNER] == ["Hi."]
+    asked = [body for body in requests_of(fake_llm, "hello ops") if "status?" in last_user_text(body)]
+    assert len(asked) == 2  # ops's turn on the one message: before the kill, and once again after it
+    [answer] = tool_results(requests_of(fake_llm, "How is ops")[-1])
+    assert '"status": "answered"' in answer and "All green." in answer
+    assert fake_llm.pending == 2  # neither side's third reply was asked for

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
-from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundMessage
+from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundFile, OutboundMessage
 from channels.chunking import chunk_text
 from routing.errors import ChannelError
 from tools.message import MessageTool
@@ -32,6 +34,10 @@ SEND_WAIT_SECONDS = 60.0  # how long `send` waits behind the chat's earlier mess
 # this long overdue (that process died, or its chat is stuck behind it), and always in its chat's order.
 ORPHAN_SECONDS = 5.0
 ELSEWHERE_SECONDS = 0.2  # the wait before looking again at a chat another process is sending just now
+# Files one message takes on every platform here (a Telegram album, a Discord message, a Slack share).
+ALBUM_FILES = 10
+# Photos and videos share a Telegram album; every other kind keeps to albums of its own, and a voice note goes alone.
+_ALBUM_KINDS = {"image": "visual", "video": "visual"}
 
 Adapters = Mapping[tuple[str, str], ChannelAdapter]
 
@@ -47,8 +53,59 @@ def quoted(message: InboundMessage) -> str | None:
     return message.message_id
 
 
+def message_parts(message: OutboundMessage, pieces: list[str], capabilities: Capabilities) -> list[OutboundMessage]:
+    """`message` as the platform messages it goes out in, in order, each sent (and recorded as sent) on its own, so
+    that a send that fails half way resumes at the part that failed: the text's `pieces`, then the files a group at
+    a time, then the poll. The last piece is the first group's caption when it fits and carries no buttons (where
+    buttons may ride on files differs by platform; a text of its own carries them on every one). The first part
+    quotes `reply_to`; the buttons go on the last text part, or on the first part when there is no text."""
+    texts = list(pieces)
+    groups = _file_groups(message.media, capabilities.max_upload_bytes)
+    caption = ""
+    if groups and texts and not message.buttons and len(texts[-1]) <= capabilities.max_caption_length:
+        caption = texts.pop()
+    parts = [OutboundMessage(text=text, thread_id=message.thread_id) for text in texts]
+    for index, group in enumerate(groups):
+        parts.append(OutboundMessage(text="" if index else caption, media=group, thread_id=message.thread_id))
+    if message.poll is not None:
+        parts.append(OutboundMessage(text="", poll=message.poll, thread_id=message.thread_id))
+    if not parts:
+        return [message]  # nothing to send: the platform says so
+    buttons_on = len(texts) - 1 if texts else 0
+    parts[buttons_on] = parts[buttons_on].model_copy(update={"buttons": message.buttons})
+    parts[0] = parts[0].model_copy(update={"reply_to": message.reply_to})
+    return parts
+
+
+def _file_groups(files: Sequence[OutboundFile], max_bytes: int) -> list[list[OutboundFile]]:
+    """The files in order, in groups that each go as one platform message: up to ALBUM_FILES of one album kind,
+    within `max_bytes` together (Discord's limit is per message)."""
+    groups: list[list[OutboundFile]] = []
+    room = 0.0
+    for file in files:
+        size = _size(file)
+        kind = _ALBUM_KINDS.get(file.kind, file.kind)
+        last = groups[-1] if groups else []
+        joins = last and kind != "voice" and _ALBUM_KINDS.get(last[0].kind, last[0].kind) == kind
+        if not joins or len(last) >= ALBUM_FILES or size > room:
+            groups.append([])
+            room = max_bytes or math.inf
+        groups[-1].append(file)
+        room -= size
+    return groups
+
+
+def _size(file: OutboundFile) -> int:
+    """The file's size; 0 when it cannot be read (the adapter says why when it sends it)."""
+    try:
+        return os.stat(file.path).st_size
+    except OSError:
+        return 0
+
+
 class SendFailed(ChannelError):
-    """A send recorded before (the same turn, run again) that was never delivered."""
+    """A send recorded before (the same turn, run again) that was never delivered, or a part of a message that was
+    not sent because an earlier part failed."""
 
 
 class Delivery:
@@ -70,6 +127,10 @@ class Delivery:
         self.cluster: Cluster | None = None  # set by the gateway of a cluster: chats are sent by one process at a time
         self._mine: set[int] = set()  # in a cluster: the pending entries this process recorded
         self._elsewhere = False  # the last flush met a chat another process was sending
+        self.wait_seconds = SEND_WAIT_SECONDS  # how long `send` waits behind the chat's earlier messages
+        self._sending: set[int] = set()  # the entries being carried out right now
+        self._withdrawn: set[int] = set()  # entries taken back while still queued: never sent, whatever was read
+        self._later: dict[int, list[int]] = {}  # a waited-for entry -> the later parts of its message
 
     def adapter_for(self, channel: str, account: str) -> ChannelAdapter | None:
         """The running adapter of this channel account, None if there is none."""
@@ -102,28 +163,27 @@ class Delivery:
         adapter = self.adapter_for(channel, account)
         return chunk_text(text, adapter.capabilities.max_text_length if adapter is not None else DEFAULT_LIMIT)
 
-    async def send(self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None) -> str | None:
-        """Send through the outbox, in the chat's order: recorded first, split to the channel's limit (the buttons
-        on the last piece); the last piece's message id once it is out (None if it is still queued after
-        SEND_WAIT_SECONDS). A send recorded before under `key` is not made again: its id comes back. It is tried
-        once while someone waits for it, and its failure raised to them; one that outlived a crash is retried."""
-        pieces = self.split(target.channel, target.account, message.text) or [message.text]
-        last = len(pieces) - 1
-        payloads = [
-            message.model_copy(
-                update={
-                    "text": piece,
-                    "buttons": message.buttons if index == last else [],
-                    "reply_to": message.reply_to if index == 0 else None,
-                    "media": message.media if index == last else [],
-                    "poll": message.poll if index == last else None,
-                }
-            ).model_dump(mode="json")
-            for index, piece in enumerate(pieces)
-        ]
-        keys = [f"{key}:{index}" if key is not None else None for index in range(len(pieces))]
-        ids = await self._record_and_wait(target, "message", payloads, keys)
+    async def send(
+        self, target: ChatTarget, message: OutboundMessage, *, key: str | None = None, withdraw_late: bool = False
+    ) -> str | None:
+        """Send through the outbox, in the chat's order: recorded first, as its parts (`message_parts`: the text
+        split to the channel's limit, the files, the poll), each an entry of its own; the last part's message id
+        once it is out (None if it is still queued after `wait_seconds`: it goes out later, unless `withdraw_late`
+        takes it back, for something stale by then such as a streamed preview). A send recorded before under `key`
+        is not made again: its id comes back. It is tried once while someone waits for it, and its failure raised
+        to them (the parts after the failed one are not sent); one that outlived a crash is retried from the first
+        part not sent."""
+        parts = self.parts(target.channel, target.account, message)
+        payloads = [part.model_dump(mode="json") for part in parts]
+        keys = [f"{key}:{index}" if key is not None else None for index in range(len(parts))]
+        ids = await self._record_and_wait(target, "message", payloads, keys, withdraw_late=withdraw_late)
         return ids[-1] if ids is not None else None
+
+    def parts(self, channel: str, account: str, message: OutboundMessage) -> list[OutboundMessage]:
+        """`message_parts` for the channel account."""
+        adapter = self.adapter_for(channel, account)
+        capabilities = adapter.capabilities if adapter is not None else Capabilities(max_text_length=DEFAULT_LIMIT)
+        return message_parts(message, self.split(channel, account, message.text), capabilities)
 
     async def edit(self, target: ChatTarget, message_id: str, message: OutboundMessage) -> None:
         """Edit a message the bot sent, through the outbox: after everything recorded for the chat before."""
@@ -138,7 +198,7 @@ class Delivery:
 
     async def create_thread(self, target: ChatTarget, name: str, message_id: str | None = None) -> str:
         """Start a thread through the outbox, after everything recorded for the chat before; its id. SendFailed when
-        the platform refused, LookupError when it is still queued after SEND_WAIT_SECONDS (it is created later)."""
+        the platform refused, LookupError when it is still queued after `wait_seconds` (it is created later)."""
         ids = await self._record_and_wait(target, "thread", [{"name": name, "message_id": message_id}], [None])
         if not ids or ids[0] is None:
             raise LookupError("the thread is not created yet: the chat's earlier messages are still going out")
@@ -148,11 +208,18 @@ class Delivery:
         await self._record_and_wait(target, kind, [payload], [None])
 
     async def _record_and_wait(
-        self, target: ChatTarget, kind: str, payloads: list[dict[str, Any]], keys: list[str | None]
+        self,
+        target: ChatTarget,
+        kind: str,
+        payloads: list[dict[str, Any]],
+        keys: list[str | None],
+        *,
+        withdraw_late: bool = False,
     ) -> list[str | None] | None:
         """Record the chat's entries, let the outbox carry them out, and wait for each outcome (None when they are
-        still queued after SEND_WAIT_SECONDS: they go out later, in order). LookupError, with nothing recorded, for
-        an account that is not running."""
+        still queued after `wait_seconds`: they go out later, in order, or with `withdraw_late` never, except one
+        being sent just then, which is waited for). The first failure is raised. LookupError, with nothing
+        recorded, for an account that is not running."""
         self._adapter(target)
         where = target.model_dump(mode="json")
         entries = [
@@ -170,15 +237,34 @@ class Delivery:
         records = await self.store.enqueue_once(entries)
         self._recorded(records)
         outcomes = [self._outcome(record) for record in records]
+        for index, record in enumerate(records[:-1]):
+            self._later[record.id] = [later.id for later in records[index + 1 :]]
         self.wake()
         try:
-            async with asyncio.timeout(SEND_WAIT_SECONDS):
-                return [await outcome for outcome in outcomes]
-        except TimeoutError:
-            return None
+            _, late = await asyncio.wait(outcomes, timeout=self.wait_seconds)
+            if late and not withdraw_late:
+                return None
+            for record, outcome in zip(records, outcomes, strict=True):
+                if outcome in late and record.id not in self._sending:
+                    await self._withdraw([record.id], "withdrawn: still queued when its sender stopped waiting")
+            if late:
+                await asyncio.wait(late)  # the one being sent just now: its outcome
+            return _in_order(outcomes)
         finally:
             for record in records:
                 self._waiting.pop(record.id, None)
+                self._later.pop(record.id, None)
+
+    async def _withdraw(self, outbox_ids: list[int], why: str) -> None:
+        """Take back entries not yet sent: the sender skips them from now on (whatever it read before), whoever
+        waits for them hears None, and they are recorded as dead. One sent meanwhile by another process stays sent."""
+        self._withdrawn.update(outbox_ids)
+        for outbox_id in outbox_ids:
+            waiting = self._waiting.pop(outbox_id, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
+            with contextlib.suppress(ValueError):
+                await self.store.mark_dead(outbox_id, why)
 
     def _outcome(self, record: OutboxRecord) -> asyncio.Future[str | None]:
         """What becomes of a recorded entry: its message id once sent, its error if it died."""
@@ -254,9 +340,16 @@ class Delivery:
             return record.retry_at
         return record.retry_at + ORPHAN_SECONDS
 
-    async def reply(self, message: InboundMessage, text: str) -> None:
-        """A reply that answers no journaled message (a notice, a pairing confirmation)."""
-        await self.close([], replies=self.replies(None, message, text))
+    async def reply(self, message: InboundMessage, text: str, *, key: str | None = None) -> None:
+        """A reply that answers no journaled message (a notice, a pairing confirmation); one recorded before under
+        `key` (the same turn, run again after a crash) is not recorded again."""
+        replies = self.replies(None, message, text)
+        if key is None:
+            await self.close([], replies=replies)
+            return
+        keyed = [reply.model_copy(update={"key": f"{key}:{index}"}) for index, reply in enumerate(replies)]
+        self._recorded(await self.store.enqueue_once(keyed))
+        self.wake()
 
     def start(self) -> None:
         """Send whatever is recorded from now on (and, after `wake()`, what was left unsent)."""
@@ -299,6 +392,7 @@ class Delivery:
             self._elsewhere = False
             chats: dict[str, list[OutboxRecord]] = {}
             unsent = await self.store.unsent_outbox()
+            self._withdrawn &= {record.id for record in unsent}  # the rest are recorded as dead: never read again
             for record in unsent:
                 chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
             if self._mine:  # forget what another process sent meanwhile (ids recorded since the read are newer)
@@ -341,10 +435,20 @@ class Delivery:
             self._mine.discard(record.id)
 
     async def _send(self, record: OutboxRecord) -> bool:
+        if record.id in self._withdrawn:
+            return True  # taken back by whoever waited for it
         adapter = self.adapter_for(record.channel, record.account)
         if adapter is None:
             await self.store.mark_dead(record.id, f"no running adapter for {record.channel}/{record.account}")
             return True
+        self._sending.add(record.id)  # until its outcome is recorded: a withdrawal now would come too late
+        try:
+            return await self._send_and_record(adapter, record)
+        finally:
+            self._sending.discard(record.id)
+
+    async def _send_and_record(self, adapter: ChannelAdapter, record: OutboxRecord) -> bool:
+        """Carry the entry out and record how it went; False when it waits for a retry."""
         try:
             message_id = await _carry_out(adapter, record)
         except Exception as error:
@@ -352,6 +456,8 @@ class Delivery:
             waiting = self._waiting.pop(record.id, None)
             if waiting is not None:  # someone waits for this send: they hear of its failure and decide
                 await self.store.mark_dead(record.id, str(error)[:300])
+                # The rest of its message would read as if this part had gone out: they are not sent either.
+                await self._withdraw(self._later.get(record.id, []), "not sent: an earlier part of its message failed")
                 if not waiting.done():
                     waiting.set_exception(error)
                 return True
@@ -373,6 +479,19 @@ class Delivery:
         if session_key is not None and message_id is not None and self.message_tool is not None:
             self.message_tool.remember(session_key, ChatTarget.model_validate(record.target), message_id)
         return True
+
+
+def _in_order(outcomes: Sequence[asyncio.Future[str | None]]) -> list[str | None]:
+    """The outcomes of a message's parts; the first failure raised, saying how many parts went out before it."""
+    for index, outcome in enumerate(outcomes):
+        error = outcome.exception()
+        if error is None:
+            continue
+        if index == 0:
+            raise error
+        went = f"the first {index} of its {len(outcomes)} parts went out; the rest were not sent"
+        raise SendFailed(f"{error} ({went})") from error
+    return [outcome.result() for outcome in outcomes]
 
 
 async def _carry_out(adapter: ChannelAdapter, record: OutboxRecord) -> str | None:

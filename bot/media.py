@@ -1,9 +1,11 @@
-"""Files that come with messages: fetched from the platform into the agent's workspace before the turn runs,
-streamed to disk chunk by chunk, transcribed when they are speech, and described to the model."""
+"""Files that come with messages: fetched from the platform into the agent's workspace before the turn runs (once:
+a turn run again after a crash takes them from where they went), streamed to disk chunk by chunk, transcribed when
+they are speech, and described to the model."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import mimetypes
@@ -19,11 +21,12 @@ import httpx
 
 from agent.messages import ImageBlock
 from bot.config import TranscriptionConfig
+from bot.store import InboxStore
 from channels.base import Attachment, ChannelAdapter, MediaLimits
 from tools.base import IMAGE_TYPES, image_file
-from tools.fs import new_file, safe_file_name
+from tools.fs import FsError, new_file, resolve_in_workspace, safe_file_name
 
-__all__ = ["Received", "describe", "images", "receive", "refusal", "safe_name", "transcribe"]
+__all__ = ["InboxBook", "Received", "describe", "images", "receive", "refusal", "safe_name", "transcribe"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,24 @@ class Received:
     transcript: str | None = None
 
 
+@dataclass(frozen=True)
+class InboxBook:
+    """Where the files of a turn's messages go, recorded per message before each is fetched (bot.store.inbox): a turn
+    run again after a crash takes a file fetched before from its place, and fetches one cut short under its name
+    again, so the inbox never holds a second copy (`photo (2).jpg`) of the same file."""
+
+    store: InboxStore
+    inbound_ids: Sequence[int]  # the turn's journal rows (a folded batch has several); the last one records
+
+    async def find(self, attachment: Attachment) -> tuple[str, bool] | None:
+        """Where the file went (relative to the workspace) and whether all of it is there; None if nowhere yet."""
+        known = await self.store.inbox_file(self.inbound_ids, attachment.ref)
+        return (known.path, known.complete) if known is not None else None
+
+    async def note(self, attachment: Attachment, relative: str, *, complete: bool) -> None:
+        await self.store.set_inbox_file(self.inbound_ids[-1], attachment.ref, relative, complete=complete)
+
+
 def safe_name(attachment: Attachment) -> str:
     """A file name for the attachment that stays where it is put (tools.fs.safe_file_name), named for its kind
     when the platform gave none that is usable."""
@@ -76,10 +97,11 @@ async def receive(
     limits: MediaLimits,
     now: datetime,
     transcription: TranscriptionConfig | None = None,
+    book: InboxBook | None = None,
 ) -> list[Received]:
     """Fetch each attachment into `<workspace>/inbox/<YYYY-MM-DD>/` under a safe, unique name, within the limits;
-    a failed download is tried once more, then reported, never raised. Speech is transcribed when `transcription`
-    is configured."""
+    a failed download is tried once more, then reported, never raised. With a `book`, a file fetched before for the
+    same message is taken from where it went. Speech is transcribed when `transcription` is configured."""
     found: list[Received] = []
     for index, attachment in enumerate(attachments):
         if index >= limits.max_files:
@@ -88,19 +110,26 @@ async def receive(
         elif attachment.size is not None and attachment.size > limits.max_bytes:
             found.append(Received(attachment, problem=_too_large(attachment.size, limits.max_bytes)))
         else:
-            found.append(await _fetch_with_retry(adapter, attachment, workspace, limits.max_bytes, now))
+            found.append(await _fetch_with_retry(adapter, attachment, workspace, limits.max_bytes, now, book))
     if transcription is not None:
         found = [await _transcribed(received, transcription) for received in found]
     return found
 
 
 async def _fetch_with_retry(
-    adapter: ChannelAdapter, attachment: Attachment, workspace: Path, limit: int, now: datetime
+    adapter: ChannelAdapter, attachment: Attachment, workspace: Path, limit: int, now: datetime, book: InboxBook | None
 ) -> Received:
+    known = await book.find(attachment) if book is not None else None
+    if known is not None:
+        relative, complete = known
+        kept = await asyncio.to_thread(_kept, workspace, relative) if complete else None
+        if kept is not None:
+            return Received(attachment, path=kept, relative=relative)
+        await asyncio.to_thread(_discard, workspace, relative)  # cut short by a crash: its name is free again
     folder = f"{INBOX}/{now:%Y-%m-%d}"
     for attempt in (1, 2):
         try:
-            path = await _fetch(adapter, attachment, workspace, folder, limit)
+            path, relative = await _fetch(adapter, attachment, workspace, folder, limit, book)
         except TooLarge:
             return Received(attachment, problem=_too_large(None, limit))
         except Exception as error:  # the platform, the network or the disk: the turn runs with a note
@@ -108,27 +137,52 @@ async def _fetch_with_retry(
             log.warning("fetching a %s (attempt %d) failed: %s: %s", kind, attempt, name, error)
             problem = f"the download failed ({type(error).__name__})"
             continue
-        relative = path.relative_to(Path(os.path.realpath(workspace))).as_posix()
         return Received(attachment, path=path, relative=relative)
     return Received(attachment, problem=problem)
 
 
-async def _fetch(adapter: ChannelAdapter, attachment: Attachment, workspace: Path, folder: str, limit: int) -> Path:
-    """Stream the attachment into a new file in `folder` (inside the workspace, however its folders are linked);
-    the file is removed again if anything goes wrong."""
+def _kept(workspace: Path, relative: str) -> Path | None:
+    """The file fetched before, if it is still there as it was left: a regular file, reached through no link."""
+    path = Path(os.path.realpath(workspace)) / relative
+    try:
+        unlinked = resolve_in_workspace(workspace, relative) == path
+    except FsError:
+        return None
+    return path if unlinked and path.is_file() else None
+
+
+def _discard(workspace: Path, relative: str) -> None:
+    """Remove what a fetch cut short left (the entry itself, never what a link there points to)."""
+    path = Path(os.path.realpath(workspace)) / relative
+    with contextlib.suppress(OSError, FsError):
+        if resolve_in_workspace(workspace, Path(relative).parent.as_posix()) == path.parent:
+            path.unlink()
+
+
+async def _fetch(
+    adapter: ChannelAdapter, attachment: Attachment, workspace: Path, folder: str, limit: int, book: InboxBook | None
+) -> tuple[Path, str]:
+    """Stream the attachment into a new file in `folder` (inside the workspace, however its folders are linked),
+    its place recorded in `book` first; the file is removed again if anything goes wrong. The file and its path
+    relative to the workspace."""
     path = await asyncio.to_thread(new_file, workspace, folder, safe_name(attachment))
+    relative = path.relative_to(Path(os.path.realpath(workspace))).as_posix()
     written = 0
     try:
+        if book is not None:
+            await book.note(attachment, relative, complete=False)
         async with aiofiles.open(path, "wb") as out, aclosing(adapter.download(attachment)) as chunks:
             async for chunk in chunks:
                 written += len(chunk)
                 if written > limit:
                     raise TooLarge
                 await out.write(chunk)
+        if book is not None:
+            await book.note(attachment, relative, complete=True)
     except BaseException:
         await asyncio.to_thread(path.unlink, True)
         raise
-    return path
+    return path, relative
 
 
 def _too_large(size: int | None, limit: int) -> str:

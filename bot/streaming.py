@@ -98,8 +98,10 @@ class StreamingReply:
         try:
             if self.message_id is None:
                 quoting = message.model_copy(update={"reply_to": self.reply_to})
-                self.message_id = await self.delivery.send(self.target, quoting, key=self.key)
-                if self.message_id is None:  # a platform without message ids cannot be edited: stop streaming
+                # A preview still queued behind the chat's earlier messages when the wait ends is stale: taken back,
+                # never sent later beside the whole answer.
+                self.message_id = await self.delivery.send(self.target, quoting, key=self.key, withdraw_late=True)
+                if self.message_id is None:  # taken back, or a platform without message ids: stop streaming
                     self._broken = True
             else:
                 await self.delivery.edit(self.target, self.message_id, message)

@@ -1,6 +1,7 @@
 """Subagents and messages between sessions: a child session started in the background (`sessions_spawn`), its end
 announced to its parent through the journal, and one session's message to another (`sessions_send`), whose answer
-goes back to the sender: as the tool's result while it waits, else as a message into its session."""
+goes back to the sender once: as the tool's result while it waits (recorded, so that its turn run again after a
+restart finds it), else as a message into its session."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.access import owner_key
@@ -32,6 +34,7 @@ __all__ = ["AnswerRelay", "Subagents", "child_key"]
 log = logging.getLogger(__name__)
 
 MAX_RESULT_CHARS = 20_000  # of a child's answer, in its announcement (the whole answer stays in its transcript)
+MAX_COUNTED_TURNS = 1000  # turns whose sessions_send calls are counted (for the ids a turn run again finds again)
 ENDINGS: dict[SubagentStatus, str] = {
     "done": "finished",
     "failed": "failed",
@@ -105,11 +108,8 @@ class AnswerRelay(Protocol):
         ...
 
     async def hand(self, job: str, answer: str) -> bool:
-        """Pass the answer to the send waiting for it; False when that send has stopped waiting."""
-        ...
-
-    async def give_up(self, job: str) -> str | None:
-        """Stop waiting: None (the answer will come as a message), or the answer handed over just before."""
+        """Record the answer and tell the process whose send waits for it; False when one was recorded before
+        (or None: that send has stopped waiting)."""
         ...
 
     async def read(self, job: str) -> str | None:
@@ -126,6 +126,7 @@ class Subagents:
         self.intake = intake
         self.lanes = lanes
         self._waiting: dict[str, asyncio.Future[str]] = {}  # message id -> the sessions_send waiting for its answer
+        self._sends: OrderedDict[str, int] = OrderedDict()  # turn -> the sessions_send calls it made so far
         self.relay: AnswerRelay | None = None  # set by the gateway of a cluster: answers from other processes
         self._spawning = asyncio.Lock()
 
@@ -312,7 +313,7 @@ class Subagents:
         where = session.last_target or (run.target.model_dump(mode="json") if run.target else None)
         if where is None:
             raise ValueError("neither session has a chat to run in")
-        message_id = f"send:{secrets.token_hex(6)}"
+        message_id = self._request_id(run)
         acting = lesser(run.principal, target)  # never more than the sender, nor than the people of the session
         scheduled = Scheduled(
             kind="agent", job=message_id, agent=session.agent, session_key=session_key, owner=acting.owner,
@@ -321,27 +322,51 @@ class Subagents:
         source = f"session {run.session_key} (agent {run.agent})"
         text = _between(f"message from the {source}; your answer goes back to it, NO_REPLY sends none", message, source)
         busy = self.lanes.busy(session_key) or (self.relay is not None and await self.relay.busy(session_key))
-        waiter: asyncio.Future[str] | None = None
-        if wait_seconds > 0 and not busy:  # a busy session may be waiting for this one: never wait on it
-            waiter = self._waiting[message_id] = asyncio.get_running_loop().create_future()
-            scheduled = scheduled.model_copy(update={"awaited": True})
+        awaited = wait_seconds > 0 and not busy  # a busy session may be waiting for this one: never wait on it
         name = run.sender_name if acting.key == run.principal.key else None
+        scheduled = scheduled.model_copy(update={"awaited": awaited})
         request = _written(ChatTarget.model_validate(where), acting, name, text, message_id, scheduled)
-        await self._journal(request)
-        if waiter is None:
-            why = "it is busy; " if wait_seconds > 0 else ""
-            return {"status": "sent", "note": f"{why}its answer comes back to this conversation as a message"}
+        answerer = f"session {session_key} (agent {session.agent})"
+        late = f"no answer within {wait_seconds:g} s; it comes back as a message"
+        # Waiting from before it is journaled: its answer may come at once.
+        waiter = self._waiting[message_id] = asyncio.get_running_loop().create_future()
         try:
-            answer = await asyncio.wait_for(waiter, wait_seconds)
-        except TimeoutError:
-            late = await self.relay.give_up(message_id) if self.relay is not None else None
-            if late is None:
-                return {"status": "sent", "note": f"no answer within {wait_seconds:g} s; it comes back as a message"}
-            answer = late  # handed over by another process just before
+            if not await self._journal(request):  # this turn sent it before a restart: its answer may be in already
+                return _result(await self._answer_before(message_id, wait_seconds, waiter), answerer, late)
+            if not awaited:
+                await self.store.put_answer(message_id, None)  # for this turn run again: the answer comes as a message
+                why = "it is busy; " if wait_seconds > 0 else ""
+                return {"status": "sent", "note": f"{why}its answer comes back to this conversation as a message"}
+            return _result(await self._wait(message_id, wait_seconds, waiter), answerer, late)
         finally:
             self._waiting.pop(message_id, None)
-        source = f"session {session_key} (agent {session.agent})"
-        return {"status": "answered", "answer": wrap_untrusted(answer, source) if answer else "(no answer)"}
+
+    def _request_id(self, run: RunInfo) -> str:
+        """The id of this run's next sessions_send: its turn and how many it made before, which is the same when the
+        turn runs again after a restart (so it finds the message it sent then, and its answer)."""
+        if run.turn is None:
+            return f"send:{secrets.token_hex(6)}"
+        count = self._sends.pop(run.turn, 0) + 1
+        self._sends[run.turn] = count
+        while len(self._sends) > MAX_COUNTED_TURNS:
+            self._sends.popitem(last=False)
+        return f"send:{run.turn}:{count}"
+
+    async def _answer_before(self, message_id: str, wait_seconds: float, waiter: asyncio.Future[str]) -> str | None:
+        """The answer to a message this turn sent before a restart: recorded already, or still to come (it was
+        awaited then); None when it comes back as a message instead."""
+        recorded, answer = await self.store.get_answer(message_id)
+        if recorded:
+            return answer
+        return await self._wait(message_id, wait_seconds, waiter)
+
+    async def _wait(self, message_id: str, wait_seconds: float, waiter: asyncio.Future[str]) -> str | None:
+        """The answer, if it comes within `wait_seconds`; else None, recorded so that it comes back as a message
+        (unless it was recorded just before: then it is the answer)."""
+        try:
+            return await asyncio.wait_for(waiter, wait_seconds)
+        except TimeoutError:
+            return await self._record_answer(message_id, None)
 
     # --- ends of turns (bot.turns) ------------------------------------------------------------------------------
 
@@ -387,20 +412,20 @@ class Subagents:
         into the sender's session (unless the exchange is at its cap, or the answer is empty)."""
         scheduled = job.message.scheduled
         assert scheduled is not None and scheduled.reply_session is not None
-        waiter = self._waiting.get(scheduled.job)
-        # Its sender waits in another process: handed over there, unless that send has stopped waiting.
-        relayed = waiter is None and scheduled.awaited and self.relay is not None
-        handed = relayed and self.relay is not None and await self.relay.hand(scheduled.job, answer)
+        # Recorded before anything else: the sender, here, in another process or in its turn run again after a
+        # restart, takes it from there, unless it has stopped waiting (then it goes back as a message).
+        given = await self._record_answer(scheduled.job, answer) if scheduled.awaited else None
         capped = scheduled.hops >= self.config.agent_to_agent.max_exchanges
         reply: InboundMessage | None = None
-        if (waiter is None or waiter.done()) and not handed and answer.strip() and not capped:
+        if given is None and answer.strip() and not capped:
             sender = await self.store.get_session(scheduled.reply_session)
             if sender is not None:
                 # The answer came from a turn acting for `job.principal`: the turn it starts back in the sender's
                 # session acts for no more than that, nor than the sender session's people.
                 acting = lesser(job.principal, session_principal(sender.people))
+                # Its id is the message's: this turn run again after a restart journals it once.
                 answered = Scheduled(
-                    kind="agent", job=f"send:{secrets.token_hex(6)}", agent=sender.agent,
+                    kind="agent", job=f"answer:{scheduled.job}", agent=sender.agent,
                     session_key=scheduled.reply_session, owner=acting.owner, hops=scheduled.hops + 1,
                     reply_session=scheduled.session_key,
                 )  # fmt: skip
@@ -408,20 +433,32 @@ class Subagents:
                 text = _between(f"answer from the {source}; yours goes back to it, NO_REPLY sends none", answer, source)
                 name = job.message.sender_name if acting.key == job.principal.key else None
                 reply = _written(job.message.target(), acting, name, text, answered.job, answered)
-        await self.intake.delivery.close(inbound_ids, session_key=scheduled.session_key)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(answer)
-        if reply is not None:
+        if reply is not None:  # journaled before this turn is closed: a crash between them loses no answer
             await self._journal(reply)
+        await self.intake.delivery.close(inbound_ids, session_key=scheduled.session_key)
+        waiter = self._waiting.get(scheduled.job)
+        if waiter is not None and not waiter.done() and given is not None:
+            waiter.set_result(given)
 
-    async def _journal(self, message: InboundMessage) -> None:
-        """Journal a message the bot writes into a session, then hand it to intake (to its session's lane)."""
+    async def _record_answer(self, job: str, answer: str | None) -> str | None:
+        """Record the answer to message `job` (None: its sender stopped waiting) unless one was recorded before:
+        what stands recorded now. In a cluster the process whose send waits for it is told."""
+        if answer is not None and self.relay is not None:
+            recorded = await self.relay.hand(job, answer)
+        else:
+            recorded = await self.store.put_answer(job, answer)
+        return answer if recorded else (await self.store.get_answer(job))[1]
+
+    async def _journal(self, message: InboundMessage) -> bool:
+        """Journal a message the bot writes into a session, then hand it to intake (to its session's lane); False
+        when it was journaled before (by this turn before a restart)."""
         entry = journal_entry_of(message)
         record = await self.store.record_inbound(
             entry.channel, entry.account, entry.chat, entry.message_id, entry.payload
         )
         if record is not None:
             await self.intake.accept(record, message)
+        return record is not None
 
     async def answer_arrived(self, job: str) -> None:
         """Another process handed over the answer to message `job`: the send waiting for it here has it now."""
@@ -437,6 +474,13 @@ class Subagents:
         for waiter in self._waiting.values():
             with contextlib.suppress(asyncio.InvalidStateError):
                 waiter.set_result("")
+
+
+def _result(answer: str | None, source: str, late: str) -> dict[str, Any]:
+    """The tool's result: the answer (wrapped as `source`'s words), or the `late` note: it comes back as a message."""
+    if answer is None:
+        return {"status": "sent", "note": late}
+    return {"status": "answered", "answer": wrap_untrusted(answer, source) if answer else "(no answer)"}
 
 
 def _shown(record: SubagentRecord) -> dict[str, Any]:

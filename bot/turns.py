@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agent.events import discard
 from agent.lanes import RunControl
@@ -24,8 +24,8 @@ from bot.assemble import SetupError
 from bot.conversation import Conversations
 from bot.delivery import Delivery, quoted
 from bot.heartbeats import quiet
-from bot.media import Received, describe, images, receive, refusal
-from bot.store import InboundRecord, PreviewStore, SubagentStatus
+from bot.media import InboxBook, Received, describe, images, receive, refusal
+from bot.store import InboundRecord, InboxStore, PreviewStore, SubagentStatus
 from bot.streaming import StreamingReply
 from channels.base import ChatTarget, InboundMessage, Principal
 from tools.base import RunInfo
@@ -129,6 +129,10 @@ def _ids(jobs: list[Job]) -> list[int]:
     return [inbound_id for job in jobs for inbound_id in job.inbound_ids]
 
 
+class TurnStore(PreviewStore, InboxStore, Protocol):
+    """What turns keep beyond the journal: the messages answers stream into, and where messages' files went."""
+
+
 class Turns:
     """Runs the lanes' batches (`handle`); `closing()` says whether the gateway is shutting down."""
 
@@ -137,14 +141,14 @@ class Turns:
         app: App,
         conversations: Conversations,
         delivery: Delivery,
-        previews: PreviewStore,
+        store: TurnStore,
         message_tool: MessageTool | None,
         closing: Callable[[], bool],
     ) -> None:
         self.app = app
         self.conversations = conversations
         self.delivery = delivery
-        self.previews = previews
+        self.store = store
         self.message_tool = message_tool
         self.closing = closing
         self.unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
@@ -154,15 +158,15 @@ class Turns:
         """Streamed messages of turns that run again are kept, for the new answer to be written into them; the
         others belong to turns that finished (or failed) and are forgotten."""
         unfinished = {record.id for record in leftovers}
-        previews = await self.previews.previews()
+        previews = await self.store.previews()
         self.unfinished_previews = {p.inbound_id: p for p in previews if p.inbound_id in unfinished}
-        await self.previews.clear_previews([p.inbound_id for p in previews if p.inbound_id not in unfinished])
+        await self.store.clear_previews([p.inbound_id for p in previews if p.inbound_id not in unfinished])
 
     async def adopt_previews(self, records: list[InboundRecord]) -> None:
         """The streamed messages of turns taken over from another process, for their new answers to be written into
         (the others' previews stay theirs)."""
         ids = {record.id for record in records}
-        for preview in await self.previews.previews():
+        for preview in await self.store.previews():
             if preview.inbound_id in ids:
                 self.unfinished_previews[preview.inbound_id] = preview
 
@@ -277,7 +281,7 @@ class Turns:
 
         async def shown(message_id: str) -> None:
             where = target.model_dump(mode="json")
-            await self.previews.set_preview(newest.inbound_id, message.channel, message.account, where, message_id)
+            await self.store.set_preview(newest.inbound_id, message.channel, message.account, where, message_id)
             if self.message_tool is not None:
                 self.message_tool.remember(newest.session_key, target, message_id)
 
@@ -384,9 +388,11 @@ class Turns:
             return []
         when = datetime.fromtimestamp(job.received, zone(run.timezone))
         limits, transcription = adapter.settings.media, self.app.config.media.transcription
-        received = await receive(adapter, message.attachments, Path(run.workspace), limits, when, transcription)
-        for notice in filter(None, map(refusal, received)):
-            await self.delivery.reply(message, notice)  # the person hears of it whatever the agent makes of it
+        book = InboxBook(self.store, job.inbound_ids)  # a turn run again takes the files from where they went
+        received = await receive(adapter, message.attachments, Path(run.workspace), limits, when, transcription, book)
+        for index, notice in enumerate(map(refusal, received)):
+            if notice is not None:  # the person hears of it (once) whatever the agent makes of it
+                await self.delivery.reply(message, notice, key=f"refusal:{job.inbound_id}:{index}")
         return received
 
     async def _typing(self, message: InboundMessage) -> None:

@@ -1,5 +1,7 @@
 """Delivery on its own: everything the bot says (sends, edits, deletions, reactions) is recorded in the outbox first,
-then carried out in the chat's order, split once to the channel's limit; what a crash left recorded is done after."""
+then carried out in the chat's order, split once to the channel's limit; what a crash left recorded is done after. A
+message goes as its parts (text, albums, files, poll), each recorded as sent: one that fails half way resumes at the
+part that failed, and none appears twice."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from helpers import eventually
+from fakes.telegram import FakeTelegram
+from helpers import FakeClock, eventually
+from test_telegram import dm, running
 
-from bot.delivery import Delivery
+from bot.delivery import Delivery, message_parts
 from bot.store import OutboxEntry, SqliteStore
 from channels import MemoryChannel
-from channels.base import Button, Capabilities, ChatTarget, OutboundMessage
+from channels.base import Button, Capabilities, ChatTarget, OutboundFile, OutboundMessage, Poll
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -29,8 +33,11 @@ class LoggingChannel(MemoryChannel):
     def __init__(self) -> None:
         super().__init__(capabilities=CAPS)
         self.log: list[tuple[str, str]] = []
+        self.refused: set[str] = set()  # texts the platform refuses to send
 
     async def send(self, target: ChatTarget, message: OutboundMessage) -> str | None:
+        if message.text in self.refused:
+            raise ChannelError(f"refused {message.text!r}")
         message_id = await super().send(target, message)
         self.log.append(("send", message.text))
         return message_id
@@ -112,3 +119,97 @@ async def test_what_a_crash_left_recorded_is_done_by_the_next_start(tmp_path: Pa
         delivery.wake()
         await eventually(lambda: chat.showing[shown].text == "Allowed", "the recorded edit to be made")
     assert chat.log == [("send", "Approve?"), ("edit", "Allowed")]
+
+
+def written(folder: Path, name: str, data: bytes) -> str:
+    path = folder / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_a_message_goes_as_its_text_then_its_files_an_album_at_a_time_then_its_poll(tmp_path: Path) -> None:
+    photos = [OutboundFile(path=written(tmp_path, f"p{i}.jpg", b"jpeg"), name=f"p{i}.jpg", kind="image")
+              for i in range(11)]  # fmt: skip
+    video = OutboundFile(path=written(tmp_path, "v.mp4", b"mp4"), name="v.mp4", kind="video")
+    report = OutboundFile(path=written(tmp_path, "r.pdf", b"pdf"), name="r.pdf")
+    voices = [OutboundFile(path=written(tmp_path, f"{i}.ogg", b"ogg"), name=f"{i}.ogg", kind="voice") for i in range(2)]
+    caps = Capabilities(files=True, polls=True, max_caption_length=20, max_upload_bytes=100)
+    buttons = [[Button(label="OK", value="ok")]]
+    poll = Poll(question="Which?", options=["a", "b"])
+    whole = OutboundMessage(text="", media=[*photos, video, report, *voices], poll=poll, reply_to="9", thread_id="t")
+
+    parts = message_parts(whole.model_copy(update={"text": "Look"}), ["Look"], caps)
+    assert [([file.name for file in part.media], part.text, part.poll) for part in parts] == [
+        ([f"p{i}.jpg" for i in range(10)], "Look", None),  # the text fits: the first album's caption
+        (["p10.jpg", "v.mp4"], "", None),  # photos and videos share an album
+        (["r.pdf"], "", None),
+        (["0.ogg"], "", None),  # a voice note goes alone
+        (["1.ogg"], "", None),
+        ([], "", poll),
+    ]
+    assert [part.reply_to for part in parts] == ["9", None, None, None, None, None]
+    assert {part.thread_id for part in parts} == {"t"}
+
+    with_buttons = whole.model_copy(update={"text": "Look", "buttons": buttons, "media": photos[:2], "poll": None})
+    parts = message_parts(with_buttons, ["Look"], caps)  # buttons ride on a text of its own
+    assert [(part.text, len(part.media), part.buttons, part.reply_to) for part in parts] == [
+        ("Look", 0, buttons, "9"),
+        ("", 2, [], None),
+    ]
+    long = whole.model_copy(update={"text": "x", "media": photos[:1], "poll": None})
+    parts = message_parts(long, ["one piece", "a piece too long for a caption"], caps)
+    assert [(part.text, len(part.media)) for part in parts] == [("one piece", 0), ("a piece too long for a caption", 0),
+                                                               ("", 1)]  # fmt: skip
+    tiny = Capabilities(files=True, max_upload_bytes=7)  # 4 bytes each: two would not fit in one message
+    assert [len(part.media) for part in message_parts(long.model_copy(update={"media": photos[:3]}), [], tiny)] == [
+        1, 1, 1,
+    ]  # fmt: skip
+
+
+async def test_a_message_whose_album_failed_half_way_resumes_at_the_album_and_sends_nothing_twice(
+    tmp_path: Path, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    clock = FakeClock()
+    photos = [OutboundFile(path=written(tmp_path, f"p{i}.jpg", b"photo %d" % i), name=f"p{i}.jpg", kind="image")
+              for i in range(2)]  # fmt: skip
+    report = OutboundFile(path=written(tmp_path, "r.pdf", b"%PDF report"), name="r.pdf")
+    text = "word " * 300  # longer than a caption (1,024 characters): a message of its own before the files
+    async with running(tg) as (adapter, _), await SqliteStore.open(tmp_path / "state", clock=clock) as store:
+        delivery = Delivery(store, {(adapter.channel, adapter.account): adapter}, clock)
+        delivery.wait_seconds = 0  # nobody waits for it: the outbox carries it out and retries it (as after a crash)
+        delivery.start()
+        try:
+            tg.fail_next("sendMediaGroup", retry_after=0)  # a 429 without a wait, which the adapter does not retry
+            assert await delivery.send(dm(tg), OutboundMessage(text=text, media=[*photos, report])) is None
+
+            async def album_failed() -> bool:
+                return any(record.attempts == 1 for record in await store.unsent_outbox())
+
+            await eventually(album_failed, "the album to fail and wait for its retry")
+            clock.advance(60.0)  # past its retry
+            delivery.wake()
+            await tg.wait_uploads(3)
+
+            async def all_sent() -> bool:
+                return await store.unsent_outbox() == []
+
+            await eventually(all_sent, "every part to be recorded as sent")
+        finally:
+            await delivery.stop()
+    assert [call["text"].split() for call in tg.calls("sendMessage")] == [text.split()]  # the text once
+    assert [(upload.method, upload.filename) for upload in tg.uploads] == [
+        ("sendMediaGroup", "p0.jpg"), ("sendMediaGroup", "p1.jpg"), ("sendDocument", "r.pdf"),
+    ]  # fmt: skip
+
+
+async def test_a_long_message_whose_piece_failed_stops_there_and_says_what_went_out(tmp_path: Path) -> None:
+    chat = LoggingChannel()
+    chat.refused = {"three four"}
+    async with delivery_to(chat, tmp_path) as delivery:
+        with pytest.raises(ChannelError) as failed:
+            await delivery.send(CHAT, OutboundMessage(text="one two three four five"))
+        await delivery.send(CHAT, OutboundMessage(text="later"))  # the chat goes on
+        assert await delivery.store.unsent_outbox() == []
+    assert chat.log == [("send", "one two"), ("send", "later")]  # "five" would read as if the middle had gone out
+    assert str(failed.value) == "refused 'three four' (the first 1 of its 3 parts went out; the rest were not sent)"

@@ -1,4 +1,5 @@
-"""Streaming replies keep the platform's pace: one preview per interval at most, counted on the reply's own clock."""
+"""Streaming replies keep the platform's pace: one preview per interval at most, counted on the reply's own clock; a
+preview still queued when the stream gives up on it is never sent later."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from helpers import FakeClock, eventually
 
 from agent.events import AssistantEvent
 from bot.delivery import Delivery
-from bot.store import SqliteStore
+from bot.store import OutboxEntry, SqliteStore
 from bot.streaming import StreamingReply
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, OutboundMessage
 from routing import Peer
+from routing.errors import ChannelError
 
 TARGET = ChatTarget(channel="chat", peer=Peer(kind="direct", id="7"))
 PLATFORM_CALL = 0.3  # seconds each send or edit takes on the fake clock
@@ -94,3 +96,54 @@ async def test_a_reply_that_ends_with_nothing_to_say_takes_its_preview_back(tmp_
         assert await reply.finish("") == []
         assert [text for _, text in chat.shown] == ["Let me think", ""]  # "" marks the delete
         assert not reply.shown
+
+
+class DownChat(RecordingChat):
+    """A recording chat whose platform refuses every send while `down`."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.down = True
+        self.refused: list[str] = []
+
+    async def send(self, target: ChatTarget, message: OutboundMessage) -> str:
+        if self.down:
+            self.refused.append(message.text)
+            raise ChannelError("the platform is down")
+        return await super().send(target, message)
+
+
+async def test_a_preview_still_queued_when_the_stream_gives_up_on_it_is_never_sent_later(tmp_path: Path) -> None:
+    clock = FakeClock()
+    chat = DownChat(clock)
+    async with await SqliteStore.open(tmp_path, clock=clock) as store:
+        delivery = Delivery(store, {(TARGET.channel, TARGET.account): cast(ChannelAdapter, chat)}, clock)
+        delivery.wait_seconds = 0.2  # how long a send waits behind the chat's earlier messages (real seconds)
+        delivery.start()
+        try:
+            # A reply recorded earlier that the platform refuses: the chat's later messages queue behind it.
+            earlier = OutboundMessage(text="earlier").model_dump(mode="json")
+            where = TARGET.model_dump(mode="json")
+            entry = OutboxEntry(inbound_id=None, channel=TARGET.channel, account=TARGET.account, target=where,
+                                payload=earlier)  # fmt: skip
+            await store.enqueue_once([entry])
+            delivery.wake()
+            await eventually(lambda: chat.refused == ["earlier"], "the earlier reply to be refused")
+
+            reply = StreamingReply(delivery, TARGET, chat.capabilities, clock=clock, sleep=clock.sleep)
+            await reply.on_event(delta("Let me think"))
+
+            async def preview_queued() -> bool:
+                return len(await store.unsent_outbox()) == 2
+
+            await eventually(preview_queued, "the preview to queue behind the earlier reply")
+            # The preview waits its turn, and is given up on: the whole answer goes out as messages of its own.
+            assert await reply.finish("Let me think about it.") == ["Let me think about it."]
+            assert not reply.shown
+
+            chat.down = False
+            clock.advance(60.0)  # past the earlier reply's retry
+            await delivery.send(TARGET, OutboundMessage(text="later"))  # goes out after whatever was still queued
+        finally:
+            await delivery.stop()
+    assert [text for _, text in chat.shown] == ["earlier", "later"]

@@ -271,6 +271,8 @@ async def test_a_sessions_send_whose_sender_waited_across_a_sigkill_gets_one_ans
     assert tg.sent[OWNER] == ["Ops says: all green."] and tg.sent[OTHER_OWNER] == ["Hi."]
     asked = [body for body in requests_of(fake_llm, "hello ops") if "status?" in last_user_text(body)]
     assert len(asked) == 2  # ops's turn on the one message: before the kill, and once again after it
-    [answer] = tool_results(requests_of(fake_llm, "How is ops")[-1])
+    main = requests_of(fake_llm, "How is ops")
+    assert not [body for body in main if "answer from the session" in last_user_text(body)]  # not as a message too
+    [answer] = tool_results(main[-1])
     assert '"status": "answered"' in answer and "All green." in answer
     assert fake_llm.pending == 2  # neither side's third reply was asked for

@@ -2,14 +2,16 @@
 fake Bot API (and its file server), a model that can see on the fake LLM. What a person on Telegram sees and what the
 agent gets: a photo (its largest size) reaches the model as an image and lands in the workspace's inbox, an album is
 one message, hostile names stay inside the inbox, a voice note is transcribed, a file over the account's limit is
-refused with a word to the person and never fetched, and the agent uploads files of its workspace, makes a forum topic
-and posts a native poll. tests/test_media.py proves the same behaviours on the in-memory channel,
-tests/test_telegram_media.py the adapter's own download, upload, poll and topic paths."""
+refused with a word to the person and never fetched, a turn run again after a SIGKILL takes its files from the inbox
+(and refuses once), and the agent uploads files of its workspace, makes a forum topic and posts a native poll.
+tests/test_media.py proves the same behaviours on the in-memory channel, tests/test_telegram_media.py the adapter's
+own download, upload, poll and topic paths."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +24,15 @@ from helpers import (
     files_under,
     finished,
     inbox_of,
+    launch_bot,
     read_state,
     tool_result,
     user_images,
     user_parts,
     user_text,
 )
+
+STARTED = "channel telegram account main started"
 
 OWNER = 1001  # the fake's default private sender (tg.user_id): its DM chat has the same id
 PHOTO = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # JPEG-ish bytes, 10,244 of them: "10.2 KB"
@@ -57,7 +62,7 @@ def config(
 @contextlib.asynccontextmanager
 async def running(config: dict[str, Any], tmp_path: Path, env: dict[str, str] | None = None) -> AsyncIterator[Path]:
     """`bot run` on `config`; yields its state directory. Stopped (exit 0) at the end."""
-    async with bot_run(config, tmp_path, "channel telegram account main started", env=env) as path:
+    async with bot_run(config, tmp_path, STARTED, env=env) as path:
         yield path.parent / "state"
 
 
@@ -310,3 +315,39 @@ async def test_the_agent_makes_a_forum_topic_and_posts_a_native_poll(
 
     assert tg.sent[group] == ["Topic and poll are up."]  # the answer, in the group itself
     assert [call for call in tg.calls("sendMessage") if call.get("message_thread_id") == topic_id] == []
+
+
+async def test_a_turn_run_again_after_a_sigkill_takes_its_files_from_the_inbox_and_refuses_once(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    fake_llm.script(Reply.held("lost with the process"), "The big one did not come through.")
+    settings = config(tmp_path, fake_llm, tg, limits={"max_bytes": 1000})
+    process = await launch_bot(settings, tmp_path, STARTED)
+    try:
+        _, small = await tg.media_group([
+            ("document", b"x" * 5000, "here", {"name": "big.bin"}),
+            ("document", b"small", "", {"name": "small.txt", "mime_type": "text/plain"}),
+        ])  # fmt: skip
+        [notice] = await wait_said(tg, OWNER, 1)
+        await eventually(lambda: fake_llm.holding == 1, "the turn to reach the model, its files fetched")
+        # Killed once the notice is recorded as sent: one Telegram took in the instant before the kill, not yet
+        # recorded, would be sent again (at least once), which is not what this test is about.
+        await eventually(lambda: not read_state(tmp_path / "state", PENDING), "the notice to be recorded as sent")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+
+    async with running(settings, tmp_path) as state:
+        await tg.wait_texts(OWNER, lambda texts: "The big one did not come through." in texts)
+        await finished(state)
+        day = inbox_of(state)
+
+    assert tg.chat_texts(OWNER) == [notice, "The big one did not come through."]  # the notice once
+    assert files_under(tmp_path / "ws" / "main" / "inbox") == {f"{day.removeprefix('inbox/')}/small.txt": b"small"}
+    assert f'[file "small.txt" (5 bytes), saved as {day}/small.txt]' in user_text(fake_llm)  # the run after the kill
+    assert tg.calls("getFile") == [{"file_id": small["message"]["document"]["file_id"]}]  # fetched once
+    assert tg.downloads == [served_path(tg, small, "document")]
+
+
+PENDING = "SELECT id FROM outbox WHERE status = 'pending'"

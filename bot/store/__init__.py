@@ -1,9 +1,12 @@
-"""The state store: session index, inbound journal, outbox, previews, pairing, approvals and scheduled jobs, each
-behind a small role interface (`SessionStore`, `JournalStore`, `OutboxStore` …); SQLite by default (`SqliteStore`)."""
+"""The state store: session index, inbound journal, outbox, previews, pairing, approvals, scheduled jobs, the files
+messages brought and the answers between sessions, each behind a small role interface (`SessionStore`,
+`JournalStore`, `OutboxStore` …); SQLite by default (`SqliteStore`)."""
 
+from bot.store.answers import AnswerStore
 from bot.store.approvals import ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
 from bot.store.base import DEDUPE_SECONDS, Clock, StoreError
 from bot.store.database import BUSY_TIMEOUT_MS, DB_FILE, KEY_FILE
+from bot.store.inbox import InboxFileRecord, InboxStore
 from bot.store.interface import DeliveryStore, IntakeStore, RetentionStore, Store
 from bot.store.jobs import JobRecord, JobRunRecord, JobStore, RunStatus
 from bot.store.journal import InboundRecord, InboundStatus, JournalStore
@@ -22,6 +25,7 @@ __all__ = [
     "KEY_FILE",
     "PAIRING_ALPHABET",
     "SCHEMA_VERSION",
+    "AnswerStore",
     "ApprovalDecision",
     "ApprovalRecord",
     "ApprovalStatus",
@@ -30,6 +34,8 @@ __all__ = [
     "DeliveryStore",
     "InboundRecord",
     "InboundStatus",
+    "InboxFileRecord",
+    "InboxStore",
     "IntakeStore",
     "JobRecord",
     "JobRunRecord",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bot.store.answers import AnswerStore
 from bot.store.approvals import ApprovalStore
 from bot.store.base import DEDUPE_SECONDS
+from bot.store.inbox import InboxStore
 from bot.store.jobs import JobStore
 from bot.store.journal import JournalStore
 from bot.store.outbox import OutboxStore
@@ -53,6 +55,8 @@ class Store(
     ApprovalStore,
     JobStore,
     SubagentStore,
+    InboxStore,
+    AnswerStore,
     RetentionStore,
     Protocol,
 ):

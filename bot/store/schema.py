@@ -206,5 +206,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # The journal row whose outbox entries hold the answer a message got: its own, or the newest of the batch it was
     # answered in (a cron tick folded into a person's turn), so a run's record tells what was really delivered.
     ("ALTER TABLE inbound ADD COLUMN answered_in INTEGER",),
+    # Where each file that came with a message went in the workspace (recorded before it is fetched, `complete` once
+    # it is all there), so that a turn run again after a crash takes it from there; and the answer to a
+    # sessions_send whose sender waits, recorded once (its sender gets it, or its session as a message: never both).
+    (
+        """CREATE TABLE inbox_files (
+            inbound_id INTEGER NOT NULL REFERENCES inbound (id) ON DELETE CASCADE,
+            ref TEXT NOT NULL,
+            path TEXT NOT NULL,
+            complete INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (inbound_id, ref)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE session_answers (
+            job TEXT PRIMARY KEY,
+            answer TEXT,
+            created REAL NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX session_answers_created ON session_answers (created)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

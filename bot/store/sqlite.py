@@ -8,9 +8,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from bot.store.answers import SqliteAnswers
 from bot.store.approvals import SqliteApprovals
 from bot.store.base import Clock
 from bot.store.database import Database, release_free_pages
+from bot.store.inbox import SqliteInbox
 from bot.store.jobs import SqliteJobs
 from bot.store.journal import SqliteJournal
 from bot.store.outbox import SqliteOutbox
@@ -36,6 +38,8 @@ class SqliteStore(
     SqliteApprovals,
     SqliteJobs,
     SqliteSubagents,
+    SqliteInbox,
+    SqliteAnswers,
 ):
     """The embedded store: `state.db` in WAL mode, used from one worker thread that owns the connection.
 

@@ -7,8 +7,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from bot.store.base import Clock
+from bot.store.postgres.answers import PgAnswers
 from bot.store.postgres.approvals import PgApprovals
 from bot.store.postgres.database import PgDatabase
+from bot.store.postgres.inbox import PgInbox
 from bot.store.postgres.jobs import PgJobs
 from bot.store.postgres.journal import PgJournal
 from bot.store.postgres.outbox import PgOutbox
@@ -34,6 +36,8 @@ class PostgresStore(
     PgApprovals,
     PgJobs,
     PgSubagents,
+    PgInbox,
+    PgAnswers,
 ):
     """The networked store: every role in one PostgreSQL database, through a pool of connections."""
 

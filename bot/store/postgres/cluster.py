@@ -17,6 +17,7 @@ from psycopg import sql
 from bot.store.database import dumps
 from bot.store.journal import InboundRecord
 from bot.store.outbox import OutboxRecord
+from bot.store.postgres.answers import get_answer, put_answer
 from bot.store.postgres.database import LANE_LOCK, PgDatabase, lock_granted
 from bot.store.postgres.journal import inbound_record
 from bot.store.postgres.outbox import outbox_record
@@ -171,19 +172,11 @@ class PgMember:
     async def put_answer(self, job: str, answer: str | None) -> bool:
         """Record the answer to message `job` (None: its sender stopped waiting) unless one is recorded already;
         whether this call recorded it."""
-        row = await self.db.fetchone(
-            "INSERT INTO session_answers (job, answer, created) VALUES (%s, %s, %s) ON CONFLICT (job) DO NOTHING"
-            " RETURNING job",
-            job,
-            answer,
-            self.db.clock(),
-        )
-        return row is not None
+        return await put_answer(self.db, job, answer)
 
     async def get_answer(self, job: str) -> tuple[bool, str | None]:
         """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
-        row = await self.db.fetchone("SELECT answer FROM session_answers WHERE job = %s", job)
-        return (row is not None, row["answer"] if row else None)
+        return await get_answer(self.db, job)
 
     async def prune_answers(self, older_than_seconds: float) -> int:
         """Forget answers recorded this long ago; how many."""

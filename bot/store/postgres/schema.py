@@ -226,5 +226,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # Version 5: the journal row whose outbox entries hold a message's answer (bot.store.schema, the same purpose).
     ("ALTER TABLE inbound ADD COLUMN answered_in BIGINT",),
+    # Version 6: where each file that came with a message went in the workspace, so that a turn run again takes it
+    # from there (bot.store.schema, the same purpose; session_answers is here since version 3).
+    (
+        """CREATE TABLE inbox_files (
+            inbound_id BIGINT NOT NULL REFERENCES inbound (id) ON DELETE CASCADE,
+            ref TEXT NOT NULL,
+            path TEXT NOT NULL,
+            complete BOOLEAN NOT NULL DEFAULT FALSE,
+            PRIMARY KEY (inbound_id, ref)
+        )""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -5,9 +5,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from channels.base import AccountSettings
+
+# The least silence, beyond a long poll's own `poll_timeout`, that counts as a stall of Telegram polling.
+STALL_MARGIN = 2.0
+
+
+def _refuse(model: str, key: str, value: object, message: str) -> ValidationError:
+    """A validation error at `key` of the model (so a config check names that key and its line), not at the model."""
+    error = PydanticCustomError("value_error", "{error}", {"error": message})
+    return ValidationError.from_exception_data(model, [InitErrorDetails(type=error, loc=(key,), input=value)])
 
 
 class TelegramAccount(AccountSettings):
@@ -26,6 +36,23 @@ class TelegramAccount(AccountSettings):
     def _webhook_complete(self) -> TelegramAccount:
         if self.mode == "webhook" and not (self.webhook_url and self.webhook_secret):
             raise ValueError("mode webhook needs webhook_url and webhook_secret")
+        return self
+
+    @model_validator(mode="after")
+    def _stall_longer_than_a_poll(self) -> TelegramAccount:
+        # Refused, not raised in silence or only warned about: a long poll with nothing to say is healthy for all of
+        # poll_timeout, so a shorter stall_seconds would tear down every quiet connection; what the file says must be
+        # what the bot does. (A webhook does not poll: there it is only the silence before Telegram is asked.)
+        least = self.poll_timeout + STALL_MARGIN
+        if self.mode == "polling" and self.stall_seconds < least:
+            raise _refuse(
+                type(self).__name__,
+                "stall_seconds",
+                self.stall_seconds,
+                f"must be at least {least:g} (poll_timeout {self.poll_timeout} + {STALL_MARGIN:g}) when polling: "
+                "a long poll with nothing to deliver lasts poll_timeout seconds and is no stall; raise stall_seconds "
+                "or lower poll_timeout",
+            )
         return self
 
 

@@ -1,8 +1,9 @@
 """The Discord channel: one bot account on the real discord.py Client (gateway WebSocket in, REST out), normalized
 into InboundMessage / ActionEvent; buttons are persistent components whose custom_id is the button's value; files
 come in as attachment URLs fetched from Discord's CDN and go out as multipart uploads; polls and threads are native.
-The account's `health` follows the gateway: stalled when it goes silent (discord.py then reconnects), degraded in a
-reconnect storm, whose further connections ReconnectGate spaces with exponential backoff. Listening is elected per
+The account's `health` follows the gateway: stalled when it goes silent or stops acknowledging heartbeats (the
+connection is then left and the session resumed on a new one), degraded in a reconnect storm, whose further
+connections ReconnectGate spaces with exponential backoff (up to 5 minutes, with jitter). Listening is elected per
 gateway shard (channels.base.ElectedIngress): several processes on one token each send, one listens per shard."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import asyncio
 import contextlib
 import copy
 import hashlib
+import json
 import logging
 import os
-import random
 import re
 import time
 from collections import deque
@@ -25,11 +26,12 @@ import aiohttp
 import discord
 import discord.ui
 import yarl
-from discord.gateway import DiscordWebSocket
+from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 from discord.http import HTTPClient, Route
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from channels.accounts import DiscordAccount
+from channels.backoff import CAP_SECONDS, FIRST_SECONDS, REAL_TIME, Backoff, Timing, pause
 from channels.base import (
     NOTICE_BUDGET_SECONDS,
     ActionEvent,
@@ -95,10 +97,13 @@ _STYLES = {
 _ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
 # Discord's gateway asks for a heartbeat every 41.25 s; a shorter `stall_seconds` would drop healthy connections.
 MIN_STALL_SECONDS = 45.0
-BACKOFF_FIRST = 1.0  # the wait before the first connection beyond a storm's limit, doubling with each one after
-# discord.py gives a new gateway connection 60 s from the first attempt to IDENTIFY (Client.connect), and the wait
-# happens inside that budget (in ws_connect, the one place each attempt passes that is ours), so it stays well below.
-BACKOFF_CAP = 40.0
+BACKOFF_FIRST = FIRST_SECONDS  # the wait before the first connection beyond a storm's limit, doubling with each one
+BACKOFF_CAP = CAP_SECONDS  # waited before a connection's CONNECT_SECONDS start (see _Client.connect), so it may be long
+CONNECT_SECONDS = 60.0  # a new connection's handshake, HELLO and IDENTIFY or RESUME, as discord.py allows it
+HEARTBEAT_ACK = 11
+# A heartbeat ACK is `{"t":null,"s":null,"op":11,"d":null}`: only frames this short are parsed to find one, never
+# the events, which discord.py parses anyway.
+MAX_ACK_FRAME = 96
 
 
 class DiscordStartError(StartError, RuntimeError):
@@ -131,13 +136,9 @@ def _local_route(route: Route, api_base: str | None) -> Route:
     return local
 
 
-async def _no_wait() -> None:
-    return None
-
-
 class _RoutedHTTPClient(HTTPClient):
-    """discord.py's HTTPClient on the configured servers; every REST call is noted in `health`, and every new gateway
-    connection first passes `before_connect` (where a reconnect storm waits)."""
+    """discord.py's HTTPClient on the configured servers; every REST call and gateway connection is noted in
+    `health`."""
 
     def __init__(
         self,
@@ -146,20 +147,17 @@ class _RoutedHTTPClient(HTTPClient):
         gateway: str | None,
         *,
         health: ChannelHealth | None = None,
-        before_connect: Callable[[], Awaitable[None]] = _no_wait,
     ) -> None:
         super().__init__(loop)
         self._api_base = api_base
         self._gateway = yarl.URL(gateway) if gateway else None
         self._health = health
-        self._before_connect = before_connect
 
     async def request(self, route: Route, **kwargs: Any) -> Any:
         with _noted(self._health, f"{route.method} {route.path}"):
             return await super().request(_local_route(route, self._api_base), **kwargs)
 
     async def ws_connect(self, url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
-        await self._before_connect()
         target = yarl.URL(url)
         if self._gateway is not None and target.host == DiscordWebSocket.DEFAULT_GATEWAY.host:
             # The default gateway (first connect, or after an invalidated session): ours instead, same query.
@@ -202,10 +200,10 @@ def _noted(health: ChannelHealth | None, call: str) -> Iterator[None]:
 class ReconnectGate:
     """Counts new gateway connections and says how long each must wait. discord.py reconnects at once after a
     dropped connection, so a gateway that closes every one would see a hot loop: up to `limit` connections within
-    `window` seconds go at once; the next one starts a storm, and it and each one after wait BACKOFF_FIRST, then
-    twice as long each time up to BACKOFF_CAP, with jitter (between half and all of it, so the spacing never falls
-    below half). The storm ends when a connection stays up `window / limit` seconds after its READY (slower than a
-    storm could be), or after a whole window without a connection: the count and the backoff start over."""
+    `window` seconds go at once; the next one starts a storm, and it and each one after wait by `backoff`
+    (BACKOFF_FIRST, twice as long each time up to BACKOFF_CAP, each wait between half and all of its step). The storm
+    ends when a connection stays up `window / limit` seconds after its READY (slower than a storm could be), or after
+    a whole window without a connection: the count and the backoff start over."""
 
     def __init__(
         self,
@@ -213,19 +211,14 @@ class ReconnectGate:
         window: float,
         *,
         clock: Callable[[], float] = time.monotonic,
-        jitter: Callable[[], float] = random.random,
-        first: float = BACKOFF_FIRST,
-        cap: float = BACKOFF_CAP,
+        backoff: Backoff | None = None,
     ) -> None:
         self.limit = limit
         self.window = window
         self.stable_seconds = window / limit
+        self.backoff = backoff or Backoff(BACKOFF_FIRST, BACKOFF_CAP)
         self._clock = clock
-        self._jitter = jitter  # uniform in [0, 1)
-        self._first = first
-        self._cap = cap
         self._attempts: deque[float] = deque()
-        self._excess = 0  # connections made in this storm (0: none)
         self._ready_at: float | None = None
 
     @property
@@ -242,17 +235,26 @@ class ReconnectGate:
         while self._attempts and now - self._attempts[0] >= self.window:
             self._attempts.popleft()
         if not self._attempts:
-            self._excess = 0
+            self.backoff.reset()
         self._attempts.append(now)
-        if self._excess == 0 and len(self._attempts) <= self.limit:
+        if self.backoff.waits == 0 and len(self._attempts) <= self.limit:
             return 0.0
-        step = min(self._cap, self._first * 2.0 ** min(self._excess, 32))
-        self._excess += 1
-        return step * (0.5 + 0.5 * self._jitter())
+        return self.backoff.next()
 
     def connected(self) -> None:
         """The connection got READY (or RESUMED); if it stays up long enough, the next attempt starts over."""
         self._ready_at = self._clock()
+
+
+def _is_heartbeat_ack(frame: object) -> bool:
+    """Whether a raw gateway frame (as discord.py's `socket_raw_receive` hands it over) is a heartbeat ACK."""
+    if not isinstance(frame, str) or len(frame) > MAX_ACK_FRAME:
+        return False
+    try:
+        parsed = json.loads(frame)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("op") == HEARTBEAT_ACK
 
 
 # --- the client ------------------------------------------------------------------------------------------------
@@ -284,25 +286,44 @@ class _ActionButton(discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], 
 
 class _Link:
     """One gateway connection's watchdog state (the adapter's own client's, or one shard listener's): its storm gate,
-    when it last heard a frame, whether it was connected before (READY again then counts as a reconnect), and
-    `stopping`, which cuts a storm's wait short. Connection events land in the account's one `health`."""
+    when it last heard a frame and a heartbeat ACK, whether it was connected before (READY again then counts as a
+    reconnect), and `stopping`, which cuts a storm's wait short. Connection events land in the account's `health`."""
 
     def __init__(self, adapter: DiscordAdapter, shard_id: int | None = None) -> None:
         self.adapter = adapter
         self.shard_id = shard_id  # None: the account is not sharded
-        settings = adapter.settings
-        self.gate = ReconnectGate(settings.storm_reconnects, settings.storm_minutes * 60)
+        settings, timing = adapter.settings, adapter.timing
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_CAP, draw=timing.draw)
+        self.gate = ReconnectGate(
+            settings.storm_reconnects, settings.storm_minutes * 60, clock=timing.clock, backoff=backoff
+        )
         self.last_heard = time.perf_counter()  # discord.py's watchdog keeps time on the same clock
+        self.last_ack = self.last_heard
         self.connected_before = False
         self.stopping = asyncio.Event()
         self.ready = asyncio.Event()  # READY on this link's client
         self.client: _Client | None = None
         self.task: asyncio.Task[None] | None = None
 
-    def heard(self) -> None:
+    def heard(self, frame: object) -> None:
         """The gateway sent a frame: an event, a heartbeat ACK, a HELLO."""
         self.last_heard = time.perf_counter()
+        if _is_heartbeat_ack(frame):
+            self.last_ack = self.last_heard
         self.adapter.health.heard()
+
+    def unacknowledged(self) -> float:
+        """Seconds since the gateway last acknowledged a heartbeat (or since this connection began)."""
+        return time.perf_counter() - self.last_ack
+
+    def zombie(self, silence: float) -> None:
+        """The connection still delivers events but acknowledged no heartbeat for `silence` seconds: a zombie, which
+        Discord says to leave and resume; discord.py's own watchdog only notices a connection that is silent."""
+        self.adapter.health.set(
+            "stalled",
+            f"no heartbeat ACK from the gateway for {silence:.1f}s though events still arrive; "
+            "leaving the connection and resuming the session",
+        )
 
     def connected(self) -> None:
         """READY or RESUMED: the account is connected (again)."""
@@ -313,8 +334,8 @@ class _Link:
         self.adapter.health.set("connected")
 
     def disconnected(self) -> None:
-        """A gateway connection ended (discord.py makes a new one unless stopping). After `stall_seconds` of
-        silence, it was discord.py's watchdog that closed it: the account stalled."""
+        """A gateway connection ended (a new one follows unless stopping). After `stall_seconds` of silence, it was
+        discord.py's watchdog that closed it: the account stalled."""
         adapter = self.adapter
         silence = time.perf_counter() - self.last_heard
         if self.stopping.is_set() or silence < adapter.stall_seconds:
@@ -322,8 +343,9 @@ class _Link:
             return
         adapter.health.set("stalled", f"no heartbeat ACK or event from the gateway for {silence:.0f}s; reconnecting")
 
-    async def before_connect(self) -> None:
-        """Every new gateway connection passes here: in a reconnect storm it waits its turn, the account degraded."""
+    async def before_connect(self) -> bool:
+        """Every new gateway connection passes here first: in a reconnect storm it waits its turn, the account
+        degraded. False when the adapter is stopping: no connection then."""
         adapter = self.adapter
         delay = self.gate.attempt()
         if delay > 0:
@@ -334,11 +356,12 @@ class _Link:
                 f"the next in {delay:.1f}s",
             )
             log.debug("discord %s: reconnect storm, waiting %.1fs", adapter.account, delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), delay)
+            await pause(adapter.timing.sleep, delay, self.stopping)
         if self.stopping.is_set():
-            raise aiohttp.ClientConnectionError("the adapter is stopping")
-        self.last_heard = time.perf_counter()  # a new connection's silence counts from its start, as discord.py's
+            return False
+        # A new connection's silence counts from its start, as discord.py's does.
+        self.last_heard = self.last_ack = time.perf_counter()
+        return True
 
 
 class _Client(discord.Client):
@@ -368,22 +391,88 @@ class _Client(discord.Client):
             allowed_mentions=_ALLOWED_MENTIONS,
             guild_ready_timeout=guild_ready_timeout,
             # discord.py's own watchdog: a connection that hears nothing (no event, no heartbeat ACK) this long is
-            # closed and replaced; `disconnect` then finds the silence and reports the stall.
+            # closed and replaced; `disconnect` then finds the silence and reports the stall. One that still hears
+            # events but no ACK is ours to find (`connect`).
             heartbeat_timeout=adapter.stall_seconds,
             enable_debug_events=True,  # `socket_raw_receive` for every frame, heartbeat ACKs included (see dispatch)
             **shard,
         )
         self.adapter = adapter
         self.link = link
-        http = _RoutedHTTPClient(
-            self.loop, api_base, gateway, health=adapter.health, before_connect=link.before_connect
-        )
+        http = _RoutedHTTPClient(self.loop, api_base, gateway, health=adapter.health)
         _reach_into_the_client(self, http, adapter.account)
+
+    async def connect(self, *, reconnect: bool = True) -> None:
+        """The gateway loop: discord.py's own (`Client.connect`, step for step; tests/test_discord_watchdog.py pins
+        the version it follows) with the adapter's watchdog in it. Each new connection first waits its turn
+        (`_Link.before_connect`: a reconnect storm's backoff, up to BACKOFF_CAP), before the CONNECT_SECONDS the
+        connection itself gets, not within them as anything inside discord.py's loop would be; and a connection that
+        still delivers events but acknowledges no heartbeat for `stall_seconds` is left and its session resumed.
+        discord.py's own loop reconnects at once after any close it can resume and waits only after a failed
+        connection (a random 0 to 2, 4 … 1024 s); here every reconnect goes through the one gate."""
+        link = self.link
+        params: dict[str, Any] = {"initial": True, "shard_id": self.shard_id}
+        while not self.is_closed():
+            if not await link.before_connect():
+                return
+            try:
+                self.ws = await asyncio.wait_for(DiscordWebSocket.from_client(self, **params), CONNECT_SECONDS)
+                params["initial"] = False
+                while True:
+                    await self._poll(self.ws)
+            except ReconnectWebSocket as request:  # Discord asked for it, or a close that can be resumed
+                self.dispatch("disconnect")
+                params.update(sequence=self.ws.sequence, resume=request.resume, session=self.ws.session_id)
+                if request.resume:
+                    params["gateway"] = self.ws.gateway
+            except (
+                OSError,
+                discord.HTTPException,
+                discord.GatewayNotFound,
+                discord.ConnectionClosed,
+                aiohttp.ClientError,
+                TimeoutError,
+            ) as error:
+                self.dispatch("disconnect")
+                if not reconnect:
+                    await self.close()
+                    if isinstance(error, discord.ConnectionClosed) and error.code == 1000:
+                        return
+                    raise
+                if self.is_closed():
+                    return
+                if isinstance(error, discord.ConnectionClosed):  # a close no reconnect mends (a bad token, intents)
+                    if error.code == 4014:
+                        raise discord.PrivilegedIntentsRequired(error.shard_id) from None
+                    if error.code != 1000:
+                        await self.close()
+                        raise
+                if self.ws is None:  # the very first connection failed: start() says why, and it is tried again
+                    raise
+                log.warning(
+                    "discord %s: the gateway connection failed (%s); reconnecting",
+                    self.adapter.account,
+                    mask(f"{type(error).__name__}: {error}", [self.adapter.settings.token]),
+                )
+                # As discord.py: always try to RESUME; the gateway says when it cannot.
+                params.update(
+                    sequence=self.ws.sequence, gateway=self.ws.gateway, resume=True, session=self.ws.session_id
+                )
+
+    async def _poll(self, ws: DiscordWebSocket) -> None:
+        """One gateway frame. First, a connection that acknowledged no heartbeat for `stall_seconds` is closed with
+        a code that can be resumed (4000, as discord.py closes a silent one), so that this poll ends it. It is found
+        at its next frame; one that sends none at all is left by discord.py's watchdog after `stall_seconds`."""
+        silence = self.link.unacknowledged()
+        if silence >= self.adapter.stall_seconds and ws.open:
+            self.link.zombie(silence)
+            await ws.close(code=4000)
+        await ws.poll_event()
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         # The raw frames are only counted as signs of life, here and synchronously, never as one task per frame.
         if event == "socket_raw_receive":
-            self.link.heard()
+            self.link.heard(args[0] if args else None)
             return
         if event == "socket_raw_send":
             return
@@ -573,12 +662,18 @@ class DiscordAdapter:
     capabilities = CAPABILITIES
 
     def __init__(
-        self, account: str, settings: DiscordAccount, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self,
+        account: str,
+        settings: DiscordAccount,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        timing: Timing = REAL_TIME,
     ) -> None:
         self.account = account
         self.settings = settings
         self.ingress_deferred = False  # set by the gateway before start(): then start() connects for sending only
         self._sleep = sleep  # how start() and open_ingress() wait out ready_timeout
+        self.timing = timing  # the reconnect storm's clock, waits and jitter
         self.bot_username: str | None = None
         self.bot_user_id: str | None = None
         api_base = settings.api_base_url.rstrip("/") + API_PATH if settings.api_base_url else None
@@ -667,7 +762,7 @@ class DiscordAdapter:
         why = why_unreachable(failure)
         if isinstance(failure, discord.HTTPException | aiohttp.ClientConnectionError | OSError) and why is not None:
             return DiscordStartError(f"cannot reach {api} ({why})", account=self.account, kind="unreachable")
-        # discord.py ends with an odd AttributeError when the very first gateway connection fails; name both.
+        # The very first gateway connection failed: name both servers, either may be wrong.
         where = f"{self._api_base or 'Discord'} / {self.settings.gateway_url or 'the default gateway'}"
         reason = mask(f"could not connect to {where}: {type(failure).__name__}: {failure}", [self.settings.token])
         return DiscordStartError(reason, account=self.account)

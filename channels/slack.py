@@ -20,6 +20,7 @@ from urllib.parse import urljoin, urlsplit
 from pydantic import ValidationError
 
 from channels.accounts import SlackAccount
+from channels.backoff import FIRST_SECONDS, REAL_TIME, Backoff, Timing
 from channels.base import (
     NOTICE_BUDGET_SECONDS,
     ActionEvent,
@@ -343,18 +344,15 @@ def build_blocks(mrkdwn: str, buttons: list[list[Button]]) -> list[dict[str, Any
     return [*sections, *({"type": "actions", "elements": elements} for elements in actions)]
 
 
+ABNORMAL_CLOSURE = 1006  # what aiohttp reports for a connection that ended without a close frame
 CLOSE_SECONDS = 2.0  # how long closing a connection may take; then the TCP connection is dropped regardless
 OPEN_SECONDS = 30.0  # the WebSocket handshake of a new connection
+# apps.connections.open is rate-limited per minute: a longer outage is retried about once a minute, never faster.
 MAX_BACKOFF_SECONDS = 60.0
 REFRESH = "Slack asked for a new connection"
 # apps.connections.open errors that no retry mends: the app token is wrong, revoked or not an app-level token.
 _REFUSED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "not_allowed_token_type"})
 Frames = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
-
-
-def _backoff(attempts: int) -> float:
-    """The pause before the next connection after `attempts` ones that never said hello: none, 1 s, 2 s, 4 s ..."""
-    return 0.0 if attempts <= 0 else min(2.0 ** (attempts - 1), MAX_BACKOFF_SECONDS)
 
 
 def _describe(error: BaseException) -> str:
@@ -396,7 +394,8 @@ class _SocketMode:
     every `ping_interval`; `stall_seconds` without an envelope or a pong makes the connection `stalled`, and a new
     one is opened (apps.connections.open, a fresh URL) before the old one is closed for good, so at most two are
     ever open (Slack allows an app ten). Each new connection gets a full `stall_seconds`; connections that fail or
-    never say hello are spaced by a doubling backoff. `health` hears of all of it."""
+    never say hello are spaced by a backoff (1 s doubling up to MAX_BACKOFF_SECONDS, each wait between half and all
+    of its step, on `timing`). `health` hears of all of it."""
 
     def __init__(
         self,
@@ -408,6 +407,7 @@ class _SocketMode:
         *,
         ping_interval: float,
         stall_seconds: float,
+        timing: Timing = REAL_TIME,
     ) -> None:
         self._account = account
         self._client = client
@@ -419,7 +419,9 @@ class _SocketMode:
         self._ping_every = min(ping_interval, stall_seconds / 2)
         self._session: aiohttp.ClientSession | None = None
         self._current: _Connection | None = None
-        self._attempts = 0  # connections opened or tried since the last hello: what the backoff counts
+        self._attempts = 0  # connections opened or tried since the last hello: none, and the next goes at once
+        self._backoff = Backoff(FIRST_SECONDS, MAX_BACKOFF_SECONDS, draw=timing.draw)
+        self._sleep = timing.sleep
         self._wake = asyncio.Event()  # a reader saw its connection end
         self._watchdog: asyncio.Task[None] | None = None
         self._frames: set[asyncio.Task[None]] = set()  # envelopes being handled
@@ -501,7 +503,8 @@ class _SocketMode:
     async def _replace(self, old: _Connection | None) -> None:
         """A new connection (after the backoff its predecessors earned) in place of `old`, which is then closed for
         good: it stays open until the new one is, so never more than two at once and no gap between them."""
-        await asyncio.sleep(_backoff(self._attempts))
+        if self._attempts > 0:
+            await self._sleep(self._backoff.next())
         try:
             new = await self._open()
         except Exception as error:  # the watchdog outlives every failure; the next try waits longer
@@ -541,7 +544,10 @@ class _SocketMode:
             while True:
                 message = await connection.ws.receive()
                 if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
-                    reason = f"Slack closed the connection (code {connection.ws.close_code})"
+                    code = connection.ws.close_code
+                    reason = f"Slack closed the connection (code {code})"
+                    if code in (None, ABNORMAL_CLOSURE):
+                        reason = "the connection dropped without a close frame"
                     break
                 connection.heard = loop.time()
                 self._health.heard()
@@ -558,6 +564,7 @@ class _SocketMode:
         kind = frame.get("type")
         if kind == "hello":
             self._attempts = 0
+            self._backoff.reset()
             self._health.set("connected")
         elif kind == "disconnect":
             log.info("slack %s: Slack asked for a new connection (%s)", self._account, frame.get("reason"))
@@ -591,11 +598,17 @@ class SlackAdapter:
     capabilities = CAPABILITIES
 
     def __init__(
-        self, account: str, settings: SlackAccount, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self,
+        account: str,
+        settings: SlackAccount,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        timing: Timing = REAL_TIME,
     ) -> None:
         self.account = account
         self.settings = settings
         self._sleep = sleep  # how a rate-limited Web API call waits before its retry
+        self._timing = timing  # Socket Mode's reconnect waits and their jitter
         self.bot_username: str | None = None
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
@@ -687,6 +700,7 @@ class SlackAdapter:
             self._envelope,
             ping_interval=self.settings.ping_interval,
             stall_seconds=self.settings.stall_seconds,
+            timing=self._timing,
         )
         await self._socket.start()  # connected (the health says so) once Slack says hello
 

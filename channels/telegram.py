@@ -1,7 +1,8 @@
 """The Telegram channel on python-telegram-bot: long polling (or a webhook) in, Bot API calls out. An update is
 acknowledged (the next getUpdates offset, or the webhook's HTTP answer) only after the gateway has recorded it; the
 parts of a media group (an album) are recorded as one message, and acknowledged together. A poller that hears
-nothing for `stall_seconds` gets a new HTTP session (the watchdog); the account's health is kept in `health`."""
+nothing for `stall_seconds` gets a new HTTP session (the watchdog); a webhook that hears nothing for `stall_seconds`
+while Telegram holds updates for it is set again. The account's health is kept in `health`."""
 
 from __future__ import annotations
 
@@ -108,8 +109,6 @@ MAX_ALBUM = 10  # files in one sendMediaGroup
 MAX_TOPIC_NAME = 128  # characters of a forum topic's name
 _TOPIC = ":topic:"
 _T = TypeVar("_T")
-# The least silence, beyond the long-poll timeout itself, that counts as a stall (a `stall_seconds` below it is raised).
-STALL_MARGIN = 2.0
 _NO_THROTTLE = frozenset({"getMe", "deleteWebhook", "setWebhook", "setMyCommands", "answerCallbackQuery"})
 
 
@@ -475,7 +474,8 @@ class TelegramAdapter:
             pool_size=16, read_timeout=20, write_timeout=20, connect_timeout=10, on_success=reached, on_failure=failed
         )
         self._updates_request = AiohttpRequest(pool_size=2, connect_timeout=10, on_success=reached, on_failure=failed)
-        self.watchdog = PollWatchdog(max(settings.stall_seconds, settings.poll_timeout + STALL_MARGIN))
+        # Never shorter than a long poll: TelegramAccount refuses less than poll_timeout + STALL_MARGIN.
+        self.watchdog = PollWatchdog(settings.stall_seconds)
         self.bot = _Bot(
             settings.token,
             base_url=f"{root}/bot",
@@ -491,6 +491,8 @@ class TelegramAdapter:
         self._waited_album: str | None = None  # the media group the poller last waited for
         self._task: asyncio.Task[None] | None = None
         self._webhook: web.AppRunner | None = None
+        self._webhook_watch: asyncio.Task[None] | None = None
+        self._webhook_heard = 0.0  # when Telegram last posted to the webhook (or it was set), on the loop's clock
         self._on_message: OnMessage | None = None
         self._on_action: OnAction | None = None
 
@@ -555,16 +557,15 @@ class TelegramAdapter:
 
     async def _start_polling(self) -> None:
         await self.bot.delete_webhook(drop_pending_updates=False)
-        settings, stall = self.settings, self.watchdog.stall_seconds
-        if stall > settings.stall_seconds:
-            log.warning(
-                "telegram %s: stall_seconds %g is too short for poll_timeout %d; the watchdog waits %gs",
-                self.account, settings.stall_seconds, settings.poll_timeout, stall,
-            )  # fmt: skip
         self._task = asyncio.create_task(self._poll(), name=f"telegram:{self.account}")
 
     async def stop(self) -> None:
         await self._stop_polling()
+        if self._webhook_watch is not None:
+            self._webhook_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._webhook_watch
+            self._webhook_watch = None
         if self._webhook is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._webhook.cleanup(), 5)
@@ -850,9 +851,41 @@ class TelegramAdapter:
         await runner.setup()
         self._webhook = runner
         await web.TCPSite(runner, settings.webhook_listen, settings.webhook_port).start()
+        await self._set_webhook()
+        self._webhook_heard = asyncio.get_running_loop().time()
+        self._webhook_watch = asyncio.create_task(self._watch_webhook(), name=f"telegram:{self.account}:webhook")
+
+    async def _set_webhook(self) -> None:
+        settings = self.settings
         await self.bot.set_webhook(
             url=settings.webhook_url or "", secret_token=settings.webhook_secret, allowed_updates=ALLOWED_UPDATES
         )
+
+    async def _watch_webhook(self) -> None:
+        """The webhook's watchdog. Silence alone proves nothing here (nobody may be writing), so after `stall_seconds`
+        without a post Telegram is asked (getWebhookInfo) whether it holds updates it has not delivered. If it does,
+        the account is degraded and the webhook set again, which makes Telegram try at once instead of after its own
+        ever longer retry delay (or at all, after something removed the webhook); the next post makes it connected
+        again. With nothing pending, nothing is done."""
+        loop = asyncio.get_running_loop()
+        stall = self.settings.stall_seconds
+        while True:
+            await asyncio.sleep(max(0.0, self._webhook_heard + stall - loop.time()))
+            if loop.time() - self._webhook_heard < stall:
+                continue  # a post came meanwhile
+            self._webhook_heard = loop.time()  # the next look a full stall_seconds on, whatever this one finds
+            try:
+                info = await self.bot.get_webhook_info()
+                if not info.pending_update_count:
+                    continue
+                reason = f"no update for {stall:g}s while Telegram holds {info.pending_update_count} for the webhook"
+                if info.last_error_message:
+                    reason += f" (its last error: {info.last_error_message})"
+                self.health.set("degraded", f"{reason}; setting the webhook again")
+                await self._set_webhook()
+                self.health.reconnected()
+            except TelegramError as error:  # asked again after stall_seconds
+                self.health.failed(f"webhook check: {error.message}")
 
     @property
     def webhook_port(self) -> int | None:
@@ -876,6 +909,8 @@ class TelegramAdapter:
             log.warning("telegram %s: bad webhook request: %s", self.account, type(error).__name__)
             return web.Response(status=400)
         self.health.heard()
+        self._webhook_heard = asyncio.get_running_loop().time()
+        self.health.set("connected")  # Telegram reaches the webhook (again)
         if not (isinstance(raw, dict) and isinstance(raw.get("update_id"), int)):
             log.warning("telegram %s: skipped a webhook body that is not an update", self.account)
             return web.Response(status=200)

@@ -22,11 +22,17 @@ What the bot uploads (multipart: `payload_json` + `files[n]`) is in `uploads()`,
 messages carry the files as attachments on this CDN too. Polls come back on the message (`messages[id]["poll"]`);
 threads the bot starts (from a message, or in a channel) are in `threads` and announced with THREAD_CREATE.
 
-A bad gateway: `stop_acking()` makes it a zombie (heartbeats unanswered, events held back, the open connections never
-heal) until `ack_again()`, after which new connections work and a RESUME replays the held events, as Discord's does;
-`close_new_connections = True` closes every connection right after its IDENTIFY or RESUME. `connections` counts the
-gateway connections made, `open_connections` those open now; `heartbeat_interval_ms` is what HELLO asks for. A sharded
-bot gets each event on the shard Discord would send it on (see `dispatch`).
+The gateway keeps each session (what IDENTIFY starts) apart from the connections that carry it: every event is
+numbered in its session, and a RESUME on a new connection replays the events after the `seq` the bot names, as
+Discord's does (nothing the bot missed is lost, nothing it had comes twice); an unknown session gets INVALID_SESSION.
+
+A bad gateway: `stop_acking()` makes the open connections zombies, the kind Discord tells clients to leave and resume:
+they keep delivering events (and, with `chatter`, a typing event every so often, so they are never silent) but
+acknowledge no heartbeat; new connections are healthy. `go_silent()` makes the open and new connections say nothing
+at all (their events wait in the session for a RESUME) until `speak_again()`. `close_new_connections = True` closes
+every connection right after its IDENTIFY or RESUME. `connections` counts the gateway connections made,
+`open_connections` those open now; `heartbeat_interval_ms` is what HELLO asks for. A sharded bot gets each event on the
+shard Discord would send it on (see `dispatch`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import contextlib
 import itertools
 import json
 import mimetypes
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -107,12 +114,23 @@ class RecordedRequest:
 
 @dataclass
 class _Session:
-    ws: web.WebSocketResponse
+    """A gateway session: its id, its shard, and every event sent in it (an event's `s` is its place in `events`,
+    from 1), which a RESUME replays from."""
+
     session_id: str
-    sequence: int = 0
-    identified: asyncio.Event = field(default_factory=asyncio.Event)
-    silent: bool = False  # a zombie connection: it answers nothing and gets no events
     shard: tuple[int, int] | None = None  # IDENTIFY's [shard_id, num_shards], when the bot is sharded
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One gateway WebSocket and the session it carries (none before its READY or RESUMED)."""
+
+    ws: web.WebSocketResponse
+    session: _Session | None = None
+    silent: bool = False  # go_silent: it answers nothing and writes no event (they wait in the session)
+    acking: bool = True  # False (stop_acking): events flow, heartbeats go unacknowledged
+    chatter: asyncio.Task[None] | None = None
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -151,10 +169,11 @@ class FakeDiscord:
         self.heartbeat_interval_ms = 41250
         self.connections = 0  # gateway connections made, in all
         self.close_new_connections = False  # True: each connection is closed right after its IDENTIFY or RESUME
-        self._acking = True  # False: the gateway is silent (see stop_acking)
-        self._held: list[tuple[str, Any]] = []  # events sent while silent, replayed on the next RESUME
+        self._silent = False  # new connections say nothing (see go_silent)
         self._ids = itertools.count(1600000000000000001)
-        self._sessions: list[_Session] = []
+        self._session_numbers = itertools.count(1)
+        self._sessions: dict[str, _Session] = {}  # by session id: what a RESUME may continue
+        self._connections: list[_Connection] = []
         self._rate_limited = 0
         self._retry_after = 0.05
         self._rate_limit_match: Callable[[str, str], bool] = lambda method, path: True
@@ -196,9 +215,11 @@ class FakeDiscord:
         self._port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
     async def stop(self) -> None:
-        for session in list(self._sessions):
+        for connection in list(self._connections):
+            if connection.chatter is not None:
+                connection.chatter.cancel()
             with contextlib.suppress(Exception):
-                await session.ws.close()
+                await connection.ws.close()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -276,8 +297,8 @@ class FakeDiscord:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self.connections += 1
-        session = _Session(ws, session_id=f"session-{len(self._sessions) + 1}", silent=not self._acking)
-        self._sessions.append(session)
+        connection = _Connection(ws, silent=self._silent)
+        self._connections.append(connection)
         try:
             await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}})
             async for frame in ws:
@@ -285,35 +306,34 @@ class FakeDiscord:
                     continue
                 payload = json.loads(frame.data)
                 op = payload.get("op")
-                if session.silent:  # it hears (and counts heartbeats) but answers nothing
-                    if op == 1:
-                        self.heartbeats += 1
+                if op == 1:
+                    self.heartbeats += 1
+                if connection.silent:  # it hears (and counts heartbeats) but answers nothing
                     continue
                 if op in (2, 6) and self.close_new_connections:
                     await ws.close(code=4000, message=b"fake: every connection is closed")
                     break
-                if op == 1:
-                    self.heartbeats += 1
+                if op == 1 and connection.acking:
                     await ws.send_json({"op": 11})
                 elif op == 2:
-                    self.identifies.append(payload["d"])
-                    if payload["d"].get("shard"):
-                        session.shard = (int(payload["d"]["shard"][0]), int(payload["d"]["shard"][1]))
-                    if self.send_ready:
-                        await self._ready(session)
+                    await self._identify(connection, payload["d"])
                 elif op == 6:
-                    self.resumes.append(payload["d"])
-                    session.sequence = int(payload["d"].get("seq") or 0)
-                    for event, data in self._held:  # what the bot missed, then RESUMED
-                        await self._send(session, event, data)
-                    self._held.clear()
-                    await self._send(session, "RESUMED", {})
-                    session.identified.set()
+                    await self._resume(connection, payload["d"])
         finally:
-            self._sessions.remove(session)
+            self._connections.remove(connection)
+            if connection.chatter is not None:
+                connection.chatter.cancel()
         return ws
 
-    async def _ready(self, session: _Session) -> None:
+    async def _identify(self, connection: _Connection, data: dict[str, Any]) -> None:
+        self.identifies.append(data)
+        shard = (int(data["shard"][0]), int(data["shard"][1])) if data.get("shard") else None
+        session = _Session(f"session-{next(self._session_numbers)}", shard)
+        self._sessions[session.session_id] = session
+        if self.send_ready:
+            await self._ready(connection, session)
+
+    async def _ready(self, connection: _Connection, session: _Session) -> None:
         ready = {
             "v": 10,
             "user": {**self.bot.payload(), "verified": True, "mfa_enabled": False, "flags": 0},
@@ -324,55 +344,96 @@ class FakeDiscord:
             "private_channels": [],
             "relationships": [],
         }
-        await self._send(session, "READY", ready)
-        # The guild comes right after READY, and every event after the guild (`identified`), on the same connection:
-        # however soon discord.py's guild_ready_timeout calls the bot ready, it knows the guild before it needs it.
-        await self._send(session, "GUILD_CREATE", self.guild_payload())
-        session.identified.set()
+        await self._write(connection, session, "READY", ready)
+        # The guild comes right after READY, and every event after the guild (the connection takes events once it
+        # has its session), on the same connection: however soon discord.py's guild_ready_timeout calls the bot
+        # ready, it knows the guild before it needs it.
+        await self._write(connection, session, "GUILD_CREATE", self.guild_payload())
+        connection.session = session
 
-    async def _send(self, session: _Session, event: str, data: Any) -> None:
-        session.sequence += 1
-        await session.ws.send_json({"op": 0, "t": event, "s": session.sequence, "d": data})
+    async def _resume(self, connection: _Connection, data: dict[str, Any]) -> None:
+        """The events of the session after the bot's `seq`, then RESUMED; the session's other connection (the one
+        the bot left) gets no more events."""
+        self.resumes.append(data)
+        session = self._sessions.get(str(data.get("session_id")))
+        if session is None:
+            await connection.ws.send_json({"op": 9, "d": False})  # INVALID_SESSION: not resumable
+            return
+        sent = int(data.get("seq") or 0)
+        while sent < len(session.events):  # events sent meanwhile on the old connection are caught up too
+            await connection.ws.send_json(session.events[sent])
+            sent += 1
+        for other in self._connections:
+            if other.session is session:
+                other.session = None
+        connection.session = session
+        await self._send(connection, "RESUMED", {})
 
-    def _identified(self) -> list[_Session]:
-        return [session for session in self._sessions if session.identified.is_set() and not session.silent]
+    async def _write(self, connection: _Connection, session: _Session, event: str, data: Any) -> None:
+        """Number an event in its session and send it on the connection (unless silent). A connection closing under
+        it drops it, as a network would; the session keeps it for a RESUME."""
+        frame = {"op": 0, "t": event, "s": len(session.events) + 1, "d": data}
+        session.events.append(frame)
+        if not connection.silent:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await connection.ws.send_json(frame)
 
-    async def _connected(self) -> list[_Session]:
+    async def _send(self, connection: _Connection, event: str, data: Any) -> None:
+        if connection.session is not None:
+            await self._write(connection, connection.session, event, data)
+
+    def _identified(self) -> list[_Connection]:
+        return [connection for connection in self._connections if connection.session is not None]
+
+    async def _connected(self) -> list[_Connection]:
         await eventually(lambda: bool(self._identified()), "a bot connected to the fake Discord gateway")
         return self._identified()
 
     @property
     def open_connections(self) -> int:
         """The gateway connections open now (`connections` counts all ever made)."""
-        return len(self._sessions)
+        return len(self._connections)
 
     async def dispatch(self, event: str, data: Any, *, wait: bool = True) -> None:
-        """Send one gateway event (anything, malformed included) to every connected bot (held while silent); to a
-        sharded bot, on the shard Discord would use (a guild's: `(guild_id >> 22) % num_shards`; DMs: shard 0).
-        `wait=False`: to the bots connected now, none if none is (a bot without a gateway connection misses it)."""
-        if not self._acking:
-            self._held.append((event, data))
-            return
-        for session in await self._connected() if wait else self._identified():
-            if _on_shard(session, data):
-                await self._send(session, event, data)
+        """Send one gateway event (anything, malformed included) to every connected bot (a silent connection keeps
+        it in its session for a RESUME); to a sharded bot, on the shard Discord would use (a guild's:
+        `(guild_id >> 22) % num_shards`; DMs: shard 0). `wait=False`: to the bots connected now, none if none is (a
+        bot without a gateway connection misses it)."""
+        for connection in await self._connected() if wait else self._identified():
+            if _on_shard(connection, data):
+                await self._send(connection, event, data)
 
-    def stop_acking(self) -> None:
-        """The gateway goes silent: no heartbeat ACKs, no events (they are held for a RESUME), nothing answered, on
-        the open connections and on new ones, until `ack_again()`."""
-        self._acking = False
-        for session in self._sessions:
-            session.silent = True
+    def stop_acking(self, *, chatter: float | None = None) -> None:
+        """The open connections become zombies: they acknowledge no heartbeat from now on, and keep delivering
+        events; with `chatter`, a typing event every `chatter` seconds besides, so that they are never silent. New
+        connections are healthy (a zombie connection does not heal; a new one works)."""
+        for connection in self._connections:
+            connection.acking = False
+            if chatter is not None and connection.chatter is None:
+                connection.chatter = asyncio.create_task(self._chatter(connection, chatter))
 
-    def ack_again(self) -> None:
-        """New connections work again; the silent ones stay silent (a zombie connection does not heal)."""
-        self._acking = True
+    async def _chatter(self, connection: _Connection, every: float) -> None:
+        typing = {"channel_id": self.dm_channel_id(self.alice), "user_id": self.alice.id}
+        while not connection.ws.closed:
+            await asyncio.sleep(every)
+            await self._send(connection, "TYPING_START", typing | {"timestamp": int(time.time())})
+
+    def go_silent(self) -> None:
+        """The open connections, and new ones until `speak_again()`, say nothing more: no heartbeat ACK, no answer,
+        no event (events wait in their session, replayed when a RESUME names it)."""
+        self._silent = True
+        for connection in self._connections:
+            connection.silent = True
+
+    def speak_again(self) -> None:
+        """New connections work again; the silent ones stay silent."""
+        self._silent = False
 
     async def drop_connection(self, code: int = 4000) -> None:
         """Close the gateway connections abruptly (discord.py reconnects and resumes; not after a `code` such as
         4004, authentication failed)."""
-        for session in list(self._sessions):
-            await session.ws.close(code=code, message=b"fake reset")
+        for connection in list(self._connections):
+            await connection.ws.close(code=code, message=b"fake reset")
 
     # --- injecting messages ----------------------------------------------------------------------------------
 
@@ -781,11 +842,12 @@ class FakeDiscord:
         await eventually(lambda: len(self.posts(channel_id)) >= count, f"{count} posted messages", timeout)
 
 
-def _on_shard(session: _Session, data: Any) -> bool:
-    """Whether Discord sends this event on the session's shard."""
-    if session.shard is None:
+def _on_shard(connection: _Connection, data: Any) -> bool:
+    """Whether Discord sends this event on the connection's shard."""
+    shard = connection.session.shard if connection.session is not None else None
+    if shard is None:
         return True
-    shard_id, num_shards = session.shard
+    shard_id, num_shards = shard
     guild_id = data.get("guild_id") if isinstance(data, dict) else None
     return (int(guild_id) >> 22) % num_shards == shard_id if guild_id else shard_id == 0
 

@@ -14,6 +14,10 @@ bytes, files.completeUploadExternal, files.info). Helpers build the events Slack
         photo = slack.add_file(b"...png bytes...", "photo.png")      # served at photo["url_private"]
         await slack.share_files([photo], text="look")                # a file_share message in the DM
         (upload,) = await slack.wait_for_uploads(1)                  # what the bot uploaded: bytes, channel, comment
+
+Bad sockets: `go_deaf()` leaves a socket open but silent; `drop_sockets()` cuts the open ones without a close frame;
+`refuse_sockets(n)` answers the next n WebSocket handshakes with 503. An event sent while the app has no socket open
+(after its first) is held for its next connection, as Slack holds events for an app that is reconnecting.
 """
 
 from __future__ import annotations
@@ -126,6 +130,7 @@ class FakeSlack:
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}  # (channel, ts) -> the message as posted
         self.reactions: list[tuple[str, str, str]] = []  # (channel, ts, name)
         self.connections = 0  # socket connections accepted so far
+        self.refused = 0  # socket handshakes refused (refuse_sockets)
         self.max_open_sockets = 0  # the most socket connections that were open at once
         # Which live socket gets the frames, by opening order (-1: the newest), as Slack spreads events over the
         # connections of several processes.
@@ -142,6 +147,8 @@ class FakeSlack:
         self._retry_after = 0
         self._rate_limited_method: str | None = None
         self._sockets: list[web.WebSocketResponse] = []
+        self._transports: dict[web.WebSocketResponse, asyncio.Transport] = {}  # each socket's TCP connection
+        self._refusing = 0
         self._deaf: set[web.WebSocketResponse] = set()  # open but sending nothing: no hello, envelopes or pongs
         self._deaf_from_the_start = False  # new sockets go deaf too (go_deaf(later_ones_too=True))
         self._queued: list[dict[str, Any] | str] = []  # frames sent while every socket was deaf, for the next live one
@@ -568,10 +575,30 @@ class FakeSlack:
         """New sockets are live again (the deaf ones stay deaf until the client closes them)."""
         self._deaf_from_the_start = False
 
-    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+    async def drop_sockets(self) -> None:
+        """Cut the TCP connection of every open socket, without a close frame (a network failure, a Slack host that
+        went away); returns once the server has seen them end."""
+        dropped = list(self._sockets)
+        for socket in dropped:
+            transport = self._transports.get(socket)
+            if transport is not None:
+                transport.abort()
+        await eventually(lambda: not any(socket in self._sockets for socket in dropped), "the sockets dropped")
+
+    def refuse_sockets(self, count: int) -> None:
+        """Answer the next `count` WebSocket handshakes with 503 (apps.connections.open still hands out URLs)."""
+        self._refusing = count
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        if self._refusing > 0:
+            self._refusing -= 1
+            self.refused += 1
+            return web.Response(status=503, text="Service Unavailable")
         self.opened_at.append(asyncio.get_running_loop().time())  # before the client can know it is connected
         socket = web.WebSocketResponse(autoping=False)  # pongs are sent here, unless the socket is deaf
         await socket.prepare(request)
+        if request.transport is not None:
+            self._transports[socket] = request.transport
         self._sockets.append(socket)
         self.connections += 1
         self.max_open_sockets = max(self.max_open_sockets, len(self._sockets))
@@ -581,6 +608,7 @@ class FakeSlack:
             await self._serve_socket(socket)
         finally:
             self._sockets.remove(socket)
+            self._transports.pop(socket, None)
             self._deaf.discard(socket)
             if not self._sockets:
                 self._connected.clear()
@@ -624,6 +652,9 @@ class FakeSlack:
 
     async def send_frame(self, frame: dict[str, Any] | str) -> None:
         """Send anything on the socket (a str verbatim), for malformed-frame tests."""
+        if self.connections and not self._sockets:
+            self._queued.append(frame)  # the app lost its connection: held for its next one
+            return
         await self.wait_connected()
         live = [socket for socket in self._sockets if socket not in self._deaf]
         if not live:

@@ -23,7 +23,13 @@ sendPoll and createForumTopic (in a forum: `tg.forum_chat()`) answer as Telegram
 A connection that hangs: after `tg.go_silent()` every getUpdates is accepted and never answered (until the server
 stops), and `tg.resume()` answers only the ones that come after it, so a bot recovers only by asking again.
 `tg.poll_connections` holds the client port of each getUpdates (a new port is a new connection), `tg.hung` how many
-are held by the silence.
+are held by the silence; every call in `tg.requests` has the client port it came on (`port`).
+
+A webhook: setWebhook, deleteWebhook and getWebhookInfo (`pending_update_count`, `last_error_message`) as Telegram's;
+the queued updates are posted one at a time, in order, with the secret header, each pending until the webhook answers
+2xx (getUpdates answers 409 meanwhile). The public URL is HTTPS somewhere: `tg.route_webhook(local_url)` says where the
+posts really go (the reverse proxy in front of the bot). `tg.stall_webhook(error)` makes Telegram stop trying (as its
+retry delay grows after failures) until the webhook is set again.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from helpers import WAIT, eventually
@@ -154,6 +161,7 @@ class Call:
     method: str
     params: dict[str, Any]
     at: float = field(default_factory=time.monotonic)  # for bench/telegram.py's latencies; tests never time calls
+    port: int = 0  # the client port of the connection it came on: which process sent it (helpers.connections_to)
 
 
 @dataclass
@@ -244,6 +252,12 @@ class FakeTelegram:
         self.hung = 0  # getUpdates held by `go_silent`, never answered
         self._silent = False
         self._stopping = asyncio.Event()
+        self.webhook: dict[str, Any] | None = None  # setWebhook's parameters while a webhook is set
+        self.webhook_route: str | None = None  # where webhook posts really go (see route_webhook)
+        self.webhook_posts = 0  # updates the webhook took (answered 2xx)
+        self.last_webhook_error: tuple[int, str] | None = None  # (unix time, message) of the last failed post
+        self._webhook_stalled = False
+        self._deliverer: asyncio.Task[None] | None = None
 
     # --- addresses and inspection ---------------------------------------------------------------------------------
 
@@ -279,6 +293,21 @@ class FakeTelegram:
     def resume(self) -> None:
         """Answer the getUpdates that come from now on; the ones held by the silence stay unanswered."""
         self._silent = False
+
+    async def route_webhook(self, url: str) -> None:
+        """Post what goes to the webhook's public URL to `url` instead (the bot's local listener)."""
+        self.webhook_route = url
+        await self._notify()
+
+    def stall_webhook(self, error: str = "Connection timed out") -> None:
+        """Telegram stops posting to the webhook after failures (`error` is the last one, as getWebhookInfo says),
+        and updates pile up as pending, until setWebhook is called again."""
+        self._webhook_stalled = True
+        self.last_webhook_error = (int(time.time()), error)
+
+    async def _notify(self) -> None:
+        async with self._new_updates:
+            self._new_updates.notify_all()
 
     async def wait_for(
         self, condition: Callable[[], bool], what: str = "a condition on the fake Telegram", timeout: float = WAIT
@@ -585,10 +614,11 @@ class FakeTelegram:
             return self._error(400, "Bad Request: can't parse request body")
         if any(isinstance(value, FilePart) and len(value.data) > MAX_UPLOAD for value in params.values()):
             return self._error(413, "Request Entity Too Large")
-        self.requests.append(Call(method, params))
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        port = int(peer[1]) if peer else 0
+        self.requests.append(Call(method, params, port=port))
         if method == "getUpdates":
-            peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-            self.poll_connections.append(int(peer[1]) if peer else 0)
+            self.poll_connections.append(port)
         if self._failures.get(method):
             retry_after = self._failures[method].pop(0)
             return self._error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
@@ -610,10 +640,62 @@ class FakeTelegram:
         return self._ok(self.bot_user())
 
     async def _m_deletewebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = None
+        if params.get("drop_pending_updates") in (True, "true", "True"):
+            self.updates = []
         return self._ok(True)
 
     async def _m_setwebhook(self, params: dict[str, Any]) -> web.Response:
+        self.webhook = dict(params) if params.get("url") else None  # an empty url removes it, as deleteWebhook
+        self._webhook_stalled = False  # a webhook set (again) is tried at once
+        await self._notify()
         return self._ok(True)
+
+    def _pending(self) -> list[dict[str, Any]]:
+        return [update for update in self.updates if isinstance(update.get("update_id"), int)]
+
+    async def _m_getwebhookinfo(self, params: dict[str, Any]) -> web.Response:
+        webhook = self.webhook or {}
+        info: dict[str, Any] = {
+            "url": webhook.get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._pending()),
+            "max_connections": 40,
+        }
+        if webhook.get("allowed_updates"):
+            info["allowed_updates"] = webhook["allowed_updates"]
+        if self.last_webhook_error is not None:
+            info["last_error_date"], info["last_error_message"] = self.last_webhook_error
+        return self._ok(info)
+
+    async def _deliver_webhook(self) -> None:
+        """Post pending updates to the webhook, oldest first, each until it is taken; a failure is remembered for
+        getWebhookInfo and retried shortly (Telegram's delay grows; `stall_webhook` stands for where it ends)."""
+
+        def deliverable() -> bool:
+            ready = self.webhook is not None and self.webhook_route is not None and not self._webhook_stalled
+            return self._stopping.is_set() or (ready and bool(self._pending()))
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as session:
+            while True:
+                async with self._new_updates:
+                    await self._new_updates.wait_for(deliverable)
+                    if self._stopping.is_set():
+                        return
+                    update, webhook, route = self._pending()[0], self.webhook or {}, self.webhook_route or ""
+                headers = {"X-Telegram-Bot-Api-Secret-Token": str(webhook.get("secret_token") or "")}
+                try:
+                    async with session.post(route, json=update, headers=headers) as answer:
+                        taken = 200 <= answer.status < 300
+                        error = f"Wrong response from the webhook: {answer.status} {answer.reason}"
+                except (aiohttp.ClientError, TimeoutError) as failure:
+                    taken, error = False, f"Connection failed: {type(failure).__name__}"
+                if taken:
+                    self.webhook_posts += 1
+                    self.updates = [other for other in self.updates if other is not update]
+                else:
+                    self.last_webhook_error = (int(time.time()), error)
+                    await asyncio.sleep(0.05)
 
     async def _m_setmycommands(self, params: dict[str, Any]) -> web.Response:
         return self._ok(True)
@@ -631,6 +713,8 @@ class FakeTelegram:
         return self._ok(True)
 
     async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
+        if self.webhook is not None:
+            return self._error(409, "Conflict: can't use getUpdates method while webhook is active")
         if self._silent:
             self.hung += 1
             await self._stopping.wait()
@@ -943,12 +1027,17 @@ class FakeTelegram:
         site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()
         self._port = self._runner.addresses[0][1]
+        self._deliverer = asyncio.create_task(self._deliver_webhook())
         return self
 
     async def __aexit__(self, *_: object) -> None:
         async with self._new_updates:  # ends every getUpdates held open, so the server stops without waiting
             self._stopping.set()
             self._new_updates.notify_all()
+        if self._deliverer is not None:
+            self._deliverer.cancel()  # a post under way ends here too
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._deliverer
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -276,12 +276,19 @@ async def test_a_revoked_allow_always_rule_asks_again_on_the_running_bot(
 # --- bot service install ---------------------------------------------------------------------------------------------
 
 
+def systemd_analyze() -> str:
+    """The installed `systemd-analyze`; where it is missing the test is skipped, saying why in the summary: a unit
+    nobody verified is not a pass."""
+    found = shutil.which("systemd-analyze")
+    if found is None:
+        pytest.skip("systemd-analyze is not installed, so the unit was not verified (`make test` installs systemd)")
+    return found
+
+
 def verify_unit(unit: Path) -> None:
-    """`systemd-analyze verify` on the unit: no error and no warning about it (skipped where systemd is absent)."""
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        return
-    checked = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    """`systemd-analyze verify` on the unit: no error and no warning about it. Its ExecStart must exist (verify checks
+    it): the units here run this venv's `bot`."""
+    checked = subprocess.run([systemd_analyze(), "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr
     assert unit.name not in checked.stderr and str(unit) not in checked.stderr, checked.stderr
 
@@ -332,6 +339,25 @@ def test_service_install_user_writes_the_unit_and_says_how_to_enable_it(tmp_path
     assert unit.read_text().endswith("# mine\n")
     forced = bot("service", "install", "--user", "--force", "--config", str(path), env=env)
     assert forced.returncode == 0 and unit.read_text() == text
+
+
+def test_a_unit_verified_without_systemd_analyze_is_skipped_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unit = tmp_path / "switchboard.service"
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no systemd-analyze on it
+
+    with pytest.raises(pytest.skip.Exception, match="systemd-analyze is not installed, so the unit was not verified"):
+        verify_unit(unit)
+
+
+def test_verify_unit_fails_on_a_unit_systemd_refuses(tmp_path: Path) -> None:
+    unit = tmp_path / "switchboard.service"
+    unit.write_text(f"[Service]\nExecStart={tmp_path / 'missing' / 'bot'} run\nRestart=sometimes\n")
+
+    with pytest.raises(AssertionError, match="is not executable"):
+        verify_unit(unit)
 
 
 def test_service_install_needs_the_config_file(tmp_path: Path) -> None:

@@ -406,21 +406,31 @@ def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+DAEMON_DOWN = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+
+
+def failing_program(folder: Path, name: str, said: str) -> None:
+    """A program `name` in `folder` that says `said` on stderr and fails, whatever it is asked."""
+    fake = folder / name
+    fake.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+
+
 @pytest.mark.parametrize(
-    ("backend", "broken", "message"),
+    ("backend", "said", "message"),
     [
-        ("bwrap", False, "bubblewrap (bwrap) is not installed: install it (apt-get install bubblewrap)"),
-        ("docker", False, "docker is not installed"),
-        ("bwrap", True, "bubblewrap (bwrap) cannot create its namespaces here (bwrap: no namespaces for you)"),
+        ("bwrap", None, "bubblewrap (bwrap) is not installed: install it (apt-get install bubblewrap)"),
+        ("docker", None, "docker is not installed"),
+        ("bwrap", "bwrap: no namespaces for you",
+         "bubblewrap (bwrap) cannot create its namespaces here (bwrap: no namespaces for you)"),
+        ("docker", DAEMON_DOWN, f"the docker daemon is not reachable ({DAEMON_DOWN}): start the daemon"),
     ],
-)
+)  # fmt: skip
 async def test_without_a_working_backend_commands_are_refused_never_run_unsandboxed(
-    layout: Layout, processes: ProcessTable, fake_path: Path, backend: Any, broken: bool, message: str
+    layout: Layout, processes: ProcessTable, fake_path: Path, backend: Any, said: str | None, message: str
 ) -> None:
-    if broken:
-        fake = fake_path / "bwrap"
-        fake.write_text("#!/bin/sh\necho 'bwrap: no namespaces for you' >&2\nexit 1\n")
-        fake.chmod(0o755)
+    if said is not None:  # the program is there, and fails
+        failing_program(fake_path, backend, said)
     authorize = Authorizer()
     tool = ExecTool(authorize, processes)
     marker = layout.workspace / "ran"
@@ -457,6 +467,73 @@ def test_config_check_warns_about_a_missing_backend(tmp_path: Path) -> None:
     )
     assert "bubblewrap (bwrap) is not installed" in done.stderr
     assert "quiet" not in done.stderr  # its sandbox is off
+
+
+# --- docker: the daemon is asked, not only the client found --------------------------------------------------------
+
+
+def docker_up(folder: Path) -> Path:
+    """A docker client on PATH whose daemon answers (it says a server version to `docker version`), writing what it
+    was asked to `asked`: it stands in for a docker engine, which the machine running the tests need not have."""
+    fake, asked = folder / "docker", folder / "asked"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {asked}\n[ "$1" = version ] && echo 27.3.1 && exit 0\nexit 1\n')
+    fake.chmod(0o755)
+    return asked
+
+
+def test_a_docker_client_whose_daemon_answers_is_a_working_backend(fake_path: Path) -> None:
+    asked = docker_up(fake_path)
+
+    assert sandbox_problem_sync(SandboxSettings(backend="docker")) is None
+    assert asked.read_text() == "version --format {{.Server.Version}}\n"  # the daemon was asked, briefly
+
+
+def test_a_real_docker_client_without_a_daemon_is_not_a_working_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real client, pointed at a socket nobody listens on: what a machine with docker installed and its daemon
+    stopped has."""
+    if shutil.which("docker") is None:
+        pytest.skip("no docker client installed here: the stand-in daemon tests above cover the check")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'nobody.sock'}")
+
+    problem = sandbox_problem_sync(SandboxSettings(backend="docker"))
+
+    assert problem is not None and problem.startswith("the docker daemon is not reachable (")
+    assert "nobody.sock" in problem and "systemctl start docker" in problem, problem
+
+
+def docker_down_environment(tmp_path: Path) -> dict[str, str]:
+    """The CLI's environment with a docker client on PATH whose daemon is down."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    failing_program(folder, "docker", DAEMON_DOWN)
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD")}
+    return environ | {"PATH": f"{folder}:{environ.get('PATH', '')}"}
+
+
+def docker_config(tmp_path: Path) -> Path:
+    config = tmp_path / "bindings.yaml"
+    config.write_text(
+        "agents:\n  - id: main\n    sandbox: {mode: all, backend: docker}\n"
+        "defaults: {model: local/m}\nproviders: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
+    )
+    return config
+
+
+@pytest.mark.parametrize("command", ["config check", "doctor"])
+def test_config_check_and_doctor_say_when_the_docker_daemon_is_down(tmp_path: Path, command: str) -> None:
+    config = docker_config(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", *command.split(), "--config", str(config)],
+        capture_output=True, text=True, env=docker_down_environment(tmp_path), timeout=60, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+
+    assert (
+        "agents[0].sandbox: agent 'main': its sandboxed commands will be refused: the docker daemon is not "
+        f"reachable ({DAEMON_DOWN}): start the daemon (systemctl start docker)" in " ".join(said.split())
+    ), said
 
 
 # --- the tools.sandbox policy layer --------------------------------------------------------------------------------

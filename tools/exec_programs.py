@@ -257,7 +257,8 @@ SORT = Program(
             "-u --unique": FLAG,
             "-V --version-sort": FLAG,
             "--batch-size": NUMBER,
-            "-y": TEXT,
+            # Not -y (obsolete, undocumented): sort takes the next word as its value only when it is all digits, and
+            # reads any other word as a file (`sort -y /etc/passwd`), which a value kind cannot say. Unknown, it asks.
             "-z --zero-terminated": FLAG,
         }
     )

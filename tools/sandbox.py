@@ -50,6 +50,9 @@ SHELL = "/bin/sh"
 # Where the helper programs must come from: folders the sandbox mounts, so the path is the same inside.
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 PROBE_TIMEOUT = 10.0
+# Asking the docker daemon whether it is there: a daemon slower than this to say its version is as good as down
+# for a command that waits on it, and `bot config check` should not hang on one.
+DOCKER_PROBE_TIMEOUT = 5.0
 NAME_PREFIX = "switchboard-sandbox-"
 RELEASE_POLL_SECONDS = 0.02
 RELEASE_SECONDS = 2.0  # how long an ended sandbox's processes get to be gone before its cgroup is left behind
@@ -334,18 +337,27 @@ def _install_hint(backend: SandboxBackend) -> str:
     return "install docker and start its daemon, use backend: bwrap, or set agents[].sandbox.mode: off"
 
 
+_DOCKER_DOWN_HINT = (
+    "start the daemon (systemctl start docker) and let the bot's user reach its socket (the docker group), "
+    "use backend: bwrap, or set agents[].sandbox.mode: off"
+)
+
+
 class _Failed(NamedTuple):
-    """Why a probe failed: `started` False when it could not even be started (then `why` is the OS error)."""
+    """Why a probe failed: `started` False when it could not even be started or did not end in time (then `why` is
+    the OS error or the wait)."""
 
     started: bool
     why: str
 
 
-def _probe(argv: list[str]) -> _Failed | None:
-    """Run a trivial command under bwrap once; None when it worked."""
+def _probe(argv: list[str], timeout: float = PROBE_TIMEOUT) -> _Failed | None:
+    """Run a trivial command once; None when it worked."""
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return _Failed(False, f"no answer within {timeout:g} s")
+    except OSError as error:
         return _Failed(False, str(error))
     if done.returncode == 0:
         return None
@@ -369,12 +381,23 @@ def _probe_bwrap(bwrap: str) -> str | None:
     )
 
 
-def sandbox_problem_sync(settings: SandboxSettings) -> str | None:
-    """Why sandboxed commands cannot run now (the backend is missing or broken), or None. The probe is cached."""
-    if settings.backend == "docker":
-        if shutil.which("docker") is None:
-            return f"docker is not installed: {_install_hint('docker')}"
+def _probe_docker(docker: str) -> str | None:
+    """Ask the daemon for its version: the client alone runs nothing, and every `docker run` fails while the daemon
+    is down or its socket is not ours. Not cached, unlike bwrap's probe: a daemon comes and goes while the bot runs."""
+    failed = _probe([docker, "version", "--format", "{{.Server.Version}}"], DOCKER_PROBE_TIMEOUT)
+    if failed is None:
         return None
+    return f"the docker daemon is not reachable ({failed.why}): {_DOCKER_DOWN_HINT}"
+
+
+def sandbox_problem_sync(settings: SandboxSettings) -> str | None:
+    """Why sandboxed commands cannot run now (the backend is missing or broken, docker's daemon down), or None. The
+    bwrap probe is cached."""
+    if settings.backend == "docker":
+        docker = shutil.which("docker")
+        if docker is None:
+            return f"docker is not installed: {_install_hint('docker')}"
+        return _probe_docker(docker)
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return f"bubblewrap (bwrap) is not installed: {_install_hint('bwrap')}"
@@ -384,7 +407,7 @@ def sandbox_problem_sync(settings: SandboxSettings) -> str | None:
 
 
 async def sandbox_problem(settings: SandboxSettings) -> str | None:
-    """`sandbox_problem_sync` off the event loop (the first bwrap check runs a process)."""
+    """`sandbox_problem_sync` off the event loop (the first bwrap check, and every docker check, runs a process)."""
     return await asyncio.to_thread(sandbox_problem_sync, settings)
 
 

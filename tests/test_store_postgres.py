@@ -61,7 +61,6 @@ POSTGRES_ONLY_TABLES = {
     "session_fences",
     "processes",
     "transcript_lines",
-    "session_answers",
 }
 POSTGRES_ONLY_COLUMNS = {"inbound": {"lane", "claimed_by"}}
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from fakes.llm import FakeLLM, Reply
 
+from bot.status import read_report
+
 WAIT = 30.0  # generous: only ever reached when something is broken
 # The stamp a person's message (or each line of a batch) starts with: `[Wed 2026-11-25 14:03 UTC] `.
 ENVELOPE = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d [^\]\n]+\] ", re.MULTILINE)
@@ -134,6 +136,15 @@ def write_state(state_dir: Path, sql: str, *params: Any) -> None:
     test moves a stored moment instead of waiting for the clock to reach it."""
     with contextlib.closing(sqlite3.connect(state_dir / "state.db", timeout=WAIT)) as connection, connection:
         connection.execute(sql, params)
+
+
+def status_file_shows(state_dir: Path, channel: str, account: str, state: str) -> bool:
+    """Whether the status file a running bot writes shows `channel/account` in `state`: a cheap look, to wait on
+    before asking `bot status` (a process each time) to confirm it once."""
+    report = read_report(state_dir)
+    return report is not None and any(
+        (shown.channel, shown.account, shown.state) == (channel, account, state) for shown in report.channels
+    )
 
 
 def settled(state_dir: Path) -> bool:

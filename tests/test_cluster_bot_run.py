@@ -1,6 +1,6 @@
 """Three real `bot run` processes serving one bot from one PostgreSQL database (`state: {backend: postgres, url: …}`),
 each with its own state folder, all on the same fake Telegram token and the same fake LLM: 1,000 DMs from 100 users
-answered once each and in order per chat. The Telegram poller SIGKILLed mid-run (of 400 DMs), losing nothing and
+answered once each and in order per chat. The Telegram poller SIGKILLed mid-run (of 300 DMs), losing nothing and
 repeating at most the replies it was sending at that instant, its polling taken over by another process (that one:
 test_cluster_takeover_bot_run.py; an approval across the processes and a cron job firing once:
 test_cluster_approvals_cron_bot_run.py).

@@ -16,7 +16,7 @@ from fakes.discord import FakeDiscord
 from fakes.llm import FakeLLM, refusing_port
 from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
-from helpers import FakeClock, bot_run, eventually, settled
+from helpers import FakeClock, bot_run, eventually, settled, status_file_shows
 
 from bot.channel_start import MAX_DELAY, ChannelStarter, retry_delay
 from bot.serve import serving_line
@@ -275,7 +275,8 @@ async def test_bot_run_serves_the_accounts_it_can_and_says_which_it_is_still_try
         async with bot_run(config(tmp_path, fake_llm, accounts), tmp_path, line):
             await tg.private_message("hi", user_id=OWNER, name="Owner")
             assert await tg.wait_sent(OWNER, 1) == ["Hello."]
-            await eventually(lambda: _shows(tmp_path, "spare", "degraded"), "`bot status` to show spare degraded")
+            await eventually(lambda: _in_status_file(tmp_path, "spare", "degraded"), "spare degraded")
+            assert await _shows(tmp_path, "spare", "degraded")  # and `bot status` says so
     output = _log(tmp_path)
     assert "Traceback" not in output and "another-token" not in output
 
@@ -292,13 +293,15 @@ async def test_bot_run_polls_a_telegram_that_comes_up_after_it_and_answers_a_dm(
     try:
         # the fake (in `fakes`) outlives the bot: the bot's last getUpdates at its stop lands
         async with contextlib.AsyncExitStack() as fakes, bot_run(settings, tmp_path, line):
-            await eventually(lambda: _shows(tmp_path, "main", "degraded"), "`bot status` to show it degraded")
+            await eventually(lambda: _in_status_file(tmp_path, "main", "degraded"), "it degraded")
+            assert await _shows(tmp_path, "main", "degraded")  # and `bot status` says so
             stack.close()  # Telegram comes up after the bot has tried and failed (`bot status` saw it degraded)
             tg = await fakes.enter_async_context(FakeTelegram(port=port))
             await eventually(lambda: RECOVERED in _log(tmp_path), "the account to recover")
             await tg.private_message("hi", user_id=OWNER, name="Owner")
             assert await tg.wait_sent(OWNER, 1) == ["Late hello."]
-            await eventually(lambda: _shows(tmp_path, "main", "connected"), "`bot status` to show it connected")
+            await eventually(lambda: _in_status_file(tmp_path, "main", "connected"), "it connected")
+            assert await _shows(tmp_path, "main", "connected")  # and `bot status` says so
             await eventually(lambda: settled(tmp_path / "state"), "the bot to have nothing left to do")
     finally:
         stack.close()
@@ -307,6 +310,10 @@ async def test_bot_run_polls_a_telegram_that_comes_up_after_it_and_answers_a_dm(
     assert process_log.count(degraded) == 1 and process_log.count(RECOVERED) == 1  # one line each way
     assert process_log.index(degraded) < process_log.index("channel telegram account main started (after")
     assert "Traceback" not in process_log and "getUpdates failed" not in process_log
+
+
+def _in_status_file(folder: Path, account: str, state: str) -> bool:
+    return status_file_shows(folder / "state", "telegram", account, state)
 
 
 def _log(folder: Path) -> str:

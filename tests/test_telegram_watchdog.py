@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
-from helpers import FakeClock, bot_run, eventually, settled
+from helpers import FakeClock, bot_run, eventually, settled, status_file_shows
 from pydantic import ValidationError
 from test_config_check import LOCAL, bot, write
 
@@ -248,12 +248,18 @@ async def test_bot_run_heals_a_silent_poller_and_answers_the_dm_sent_meanwhile_o
         await tg.private_message("are you there?", user_id=OWNER, name="Owner")
         await eventually(lambda: STALLED in logged(), "the stall in the log")
         await eventually(lambda: tg.hung >= 2, "a getUpdates on the new session, held too")
-        await eventually(lambda: telegram_state(tmp_path, "stalled", exit_status=1), "`bot status` to show the stall")
+        await eventually(
+            lambda: status_file_shows(state, "telegram", "main", "stalled"), "`bot status` to show the stall"
+        )
+        assert await telegram_state(tmp_path, "stalled", exit_status=1)  # and `bot status` says so
         tg.resume()
 
         assert await tg.wait_sent(OWNER, 2) == ["Hello.", "Back again."]
         await eventually(lambda: RECOVERED in logged(), "the recovery in the log")
-        await eventually(lambda: telegram_state(tmp_path, "connected", exit_status=0), "`bot status` to show it healed")
+        await eventually(
+            lambda: status_file_shows(state, "telegram", "main", "connected"), "`bot status` to show it healed"
+        )
+        assert await telegram_state(tmp_path, "connected", exit_status=0)  # and `bot status` says so
         await eventually(lambda: settled(state), "the bot to have nothing left to do")
         assert tg.sent[OWNER] == ["Hello.", "Back again."]  # the DM sent during the outage, answered once
         assert len(fake_llm.requests) == 2

@@ -267,7 +267,8 @@ class Approvals:
         decision = None
         if self.terminal is not None:
             with contextlib.suppress(TimeoutError):
-                decision = await asyncio.wait_for(self.terminal(record), record.expires - self.clock())
+                async with asyncio.timeout(record.expires - self.clock()):
+                    decision = await self.terminal(record)
         if self.terminal is None:  # nobody to ask: the safe answer
             return await self._settle(record.id, "denied", "deny", "nobody (no terminal to ask on)")
         if decision is None:
@@ -282,7 +283,8 @@ class Approvals:
                 settled = await self._settle(record.id, "expired", None, None)
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(decided.wait(), min(POLL_SECONDS, left))
+                async with asyncio.timeout(min(POLL_SECONDS, left)):
+                    await decided.wait()
             current = await self.store.get_approval(record.id)
             if current is not None and current.status != "pending":
                 settled = current

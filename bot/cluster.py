@@ -198,7 +198,8 @@ class Cluster:
             except Exception:
                 log.exception("cluster: a pass failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), SWEEP_SECONDS)
+                async with asyncio.timeout(SWEEP_SECONDS):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def _pass(self) -> None:

@@ -381,7 +381,8 @@ class Delivery:
                     wait = max(wait, ELSEWHERE_SECONDS)
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), wait)
+                        async with asyncio.timeout(wait):
+                            await self._wake.wait()
                 self._wake.set()
 
     async def flush(self) -> None:

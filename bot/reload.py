@@ -71,7 +71,8 @@ class ConfigWatch:
         while True:
             with_signal = False
             try:
-                await asyncio.wait_for(self._asked.wait(), self.poll)
+                async with asyncio.timeout(self.poll):
+                    await self._asked.wait()
                 with_signal = True
             except TimeoutError:
                 pass

@@ -364,7 +364,8 @@ class Subagents:
         """The answer, if it comes within `wait_seconds`; else None, recorded so that it comes back as a message
         (unless it was recorded just before: then it is the answer)."""
         try:
-            return await asyncio.wait_for(waiter, wait_seconds)
+            async with asyncio.timeout(wait_seconds):
+                return await waiter
         except TimeoutError:
             return await self._record_answer(message_id, None)
 

@@ -248,7 +248,8 @@ async def within(
     platform gets its answer in time."""
     task: asyncio.Task[_T] = asyncio.ensure_future(work)
     try:
-        return await asyncio.wait_for(asyncio.shield(task), seconds)
+        async with asyncio.timeout(seconds):
+            return await asyncio.shield(task)
     except TimeoutError:
         log.warning("%s is slow; answering the platform first", what)
         keep = _late_work if late is None else late

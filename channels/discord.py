@@ -416,7 +416,8 @@ class _Client(discord.Client):
             if not await link.before_connect():
                 return
             try:
-                self.ws = await asyncio.wait_for(DiscordWebSocket.from_client(self, **params), CONNECT_SECONDS)
+                async with asyncio.timeout(CONNECT_SECONDS):
+                    self.ws = await DiscordWebSocket.from_client(self, **params)
                 params["initial"] = False
                 while True:
                     await self._poll(self.ws)
@@ -797,7 +798,8 @@ class DiscordAdapter:
             if task is self._worker:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 10)
+                async with asyncio.timeout(10):
+                    await task
         self._task = self._worker = None
         self.health.set("stopped")
 
@@ -910,7 +912,8 @@ class DiscordAdapter:
                 await link.client.close()
         if link.task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(link.task, 10)
+                async with asyncio.timeout(10):
+                    await link.task
 
     # --- the connection's health -------------------------------------------------------------------------------
 

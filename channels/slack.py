@@ -491,7 +491,8 @@ class _SocketMode:
                 await self._ping(current)
             due = min(current.pinged + self._ping_every, current.heard + self._stall)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(due - loop.time(), 0.0))
+                async with asyncio.timeout(max(due - loop.time(), 0.0)):
+                    await self._wake.wait()
 
     async def _ping(self, connection: _Connection) -> None:
         connection.pinged = asyncio.get_running_loop().time()
@@ -525,10 +526,10 @@ class _SocketMode:
         opened = await self._client.apps_connections_open(app_token=self._app_token)
         ssl = self._client.ssl if self._client.ssl is not None else True
         proxy = self._client.proxy or None
-        ws = await asyncio.wait_for(
-            self._session.ws_connect(str(opened["url"]), autoping=False, heartbeat=None, proxy=proxy, ssl=ssl),
-            OPEN_SECONDS,
-        )
+        async with asyncio.timeout(OPEN_SECONDS):
+            ws = await self._session.ws_connect(
+                str(opened["url"]), autoping=False, heartbeat=None, proxy=proxy, ssl=ssl
+            )
         now = asyncio.get_running_loop().time()
         connection = _Connection(ws, heard=now, pinged=now)
         connection.reader = asyncio.create_task(self._read(connection), name=f"slack {self._account} socket")
@@ -588,7 +589,8 @@ class _SocketMode:
             connection.reader.cancel()
             await asyncio.wait([connection.reader])
         with contextlib.suppress(Exception):  # aiohttp drops the connection when the close is cut short
-            await asyncio.wait_for(connection.ws.close(), CLOSE_SECONDS)
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await connection.ws.close()
 
 
 class SlackAdapter:
@@ -724,7 +726,8 @@ class SlackAdapter:
             self._http = None
         for task in list(self._late):
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 5)
+                async with asyncio.timeout(5):
+                    await task
         self.health.set("stopped")
 
     # --- inbound: transport ---------------------------------------------------------------------------------------

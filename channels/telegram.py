@@ -568,7 +568,8 @@ class TelegramAdapter:
             self._webhook_watch = None
         if self._webhook is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._webhook.cleanup(), 5)
+                async with asyncio.timeout(5):
+                    await self._webhook.cleanup()
             self._webhook = None
         with contextlib.suppress(Exception):
             await self.bot.shutdown()
@@ -582,7 +583,8 @@ class TelegramAdapter:
             self._task = None
             # As python-telegram-bot does: one last getUpdates, so Telegram learns the final offset.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.bot.raw_updates(self._offset, 0), 5)
+                async with asyncio.timeout(5):
+                    await self.bot.raw_updates(self._offset, 0)
 
     # --- receiving ----------------------------------------------------------------------------------------------
 

@@ -436,7 +436,8 @@ def _docker_remover(docker: str, name: str) -> Release:
                 docker, "rm", "-f", name, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
             )
             try:
-                await asyncio.wait_for(process.wait(), PROBE_TIMEOUT)
+                async with asyncio.timeout(PROBE_TIMEOUT):
+                    await process.wait()
             except TimeoutError:
                 process.kill()
                 await process.wait()

@@ -90,12 +90,10 @@ async def read_processes(
     it (a look from outside, as `bot status` takes): none while no process of this schema has used the database.
     StoreError, in one line that never holds the URL's password, when the database cannot be reached or read."""
     try:
-        connection = await asyncio.wait_for(
-            AsyncConnection.connect(
+        async with asyncio.timeout(timeout + 1):
+            connection = await AsyncConnection.connect(
                 url, row_factory=dict_row, autocommit=True, connect_timeout=max(2, math.ceil(timeout))
-            ),
-            timeout + 1,
-        )
+            )
     except (psycopg.Error, OSError, TimeoutError) as error:
         reason = str(error) or f"no answer within {timeout:g} s"
         raise StoreError(f"cannot connect to PostgreSQL at {_where(url)}: {_scrubbed(reason, url)}") from None

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from agent import xml_dispatch
+import agent.xml_dispatch as xml_dispatch
 from agent.cancellation import Stopped, unless_stopped
 from agent.events import AssistantEvent, Emit, LifecycleEvent, ToolEvent, discard, short
 from agent.images import without_images

@@ -1,7 +1,7 @@
 """The system prompt: who the agent is, how to use tools, its workspace files, the channel, and the time zone.
 
 Everything in it stays the same from turn to turn unless a setting or a file changes, so a provider can reuse
-its cached prefix: the clock and who said what travel on each message (tools.clock, bot.turns).
+its cached prefix: the clock and who said what travel on each message (tools.clock, bot.turns.turn).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from agent.log_context import log_context
 from agent.loop import Turn, TurnResult, run_turn
 from agent.messages import Message, UserMessage
 from agent.providers.base import ErrorKind, Provider, ProviderError, ThinkingLevel
-from agent.providers.config import ModelOptions, ProviderConfig, build_provider
+from agent.providers.builtins import build_provider
+from agent.providers.config import ModelOptions, ProviderConfig
 from agent.providers.sse import redact
 from agent.providers.transport import provider_client
 

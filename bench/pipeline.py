@@ -22,7 +22,7 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Pa
 
 from agent.providers.scripted import Scripted, ScriptedProvider  # noqa: E402
 from bot.app import App  # noqa: E402
-from bot.config import parse_config  # noqa: E402
+from bot.config.loading import parse_config  # noqa: E402
 from bot.plugins import Plugins  # noqa: E402
 from channels.base import CONSOLE, AccountSettings  # noqa: E402
 from channels.memory import MemoryChannel  # noqa: E402

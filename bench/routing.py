@@ -18,7 +18,7 @@ from pathlib import Path
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from bot.config import parse_config  # noqa: E402
+from bot.config.loading import parse_config  # noqa: E402
 from routing import Binding, Peer, Router, RoutingInput  # noqa: E402
 
 CHANNELS = ("telegram", "discord", "slack")

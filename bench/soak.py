@@ -30,7 +30,7 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import FakeLLM, FakeTelegram, bot_process, rss_kib, telegram_config  # noqa: E402
-from bot.retention import DAY, prune_once  # noqa: E402
+from bot.gateway.retention import DAY, prune_once  # noqa: E402
 from bot.store import SqliteStore  # noqa: E402
 
 FIRST_USER = 70_000

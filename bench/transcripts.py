@@ -1,7 +1,7 @@
 """Transcript costs at 10, 1,000 and 10,000 lines: appending one message (it should stay flat), starting a run (it
 should stay flat too) and, for contrast, reading the whole transcript back (it grows with the file).
 
-Starting a run reads the history the model is sent, agent.sessions.load_history (what bot/conversation.py calls):
+Starting a run reads the history the model is sent, agent.sessions.load_history (what bot/runs/conversation.py calls):
 the transcript from its latest compaction record on. The long transcripts are long sessions as compaction keeps them
 bounded: a compaction record every EVERY lines (compaction runs whenever the history outgrows the model), the latest
 TAIL lines before the end, so a run there starts from a summary and the same TAIL lines the 10-line transcript holds

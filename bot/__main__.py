@@ -1,5 +1,5 @@
 """`python -m bot` runs the same CLI as the `bot` console script."""
 
-from bot.cli import main
+from bot.cli.main import main
 
 main()

@@ -71,7 +71,7 @@ class DiscordAccount(AccountSettings):
     storm_reconnects: int = Field(default=5, ge=1)
     storm_minutes: float = Field(default=10.0, gt=0)
     # Gateway shards (Discord's `shard_count`): each one a connection of its own, and, with several `bot run`
-    # processes on one database, a listener one process holds at a time (channels/discord.py `ingress_keys`).
+    # processes on one database, a listener one process holds at a time (channels/discord/adapter.py `ingress_keys`).
     shard_count: int = Field(default=1, ge=1)
 
 

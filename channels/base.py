@@ -124,7 +124,7 @@ class ChatTarget(BaseModel):
 
 class Principal(BaseModel):
     """Who a run acts for: the bot's owners, or one person who is not an owner (`person`, `channel:id`). Every turn
-    has exactly one, decided in one place (bot.principal) from whoever started it; there is no default."""
+    has exactly one, decided in one place (bot.runs.principal) from whoever started it; there is no default."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -144,7 +144,7 @@ class Scheduled(BaseModel):
     """What started a turn that no person sent: a cron job's tick, a heartbeat, a subagent's task (`subagent`) or its
     announcement to the parent (`announce`), another session's message (`agent`), a steer into a running child
     (`steer`). Never set by an adapter, so no person can pose as one. The turn runs for `agent` in `session_key`
-    with an owner's powers only when `owner` says so (it has no default: whoever makes one decides, bot.principal);
+    with an owner's powers only when `owner` says so (it has no default: whoever makes one decides, bot.runs.principal);
     otherwise it acts for the message's sender, whose message it stands in for."""
 
     kind: Literal["cron", "heartbeat", "subagent", "announce", "agent", "steer"] = "cron"

@@ -2,8 +2,8 @@
 layer raises from the same tree; each branch is defined where its errors come from:
 
     SwitchboardError
-    ├── ConfigError        bot.config_errors: a config file that cannot be used (every issue, with line and key)
-    ├── SetupError         bot.assemble: a run cannot start (no model configured, its provider missing)
+    ├── ConfigError        bot.config.errors: a config file that cannot be used (every issue, with line and key)
+    ├── SetupError         bot.runs.assemble: a run cannot start (no model configured, its provider missing)
     ├── PluginError        bot.plugins: a registered plugin cannot be loaded, or is not what its group expects
     ├── ProviderError      agent.providers.base: a model call failed (its `kind` says how)
     ├── CompactionError    agent.compaction: a conversation could not be summarized to fit
@@ -18,9 +18,9 @@ layer raises from the same tree; each branch is defined where its errors come fr
     │   ├── MemoryToolError          tools.memory
     │   └── McpCallError             tools.mcp.server: an MCP server gave no answer (not running, timed out, gone)
     ├── StoreError         bot.store: the state database cannot be used
-    └── ChatFailed         bot.chat: a console turn went unanswered
+    └── ChatFailed         bot.cli.chat: a console turn went unanswered
 
-The `bot` command turns each into one line and an exit code (bot.cli). Cancellation (`agent.cancellation.Stopped`)
+The `bot` command turns each into one line and an exit code (bot.cli.main). Cancellation (`agent.cancellation.Stopped`)
 is control flow, not an error, and stays outside the tree."""
 
 from __future__ import annotations

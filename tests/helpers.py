@@ -20,7 +20,7 @@ from typing import Any
 
 from fakes.llm import FakeLLM, Reply
 
-from bot.status import read_report
+from bot.gateway.status import read_report
 
 WAIT = 30.0  # generous: only ever reached when something is broken
 # The stamp a person's message (or each line of a batch) starts with: `[Wed 2026-11-25 14:03 UTC] `.

@@ -1,4 +1,4 @@
-"""bot/approval_text.py: how a command waiting for approval is shown, against a table of hostile inputs; the same
+"""bot/approvals/text.py: how a command waiting for approval is shown, against a table of hostile inputs; the same
 table through each surface that shows it (cards, the outcome, `bot approvals list`, the terminal prompt)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.approval_text import Shown, shown_command
-from bot.approvals import _outcome_text, _request_text
-from bot.chat import ask_on_terminal
+from bot.approvals.gate import _outcome_text, _request_text
+from bot.approvals.text import Shown, shown_command
+from bot.cli.chat import ask_on_terminal
 from bot.store import ApprovalRecord, SqliteStore
 
 # (what it is, the command, how it must be shown, the escapes the warning names)

@@ -1,4 +1,4 @@
-"""bot/approvals.py on its own: the real SQLite store and a messenger that records what would be shown (the adapters
+"""The approval gate on its own: the real SQLite store and a messenger that records what would be shown (the adapters
 behind it are proven end to end in test_approvals_telegram.py and test_approvals_discord_slack.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from helpers import WAIT, eventually
 
-from bot.approvals import NOT_AUTHORIZED, NOT_PENDING, Approvals
-from bot.config import parse_config
+from bot.approvals.gate import NOT_AUTHORIZED, NOT_PENDING, Approvals
+from bot.config.loading import parse_config
 from bot.store import ApprovalRecord, SqliteStore
 from channels.base import ActionEvent, Capabilities, ChatTarget, OutboundMessage
 from routing import Peer

@@ -20,7 +20,7 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import eventually, launch_bot
 
-from bot.env_vars import ENV_FILE
+from bot.config.env import ENV_FILE
 
 OWNER = 4242
 STRANGER = 666

@@ -218,7 +218,7 @@ def test_help_imports_no_platform_sdk_and_no_config_machinery() -> None:
     probe = textwrap.dedent(
         """
         import sys
-        from bot.cli import cli
+        from bot.cli.main import cli
         try:
             cli(["--help"], prog_name="bot")
         except SystemExit:
@@ -247,11 +247,11 @@ def test_an_error_of_the_tree_ends_the_command_with_one_line_and_its_exit_status
 def test_every_error_belongs_to_one_tree_with_its_exit_status() -> None:
     from agent.compaction import CompactionError
     from agent.providers.base import ProviderError
-    from bot.assemble import SetupError
-    from bot.chat import ChatFailed
-    from bot.cli import exit_code
-    from bot.config_errors import ConfigError
+    from bot.cli.chat import ChatFailed
+    from bot.cli.main import exit_code
+    from bot.config.errors import ConfigError
     from bot.plugins import PluginError
+    from bot.runs.assemble import SetupError
     from bot.store import StoreError
     from channels.discord import DiscordStartError
     from channels.telegram import TelegramSendError

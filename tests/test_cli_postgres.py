@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from bot.cli import cli
+from bot.cli.main import cli
 from bot.store import ApprovalRecord, PairingRecord
 from bot.store.postgres import PostgresStore
 

@@ -16,8 +16,8 @@ from fakes.telegram import FakeTelegram
 from helpers import eventually
 from test_cluster_bot_run import OWNERS, Cluster, cluster, query, settled
 
-from bot.principal import SHELL
-from bot.schedules import Job
+from bot.config.schedules import Job
+from bot.runs.principal import SHELL
 from bot.store.postgres import PostgresStore
 
 # --- an approval across processes ---------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from fakes.telegram import FakeTelegram
 from helpers import eventually
 
 from bot.app import App
-from bot.config import parse_config
-from bot.gateway import Gateway
+from bot.config.loading import parse_config
+from bot.gateway.process import Gateway
 from channels.telegram import TelegramAdapter
 
 SECRET = "s3cret"

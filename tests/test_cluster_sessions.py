@@ -16,8 +16,8 @@ from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import eventually
 
 from bot.app import App
-from bot.config import parse_config
-from bot.gateway import Gateway
+from bot.config.loading import parse_config
+from bot.gateway.process import Gateway
 from bot.store import OutboxEntry
 from bot.store.base import Fence, FencedOut, fenced
 from bot.store.postgres import PostgresStore

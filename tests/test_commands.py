@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.commands import Command, parse_command
+from bot.intake.commands import Command, parse_command
 
 
 def test_known_commands_are_parsed_with_their_arguments() -> None:

@@ -21,7 +21,7 @@ from agent.compaction import (
 )
 from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, UserMessage
 from agent.providers.base import Provider
-from agent.providers.config import build_provider
+from agent.providers.builtins import build_provider
 from agent.providers.transport import provider_client
 from agent.xml_dispatch import render_result
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import Config, load_config, parse_config
-from bot.config_errors import ConfigError
+from bot.config.errors import ConfigError
+from bot.config.loading import load_config, parse_config
+from bot.config.settings import Config
 from routing import Peer, RoutingInput
 
 

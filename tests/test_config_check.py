@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bot.app import App
-from bot.config import Match, validate_config
+from bot.config.loading import validate_config
+from bot.config.settings import Match
 from routing import Peer, RoutingInput
 
 ROOT = Path(__file__).parent.parent
@@ -205,7 +206,7 @@ def test_the_shipped_example_is_clean_and_bot_route_agrees_with_the_running_rout
     assert check.stderr == "", "the example draws no warning"
     config, errors, warnings = validate_config(path, environ=DUMMIES)
     assert config is not None and errors == [] and warnings == []
-    router = App(config, tmp_path / "state").router  # what `bot run` routes with
+    router = App(config, tmp_path / "state").decisions.router  # what `bot run` routes with
     assert config.bindings
     for index, binding in enumerate(config.bindings):
         accounts = list(config.channels[binding.match.channel]["accounts"])

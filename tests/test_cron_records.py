@@ -10,7 +10,7 @@ from fakes.llm import FakeLLM, Reply
 from helpers import eventually
 
 from bot import App, parse_config
-from bot.principal import SHELL
+from bot.runs.principal import SHELL
 from channels import MemoryChannel
 
 OWNER = "ann"

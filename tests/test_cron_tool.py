@@ -14,9 +14,10 @@ from fakes.llm import FakeLLM
 from helpers import FakeClock, asked, read_state, unstamped
 
 from bot import App
-from bot.config import Config, parse_config
-from bot.config_errors import ConfigError
-from bot.cron_book import CronBook
+from bot.config.errors import ConfigError
+from bot.config.loading import parse_config
+from bot.config.settings import Config
+from bot.scheduled.cron_book import CronBook
 from bot.store import SqliteStore
 from channels import MemoryChannel
 from channels.base import ChatTarget, Scheduled

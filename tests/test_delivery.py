@@ -16,7 +16,7 @@ from fakes.telegram import FakeTelegram
 from helpers import FakeClock, eventually
 from test_telegram import dm, running
 
-from bot.delivery import Delivery, message_parts
+from bot.delivery.outbox import Delivery, message_parts
 from bot.store import OutboxEntry, SqliteStore
 from channels import MemoryChannel
 from channels.base import Button, Capabilities, ChatTarget, OutboundFile, OutboundMessage, Poll

@@ -26,9 +26,9 @@ from fakes.llm import FakeLLM, Reply
 from helpers import eventually
 
 from bot.app import App
-from bot.config import parse_config
-from bot.delivery import Delivery
-from bot.gateway import Gateway
+from bot.config.loading import parse_config
+from bot.delivery.outbox import Delivery
+from bot.gateway.process import Gateway
 from bot.store import SqliteStore
 from channels.base import (
     ActionEvent,

@@ -255,8 +255,9 @@ async def test_a_storm_backs_off_doubling_up_to_five_minutes_with_jitter(fake_di
 
 
 def test_the_gateway_loop_follows_the_discord_py_it_was_written_against() -> None:
-    # _Client.connect is discord.py's Client.connect with the watchdog added; a new discord.py may change its loop
-    # (the exceptions it reconnects on, how it resumes): compare the two, then update this digest.
+    # Client.connect (channels/discord/client.py) is discord.py's Client.connect with the watchdog added; a new
+    # discord.py may change its loop (the exceptions it reconnects on, how it resumes): compare the two, then update
+    # this digest.
     source = inspect.getsource(discord.Client.connect)
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == "300daeed48a83570", "discord.py changed Client.connect"
     assert "timeout=60.0" in source and CONNECT_SECONDS == 60.0

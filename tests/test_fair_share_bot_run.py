@@ -11,7 +11,7 @@ from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually
 
 from agent.lanes import per_sender_notice
-from bot.config import parse_config
+from bot.config.loading import parse_config
 
 OWNER = 4242
 STRANGER = 555

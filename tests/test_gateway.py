@@ -20,12 +20,13 @@ from pydantic import BaseModel
 from agent.messages import AssistantMessage, UserMessage
 from agent.runner import Runner, RunOutcome, RunSpec
 from agent.sessions import read_transcript, transcript_for
-from bot.access import MAX_PENDING_PAIRINGS
 from bot.app import App
-from bot.commands import HELP
-from bot.config import Config, parse_config
-from bot.gateway import Gateway
-from bot.intake import PAIR_MISS_WINDOW_SECONDS
+from bot.config.loading import parse_config
+from bot.config.settings import Config
+from bot.gateway.process import Gateway
+from bot.intake.access import MAX_PENDING_PAIRINGS
+from bot.intake.commands import HELP
+from bot.intake.entry import PAIR_MISS_WINDOW_SECONDS
 from bot.store import SqliteStore
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, OnAction, OnMessage, OutboundMessage
 from tools.base import Tool, ToolContext, ToolResult, json_result

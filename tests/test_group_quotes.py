@@ -14,7 +14,7 @@ from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import bot_run
 
-from bot.delivery import Delivery, quoted
+from bot.delivery.outbox import Delivery, quoted
 from bot.store import SqliteStore
 from channels import MemoryChannel
 from channels.base import Capabilities, InboundMessage, Scheduled

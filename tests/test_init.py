@@ -17,9 +17,9 @@ from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import WAIT
 
-from bot.config import load_config, validate_config
-from bot.init_cli import PLATFORMS, PROVIDERS, render_config
-from bot.serve import serves_console
+from bot.cli.init import PLATFORMS, PROVIDERS, render_config
+from bot.cli.run import serves_console
+from bot.config.loading import load_config, validate_config
 from channels.console import ConsoleAdapter
 
 

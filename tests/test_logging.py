@@ -16,7 +16,7 @@ from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, read_state, settled
 
 from agent.log_context import log_context
-from bot.redaction import REDACTED, configure_logging
+from bot.observe.redaction import REDACTED, configure_logging
 
 OWNER = 4242
 STARTED = "channel telegram account main started"

@@ -19,7 +19,7 @@ from agent.events import AssistantEvent, LifecycleEvent, RunEvent, ToolEvent
 from agent.loop import Turn, TurnResult, run_turn
 from agent.messages import AssistantMessage, Message, TextBlock, ToolResultMessage, UserMessage
 from agent.providers.base import Provider, ProviderError
-from agent.providers.config import build_provider
+from agent.providers.builtins import build_provider
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
 from tools.hooks import Block, Hooks, Rewrite
 from tools.hooks import ToolCall as HookedCall

@@ -20,8 +20,9 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import WAIT, bot_run, eventually
 
-from bot.config import parse_config, secrets_of
-from bot.config_errors import ConfigError
+from bot.config.checks import secrets_of
+from bot.config.errors import ConfigError
+from bot.config.loading import parse_config
 from tools.base import ImageBlock, RunInfo, ToolContext, ToolResult, invoke
 from tools.builtins import builtin_registry
 from tools.mcp.manager import McpManager, render_status

@@ -15,7 +15,7 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import FakeClock, eventually, finished, tool_result, user_images, user_text
 
 from bot import App, Config, parse_config
-from bot.media import safe_name
+from bot.turns.media import safe_name
 from channels import AccountSettings, Attachment, Capabilities, MemoryChannel, Poll
 from channels.base import MediaLimits
 

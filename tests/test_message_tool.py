@@ -11,7 +11,7 @@ from fakes.web import PNG, FakeWeb
 from pydantic import ValidationError
 
 from agent.providers.base import SchemaDialect
-from bot.config import AgentConfig, MessageConfig
+from bot.config.settings import AgentConfig, MessageConfig
 from channels import discord, slack, telegram
 from channels.base import CONSOLE, Capabilities, ChatTarget, OutboundMessage, Poll
 from routing import Peer

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 from bot import App, parse_config
-from bot.gateway import Gateway
+from bot.gateway.process import Gateway
 from channels import Capabilities, MemoryChannel
 from channels.health import ChannelHealth
 from tools import Tool, ToolContext, ToolResult, json_result
@@ -80,7 +80,7 @@ async def test_metrics_count_a_conversation_and_healthz_follows_the_channels_hea
     )
     chat = MemoryChannel()
     app = make_app(tmp_path, fake_llm, chat)
-    caplog.set_level(logging.INFO, logger="bot.admin")
+    caplog.set_level(logging.INFO, logger="bot.gateway.admin")
     async with app.running() as gateway:
         url = base_url(gateway)
         assert f"admin listening on {url.removeprefix('http://')}" in caplog.text

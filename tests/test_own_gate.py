@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import load_config, own_files, workspace_conflicts
+from bot.config.checks import own_files, workspace_conflicts
+from bot.config.loading import load_config
 
 
 def bot(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -110,7 +111,7 @@ class NoChats:
 async def test_a_command_naming_the_config_or_the_state_is_denied_outright(
     tmp_path: Path, command: str, security: str
 ) -> None:
-    from bot.approvals import Approvals
+    from bot.approvals.gate import Approvals
     from bot.store import SqliteStore
     from tools.base import RunInfo, ToolContext
 

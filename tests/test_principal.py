@@ -1,4 +1,4 @@
-"""Who a run acts for (bot.principal), on every path that starts a turn, through the real gateway in one process
+"""Who a run acts for (bot.runs.principal), on every path that starts a turn, through the real gateway in one process
 (App + MemoryChannel + the fake LLM): a tool that only records the run it is called in shows the principal each
 turn carries. The decision functions themselves are tested first, on their own."""
 
@@ -14,7 +14,7 @@ from helpers import eventually
 from pydantic import BaseModel
 
 from bot import App, parse_config
-from bot.principal import EARLIER, SHELL, job_maker, lesser, principal_of, session_principal
+from bot.runs.principal import EARLIER, SHELL, job_maker, lesser, principal_of, session_principal
 from channels import AccountSettings, MemoryChannel
 from channels.base import OWNERS, InboundMessage, Principal, Scheduled
 from routing import Peer

@@ -23,7 +23,7 @@ from telegram import Bot
 from telegram.ext import ExtBot
 from telegram.request import BaseRequest, RequestData
 
-from channels.discord import DiscordAccount, DiscordAdapter, _Client, _RoutedHTTPClient
+from channels.discord import Client, DiscordAccount, DiscordAdapter, RoutedHTTPClient
 from channels.telegram import _Bot
 from channels.telegram_request import AiohttpRequest, given_or
 
@@ -126,9 +126,9 @@ def test_discord_gateway_reads_its_parsers_from_the_client_state() -> None:
 
 def test_the_adapters_client_routes_http_and_guards_every_parser() -> None:
     adapter = DiscordAdapter("probe", DiscordAccount(token="t"))
-    client = _Client(adapter, "http://127.0.0.1:9/api/v10", "ws://127.0.0.1:9/gateway", 1.0)
+    client = Client(adapter, "http://127.0.0.1:9/api/v10", "ws://127.0.0.1:9/gateway", 1.0)
     state: Any = client._connection
-    assert isinstance(client.http, _RoutedHTTPClient) and state.http is client.http
+    assert isinstance(client.http, RoutedHTTPClient) and state.http is client.http
     assert all(parser.__qualname__.startswith("_guarded.") for parser in state.parsers.values())
     state.parsers["MESSAGE_CREATE"]({"not": "a message"})  # logged and skipped, not raised
 
@@ -147,7 +147,8 @@ def test_discord_undocumented_parts_the_routing_uses() -> None:
 
 
 def test_slack_bolt_socket_mode_build_headers() -> None:
-    # channels/slack.py builds Bolt requests from Socket Mode frames with this helper from an `internals` module.
+    # channels/slack/inbound.py builds Bolt requests from Socket Mode frames with this helper from an `internals`
+    # module.
     plain = SocketModeRequest(type="events_api", envelope_id="e1", payload={})
     retried = SocketModeRequest(
         type="events_api", envelope_id="e2", payload={}, retry_attempt=1, retry_reason="timeout"

@@ -27,7 +27,8 @@ from agent.messages import (
     UserMessage,
 )
 from agent.providers.base import Completed, ModelRequest, Provider, ToolSpec
-from agent.providers.config import ProviderConfig, build_provider
+from agent.providers.builtins import build_provider
+from agent.providers.config import ProviderConfig
 from agent.providers.openai import IMPLICIT_CACHE_HOSTS, OpenAIProvider
 from agent.providers.transport import provider_client
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result

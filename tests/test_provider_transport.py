@@ -17,7 +17,8 @@ from fakes.llm import FakeLLM, refusing_port
 from agent.messages import UserMessage
 from agent.providers.anthropic import AnthropicProvider
 from agent.providers.base import Completed, ModelRequest
-from agent.providers.config import ProviderConfig, build_provider
+from agent.providers.builtins import build_provider
+from agent.providers.config import ProviderConfig
 from agent.providers.openai import OpenAIProvider
 from agent.providers.sse import encode_body
 from agent.providers.transport import provider_client

@@ -25,7 +25,8 @@ from agent.providers.base import (
     ToolCallStarted,
     ToolSpec,
 )
-from agent.providers.config import ProviderConfig, build_provider, providers_from_env, split_model
+from agent.providers.builtins import build_provider
+from agent.providers.config import ProviderConfig, providers_from_env, split_model
 from agent.providers.openai import ChunkAssembler, OpenAIProvider
 from agent.providers.sse import parse_retry_after, parse_sse
 from agent.providers.transport import provider_client

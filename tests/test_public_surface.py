@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-PACKAGES = ("bot", "channels", "routing", "agent", "agent.providers", "tools")
-LAZY = ("bot", "channels", "agent", "agent.providers", "tools")
+PACKAGES = ("bot", "bot.config", "bot.errors", "channels", "routing", "agent", "agent.providers", "tools")
+LAZY = ("bot", "bot.config", "bot.errors", "channels", "agent", "agent.providers", "tools")
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -53,3 +53,23 @@ def test_importing_the_packages_imports_no_platform_sdk_and_nothing_heavy() -> N
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_error_of_the_product_is_importable_from_bot_errors() -> None:
+    from import_graph import modules
+
+    import bot.errors
+    from routing.errors import SwitchboardError
+
+    for module in modules():
+        if not module.endswith("__main__"):
+            importlib.import_module(module)  # every error class defined anywhere, registered as a subclass
+    found, stack = set(), [SwitchboardError]
+    while stack:
+        error = stack.pop()
+        found.add(error)
+        stack.extend(error.__subclasses__())
+    ours = ("bot", "channels", "routing", "agent", "tools")
+    public = {error for error in found if error.__module__.split(".")[0] in ours and not error.__name__.startswith("_")}
+    assert {error.__name__ for error in public} == set(bot.errors.__all__)
+    assert all(getattr(bot.errors, error.__name__) is error for error in public)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bot.config import Config
+from bot.config.settings import Config
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

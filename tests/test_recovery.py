@@ -13,8 +13,8 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import FakeClock, eventually, read_state
 
 from bot import App, parse_config
-from bot.config import Config
-from bot.recovery import OFFLINE
+from bot.config.settings import Config
+from bot.delivery.recovery import OFFLINE
 from bot.store import SqliteStore
 from channels import AccountSettings, MemoryChannel
 from channels.base import ChatTarget, OutboundMessage

@@ -12,8 +12,10 @@ from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, settled
 
-from bot.config import ConfigError, parse_config, secrets_of
-from bot.redaction import REDACTED, Redactor, configure_logging
+from bot.config.checks import secrets_of
+from bot.config.errors import ConfigError
+from bot.config.loading import parse_config
+from bot.observe.redaction import REDACTED, Redactor, configure_logging
 
 TOKEN = "123456:AAE-the-bot-token_x"
 KEY = "sk-model-key-0123456789"

@@ -14,8 +14,8 @@ from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import eventually, launch_bot
 
-from bot.config import parse_config
-from bot.reload import changed_accounts, needs_restart
+from bot.config.loading import parse_config
+from bot.gateway.reload import changed_accounts, needs_restart
 
 OWNER = 4242
 STARTED = "channel telegram account main started"

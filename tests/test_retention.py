@@ -10,8 +10,8 @@ import pytest
 from helpers import WAIT, FakeClock, eventually
 from pydantic import ValidationError
 
-from bot.config import StateConfig
-from bot.retention import DAY, keep_pruning, prune_once
+from bot.config.settings import StateConfig
+from bot.gateway.retention import DAY, keep_pruning, prune_once
 from bot.store import ApprovalRecord, OutboxEntry, SqliteStore
 
 UNUSED = {"usage": 0, "subagents": 0}  # kinds these tests make none of

@@ -21,8 +21,8 @@ from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually
 from leaks import descendants
 
-from bot.assemble import policy_for
-from bot.config import parse_config
+from bot.config.loading import parse_config
+from bot.runs.assemble import policy_for
 from routing import Peer
 from tools import sandbox as sandbox_module
 from tools.base import RunInfo, ToolContext, ToolResult, invoke

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from helpers import FakeClock
 
-from bot.scheduler import ScheduledJob, Scheduler
-from bot.schedules import Job
+from bot.config.schedules import Job
+from bot.scheduled.scheduler import ScheduledJob, Scheduler
 from bot.store import JobRunRecord, OutboxEntry, SqliteStore
 from bot.store.journal import JournalEntry
 
@@ -232,7 +232,7 @@ async def test_a_tick_is_recorded_once_even_by_two_schedulers(store: SqliteStore
 
 
 async def test_a_heartbeat_runs_only_within_its_active_hours(store: SqliteStore, clock: FakeClock) -> None:
-    from bot.heartbeats import Heartbeat
+    from bot.scheduled.heartbeats import Heartbeat
 
     job = Job(
         id="heartbeat-main", agent="main", every="1h", message="beat", session="main", deliver="telegram:direct:1"

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
-from bot.schedules import Job, interval_seconds, jitter_seconds, next_fire
+from bot.config.schedules import Job, interval_seconds, jitter_seconds, next_fire
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

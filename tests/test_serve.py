@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from bot.serve import YOUNG_COLLECTION_THRESHOLD, long_running_collector
+from bot.cli.run import YOUNG_COLLECTION_THRESHOLD, long_running_collector
 
 
 def test_while_serving_start_up_objects_are_frozen_and_young_collections_wait_longer() -> None:

@@ -15,11 +15,11 @@ from helpers import FakeClock
 from agent.lanes import Lanes, RunControl
 from agent.messages import Usage
 from agent.providers.config import ModelPrice
-from bot.assemble import candidates, session_models
-from bot.commands import COMMAND_MENU, COMMANDS, HELP, parse_command
-from bot.config import Config, parse_config
-from bot.retention import DAY, prune_once
-from bot.session_commands import (
+from bot.config.loading import parse_config
+from bot.config.settings import Config
+from bot.gateway.retention import DAY, prune_once
+from bot.intake.commands import COMMAND_MENU, COMMANDS, HELP, parse_command
+from bot.intake.session_commands import (
     dollars,
     model_command,
     queue_command,
@@ -30,9 +30,10 @@ from bot.session_commands import (
     total_usage,
     usage_command,
 )
+from bot.runs.assemble import candidates, session_models
 from bot.store import SqliteStore
 from bot.store.sessions import UsageRow
-from bot.turns import Job, fold
+from bot.turns.turn import Job, fold
 from channels.base import OWNERS, InboundMessage, Principal
 from routing import Peer
 

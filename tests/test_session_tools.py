@@ -23,10 +23,11 @@ from helpers import FakeClock
 from agent.messages import AssistantMessage, ImageBlock, Message, TextBlock, ToolCall, ToolResultMessage, UserMessage
 from agent.sessions import append_compaction, append_transcript, transcript_for
 from agent.transcripts import FileTranscripts
-from bot.assemble import policy_for
-from bot.cli import cli
-from bot.config import Config, parse_config
-from bot.session_book import StoredSessions
+from bot.cli.main import cli
+from bot.config.loading import parse_config
+from bot.config.settings import Config
+from bot.runs.assemble import policy_for
+from bot.scheduled.session_book import StoredSessions
 from bot.store import SqliteStore
 from tools.base import RunInfo, ToolContext, ToolResult
 from tools.builtins import builtin_tools, nobody_to_ask
@@ -174,7 +175,7 @@ def test_the_shell_offers_the_same_kinds_as_the_tool() -> None:
     assert isinstance(group, click.Group)
     kind = next(param for param in group.commands["list"].params if param.name == "kinds")
     assert isinstance(kind.type, click.Choice)
-    assert tuple(kind.type.choices) == SESSION_KINDS  # bot.sessions_cli keeps its own copy: `bot --help` stays light
+    assert tuple(kind.type.choices) == SESSION_KINDS  # bot.cli.sessions keeps its own copy: `bot --help` stays light
 
 
 # --- sessions_list ------------------------------------------------------------------------------------------------

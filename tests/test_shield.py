@@ -22,7 +22,7 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, read_state
 
-from bot.env_vars import ENV_FILE
+from bot.config.env import ENV_FILE
 from tools.base import RunInfo, ToolContext, invoke
 from tools.exec import Authorization, ExecTool, ProcessTable
 from tools.sandbox import BotFolders, SandboxSettings, shield_argv

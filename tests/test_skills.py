@@ -18,8 +18,8 @@ from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import unstamped
 
 from bot import App, Config, ConfigError, parse_config
-from bot.commands import HELP
-from bot.config import load_config
+from bot.config.loading import load_config
+from bot.intake.commands import HELP
 from channels import AccountSettings, MemoryChannel
 from tools.skills import SHIPPED_SKILLS, parse_skill, skill_file
 

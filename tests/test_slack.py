@@ -28,13 +28,14 @@ from helpers import FakeClock, asked, eventually
 from slack_sdk.errors import SlackApiError
 
 from bot.app import App
-from bot.config import Config, parse_config
-from bot.gateway import Gateway
+from bot.config.loading import parse_config
+from bot.config.settings import Config
+from bot.gateway.process import Gateway
 from bot.store import SqliteStore
-from channels import slack as slack_channel
 from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
 from channels.markup_slack import markdown_to_mrkdwn
 from channels.slack import CAPABILITIES, SlackAccount, SlackAdapter, build_blocks
+from channels.slack import inbound as slack_inbound
 from routing import Peer
 
 
@@ -120,7 +121,7 @@ async def test_start_reads_the_bot_identity_and_opens_socket_mode(
 async def test_a_dm_is_handed_over_before_the_envelope_is_acked(
     started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(slack_channel, "ACK_BUDGET_SECONDS", 3600.0)  # the ack waits for the hand-over alone
+    monkeypatch.setattr(slack_inbound, "ACK_BUDGET_SECONDS", 3600.0)  # the ack waits for the hand-over alone
     _, inbox = started
     inbox.hold = asyncio.Event()
     ts = fake_slack.new_ts()
@@ -147,7 +148,7 @@ async def test_a_dm_is_handed_over_before_the_envelope_is_acked(
 async def test_a_slow_hand_over_is_acked_within_slacks_deadline(
     started: tuple[SlackAdapter, Inbox], fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(slack_channel, "ACK_BUDGET_SECONDS", 0.2)  # Slack's 3 s, shortened for the test
+    monkeypatch.setattr(slack_inbound, "ACK_BUDGET_SECONDS", 0.2)  # Slack's 3 s, shortened for the test
     _, inbox = started
     inbox.hold = asyncio.Event()
     envelope = await fake_slack.dm("slow journal")

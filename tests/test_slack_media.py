@@ -17,9 +17,10 @@ from fakes.slack import USER_ID, FakeSlack, dm_channel
 from helpers import FakeClock
 from test_slack import Inbox, account
 
-from channels import slack as slack_channel
 from channels.base import Attachment, Button, ChatTarget, OutboundFile, OutboundMessage, Poll
 from channels.slack import CAPABILITIES, DEFAULT_API_BASE_URL, SLACK_FILE_HOST, SlackAdapter, file_origins
+from channels.slack import files as slack_files
+from channels.slack import sending as slack_sending
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -113,7 +114,7 @@ async def test_a_download_streams_the_exact_bytes_with_the_bot_token(fake_slack:
     file = fake_slack.add_file(data, "big.bin")
     chunks = await collect(adapter, Attachment(ref=file["url_private"], name="big.bin", size=len(data)))
     assert b"".join(chunks) == data
-    assert len(chunks) > 1 and max(map(len, chunks)) <= slack_channel.CHUNK_BYTES  # streamed, never whole
+    assert len(chunks) > 1 and max(map(len, chunks)) <= slack_files.CHUNK_BYTES  # streamed, never whole
     (request,) = fake_slack.file_requests
     assert request.authorization == f"Bearer {fake_slack.bot_token}"
 
@@ -259,7 +260,7 @@ async def test_unsendable_files_and_polls_are_channel_errors(
 ) -> None:
     with pytest.raises(ChannelError, match=r"cannot read missing\.txt"):
         await adapter.send(CHANNEL, OutboundMessage(text="", media=[OutboundFile(path="/nope/x", name="missing.txt")]))
-    monkeypatch.setattr(slack_channel, "MAX_UPLOAD_BYTES", 10)
+    monkeypatch.setattr(slack_sending, "MAX_UPLOAD_BYTES", 10)
     with pytest.raises(ChannelError, match=r"big\.bin is 11 bytes"):
         await adapter.send(CHANNEL, OutboundMessage(text="", media=[on_disk(tmp_path, "big.bin", b"x" * 11)]))
     poll = Poll(question="Lunch?", options=["pizza", "soup"])

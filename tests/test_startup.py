@@ -18,8 +18,8 @@ from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
 from helpers import FakeClock, bot_run, eventually, settled, status_file_shows
 
-from bot.channel_start import MAX_DELAY, ChannelStarter, retry_delay
-from bot.serve import serving_line
+from bot.cli.run import serving_line
+from bot.gateway.channel_start import MAX_DELAY, ChannelStarter, retry_delay
 from channels.accounts import DiscordAccount, SlackAccount, TelegramAccount
 from channels.base import Capabilities, ChannelAdapter, InboundMessage
 from channels.discord import DiscordAdapter

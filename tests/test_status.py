@@ -21,9 +21,17 @@ from fakes.telegram import FakeTelegram
 from helpers import FakeClock, eventually, launch_bot
 
 from bot import App, parse_config
-from bot.cli import cli
-from bot.config import Config
-from bot.status import STATUS_FILE, STATUS_INTERVAL, OutboxBacklog, QueueDepth, StatusReport, UsageToday, read_report
+from bot.cli.main import cli
+from bot.config.settings import Config
+from bot.gateway.status import (
+    STATUS_FILE,
+    STATUS_INTERVAL,
+    OutboxBacklog,
+    QueueDepth,
+    StatusReport,
+    UsageToday,
+    read_report,
+)
 from bot.store.approvals import ApprovalRecord
 from channels import MemoryChannel
 from channels.base import ChatTarget, InboundMessage, OutboundMessage

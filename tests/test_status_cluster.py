@@ -13,7 +13,7 @@ import socket
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -21,9 +21,10 @@ from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import FakeClock, eventually, launch_bot
 
-from bot import App, parse_config, status_cli
-from bot.cli import cli
-from bot.status import STATUS_FILE, STATUS_INTERVAL, StatusReport, StatusWriter, UsageToday, overall
+from bot import App, parse_config
+from bot.cli import status as status_cli
+from bot.cli.main import cli
+from bot.gateway.status import STATUS_FILE, STATUS_INTERVAL, StatusReport, StatusWriter, UsageToday, overall
 from bot.store.postgres import PostgresStore
 from bot.store.postgres.processes import (
     ProcessRecord,
@@ -36,7 +37,7 @@ from channels import MemoryChannel
 from channels.health import HealthSnapshot
 
 if TYPE_CHECKING:
-    from bot.gateway import Gateway
+    pass
 
 NOW = datetime(2026, 11, 27, 10, 0, 30, tzinfo=UTC).timestamp()  # mid-minute: the ages printed are whole
 
@@ -226,17 +227,6 @@ class FakeCluster:
         return self.holds
 
 
-class InCluster:
-    """A running gateway as a member of `cluster` storing in `store` sees it: the StatusWriter's view of a gateway
-    in a cluster, without the cluster's own machinery (tests/test_cluster_bot_run.py runs the real thing)."""
-
-    def __init__(self, gateway: Gateway, cluster: FakeCluster, store: PostgresStore) -> None:
-        self._gateway, self.cluster, self.store = gateway, cluster, store
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
-
-
 def gateway_settings(llm: FakeLLM, tmp_path: Path) -> dict[str, Any]:
     return {
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "timezone": "UTC"},
@@ -263,8 +253,10 @@ async def test_a_gateway_in_a_cluster_publishes_its_status_and_holdings_and_remo
         clock.now = NOW - 2 * 86400
         await publish_process(store.db, "long:1:gone", "long", 1, NOW - 3 * 86400, {})  # killed two days ago
         clock.now = NOW + 5
-        writer = StatusWriter(cast("Gateway", InCluster(gateway, cluster, store)))
-        writer.path = local  # beside the gateway's own writer, which keeps state/status.json
+        # A writer as a member of `cluster` storing in `store` has it, without the cluster's own machinery
+        # (tests/test_cluster_bot_run.py runs the real thing), beside the gateway's own, which keeps state/status.json.
+        snapshots = gateway.channels.snapshots
+        writer = StatusWriter(local.parent, clock, app.decisions, store, gateway.lanes, snapshots, lambda: cluster)
         await writer.start()
         record = await published()
         assert record is not None
@@ -286,14 +278,14 @@ async def test_a_gateway_in_a_cluster_publishes_its_status_and_holdings_and_remo
         # A publish that fails is logged once per spell, and the file is still written.
         cluster.broken = True
         local.unlink()
-        with caplog.at_level(logging.INFO, logger="bot.status"):
+        with caplog.at_level(logging.INFO, logger="bot.gateway.status"):
             await writer.write()
             await writer.write()
             assert local.exists()
             cluster.broken = False
             clock.advance(1)
             await writer.write()
-        messages = [record.getMessage() for record in caplog.records if record.name == "bot.status"]
+        messages = [record.getMessage() for record in caplog.records if record.name == "bot.gateway.status"]
         assert messages == [
             "could not publish this process's status to the database",
             "this process's status is published to the database again",

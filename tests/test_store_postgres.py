@@ -54,7 +54,7 @@ async def test_postgres_database_that_cannot_be_reached_is_a_store_error_at_once
         await PostgresStore.open(postgres_server.url("missing"))
 
 
-# What only PostgreSQL has: its bookkeeping, and what several processes on one database share (bot/cluster.py).
+# What only PostgreSQL has: its bookkeeping, and what several processes on one database share (bot/gateway/cluster.py).
 POSTGRES_ONLY_TABLES = {
     "schema_version",
     "store_keys",

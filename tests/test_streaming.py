@@ -12,9 +12,9 @@ from typing import cast
 from helpers import FakeClock, eventually
 
 from agent.events import AssistantEvent
-from bot.delivery import Delivery
+from bot.delivery.outbox import Delivery
 from bot.store import OutboxEntry, SqliteStore
-from bot.streaming import StreamingReply
+from bot.turns.streaming import StreamingReply
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, OutboundMessage
 from routing import Peer
 from routing.errors import ChannelError

@@ -13,7 +13,7 @@ from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import eventually, read_state
 
 from bot import App, ConfigError, parse_config
-from bot.config import Config
+from bot.config.settings import Config
 from channels import AccountSettings, MemoryChannel
 
 OWNER = "ann"

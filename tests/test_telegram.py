@@ -17,11 +17,11 @@ from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram, parse_html
 from helpers import WAIT, FakeClock, asked, eventually
 
-import channels.telegram as telegram_module
+import channels.telegram.sending as telegram_sending  # where send() looks markdown_to_html up
 from bot.app import App
-from bot.config import parse_config
-from bot.delivery import Delivery
-from bot.gateway import Gateway
+from bot.config.loading import parse_config
+from bot.delivery.outbox import Delivery
+from bot.gateway.process import Gateway
 from bot.store import SqliteStore
 from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
 from channels.markup_telegram import markdown_to_html
@@ -394,7 +394,7 @@ async def test_an_entity_error_falls_back_to_plain_text(
     tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     adapter, _ = started
-    monkeypatch.setattr(telegram_module, "markdown_to_html", lambda text: f"<b>{text}")  # HTML Telegram refuses
+    monkeypatch.setattr(telegram_sending, "markdown_to_html", lambda text: f"<b>{text}")  # HTML Telegram refuses
     message_id = await adapter.send(dm(tg), OutboundMessage(text="**still** delivered"))
     assert message_id is not None
     first, second = tg.calls("sendMessage")

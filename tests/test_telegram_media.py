@@ -18,7 +18,7 @@ from fakes.telegram import MAX_DOWNLOAD, FakeTelegram
 from helpers import WAIT, FakeClock, eventually
 from test_telegram import Inbox, dm, running, settings
 
-import channels.telegram as telegram_module
+import channels.telegram.sending as telegram_sending  # where send() looks markdown_to_html up
 from channels.base import Attachment, Button, ChatTarget, OutboundFile, OutboundMessage, Poll
 from channels.telegram import CAPABILITIES, TelegramAdapter, TelegramRateLimiter, TelegramSendError
 from routing import Peer
@@ -403,7 +403,7 @@ async def test_a_caption_telegram_cannot_parse_goes_as_plain_text(
     tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     adapter, _ = started
-    monkeypatch.setattr(telegram_module, "markdown_to_html", lambda text: f"<b>{text}")
+    monkeypatch.setattr(telegram_sending, "markdown_to_html", lambda text: f"<b>{text}")
     file = OutboundFile(path=written(tmp_path, "x.jpg", b"jpeg"), name="x.jpg", kind="image")
     await adapter.send(dm(tg), OutboundMessage(text="**plain**", media=[file]))
     first, second = tg.calls("sendPhoto")

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bot.config import parse_config
-from bot.config_errors import ConfigError
+from bot.config.errors import ConfigError
+from bot.config.loading import parse_config
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, invoke
 from tools.fs import fs_tools
 from tools.memory import memory_tools

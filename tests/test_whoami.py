@@ -19,10 +19,11 @@ from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, read_state
 
 from bot import App, parse_config
-from bot.cli import cli
-from bot.commands import COMMAND_MENU, COMMANDS, HELP, parse_command
-from bot.config import Config, load_config
-from bot.owners_file import add_owner, edit_text, parse_owner
+from bot.cli.main import cli
+from bot.config.loading import load_config
+from bot.config.owners_file import add_owner, edit_text, parse_owner
+from bot.config.settings import Config
+from bot.intake.commands import COMMAND_MENU, COMMANDS, HELP, parse_command
 from channels import MemoryChannel
 from channels.base import AccountSettings
 

@@ -120,7 +120,7 @@ class RunInfo(BaseModel):
     channel: str = "console"
     sender_id: str | None = None
     sender_name: str | None = None
-    # Whom the run acts for (bot.principal decides; bot.app.run_info sets both): the owners, or `person`
+    # Whom the run acts for (bot.runs.principal decides; bot.app.run_info sets both): the owners, or `person`
     # (`channel:id`, None for nobody in particular). Not an owner unless said.
     sender_is_owner: bool = False
     person: str | None = None

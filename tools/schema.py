@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from tools.base import RunInfo, Tool
 
-if TYPE_CHECKING:  # `tools` must not import `agent` at runtime
-    from agent.providers.base import SchemaDialect
-
 Schema = dict[str, Any]
+# Which JSON-Schema dialect a provider's tool parameters must be normalized to (each provider says which).
+SchemaDialect = Literal["openai", "gemini", "anthropic"]
 _DIALECTS = ("openai", "gemini", "anthropic")
 
 # Keywords whose value is a map of names to schemas, a list of schemas, or one schema. Every other

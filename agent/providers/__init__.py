@@ -14,14 +14,15 @@ if TYPE_CHECKING:
         ModelRequest,
         Provider,
         ProviderError,
-        SchemaDialect,
         StreamEvent,
         TextDelta,
         ToolCallStarted,
         ToolSpec,
     )
-    from agent.providers.config import ModelOptions, ProviderConfig, ProviderPlugin, build_provider, split_model
+    from agent.providers.builtins import build_provider
+    from agent.providers.config import ModelOptions, ProviderConfig, ProviderPlugin, split_model
     from agent.providers.scripted import Scripted, ScriptedProvider, ScriptedSettings
+    from tools.schema import SchemaDialect
 
 __all__ = [
     "Completed",
@@ -49,7 +50,7 @@ _HOMES = {
     "ModelRequest": "agent.providers.base",
     "Provider": "agent.providers.base",
     "ProviderError": "agent.providers.base",
-    "SchemaDialect": "agent.providers.base",
+    "SchemaDialect": "tools.schema",
     "StreamEvent": "agent.providers.base",
     "TextDelta": "agent.providers.base",
     "ToolCallStarted": "agent.providers.base",
@@ -57,7 +58,7 @@ _HOMES = {
     "ModelOptions": "agent.providers.config",
     "ProviderConfig": "agent.providers.config",
     "ProviderPlugin": "agent.providers.config",
-    "build_provider": "agent.providers.config",
+    "build_provider": "agent.providers.builtins",
     "split_model": "agent.providers.config",
     "Scripted": "agent.providers.scripted",
     "ScriptedProvider": "agent.providers.scripted",

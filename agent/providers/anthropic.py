@@ -20,7 +20,6 @@ from agent.messages import (
 from agent.providers.base import (
     Completed,
     ModelRequest,
-    SchemaDialect,
     StopReason,
     StreamEvent,
     TextDelta,
@@ -28,6 +27,7 @@ from agent.providers.base import (
     ToolSpec,
 )
 from agent.providers.sse import SSEClient, mark_for_cache, parse_tool_arguments
+from tools.schema import SchemaDialect
 
 if TYPE_CHECKING:
     import httpx

@@ -9,9 +9,8 @@ from pydantic import BaseModel, Field
 
 from agent.messages import AssistantMessage, Message, Usage
 from routing.errors import SwitchboardError
+from tools.schema import SchemaDialect
 
-# Which JSON-Schema dialect a provider's tool parameters must be normalized to (tools/schema.py).
-SchemaDialect = Literal["openai", "gemini", "anthropic"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "other"]
 # How hard a reasoning model thinks before answering; a model that rejects a level is retried one lower.
 ThinkingLevel = Literal["off", "low", "medium", "high"]

@@ -172,25 +172,6 @@ class ProviderPlugin:
     create: Callable[[str, Any, httpx.AsyncClient | None], Provider]
 
 
-def build_provider(
-    name: str,
-    config: ProviderConfig,
-    client: httpx.AsyncClient | None = None,
-    plugins: Mapping[str, ProviderPlugin] | None = None,
-) -> Provider:
-    """The Provider for `config` from the plugin of its kind (`plugins`, else the built-in ones); it uses `client`
-    if given, else its own (close it with `aclose()`). LookupError for a kind no plugin provides."""
-    if plugins is None:
-        from agent.providers import builtins  # imported here: the provider modules import this one
-
-        plugins = builtins.PROVIDERS
-    plugin = plugins.get(config.kind)
-    if plugin is None:
-        known = ", ".join(sorted(plugins))
-        raise LookupError(f"provider {name!r}: no plugin for kind {config.kind!r} (known: {known})")
-    return plugin.create(name, config, client)
-
-
 def sees_images(model_id: str, options: ModelOptions) -> tuple[bool, str]:
     """Whether the model is shown images, and why: its `input` setting, else a guess from its name."""
     if options.input is not None:

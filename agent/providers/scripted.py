@@ -14,7 +14,6 @@ from agent.providers.base import (
     ErrorKind,
     ModelRequest,
     ProviderError,
-    SchemaDialect,
     StopReason,
     StreamEvent,
     TextDelta,
@@ -22,6 +21,7 @@ from agent.providers.base import (
 )
 from agent.providers.config import ProviderConfig, ProviderPlugin
 from tools.base import TextBlock
+from tools.schema import SchemaDialect
 
 if TYPE_CHECKING:
     import httpx

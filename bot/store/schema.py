@@ -195,13 +195,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX subagent_runs_parent ON subagent_runs (parent_key, created)",
         "CREATE INDEX subagent_runs_running ON subagent_runs (created) WHERE status = 'running'",
     ),
-    # Who a job's maker was (bot.principal): 1 an owner's run, 0 anyone else's, NULL a job made before this was
+    # Who a job's maker was (bot.runs.principal): 1 an owner's run, 0 anyone else's, NULL a job made before this was
     # kept; and whom each session's turns have acted for (a JSON list of principal keys): a non-owner's session
     # tools reach only sessions that are theirs alone, and a turn one session starts in another gets the lesser trust.
     (
         "ALTER TABLE jobs ADD COLUMN creator_owner INTEGER",
         "ALTER TABLE sessions ADD COLUMN people TEXT",
-        """UPDATE sessions SET people = '["earlier"]'""",  # bot.principal.EARLIER: whose turns they were is not known
+        """UPDATE sessions SET people = '["earlier"]'""",  # bot.runs.principal.EARLIER: whose turns, unknown
     ),
     # The journal row whose outbox entries hold the answer a message got: its own, or the newest of the batch it was
     # answered in (a cron tick folded into a person's turn), so a run's record tells what was really delivered.

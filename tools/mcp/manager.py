@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tools.base import Tool
 from tools.mcp.naming import tool_name
@@ -18,10 +17,7 @@ from tools.mcp.server import McpServer, ServerStatus, Sleep
 from tools.mcp.settings import McpServerSettings
 from tools.mcp.tools import MCP_GROUP, mcp_tool
 from tools.sandbox import BotFolders
-from tools.schema import normalize_schema
-
-if TYPE_CHECKING:  # `tools` must not import `agent` at runtime
-    from agent.providers.base import SchemaDialect
+from tools.schema import SchemaDialect, normalize_schema
 
 __all__ = ["McpManager", "render_status"]
 

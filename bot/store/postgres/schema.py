@@ -178,7 +178,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX subagent_runs_parent ON subagent_runs (parent_key, created)",
         "CREATE INDEX subagent_runs_running ON subagent_runs (created) WHERE status = 'running'",
     ),
-    # Version 2: several gateway processes on one database (bot/cluster.py). A journal row learns its lane (the session
+    # Version 2: several gateway processes on one database (bot/gateway/cluster.py). A journal row learns its lane (the
     # key it is routed to) and the process that claimed it; `session_fences` counts each session's hand-overs (the
     # fencing token: a process whose claim was overtaken writes nothing more for that session); `processes` is
     # each process's heartbeat and status (`bot status`); transcripts move into the database, one row per line.
@@ -207,7 +207,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX transcript_lines_session ON transcript_lines (session_id, id)",
         "CREATE INDEX transcript_lines_compactions ON transcript_lines (session_id, id) WHERE compaction",
     ),
-    # Version 3: the answer to a sessions_send waiting in another process (bot.cluster.Cluster.hand). A row with a
+    # Version 3: the answer to a sessions_send waiting in another process (gateway.cluster.Cluster.hand). A row with a
     # NULL answer says the sender stopped waiting: the answer then comes back as a message instead.
     (
         """CREATE TABLE session_answers (
@@ -222,7 +222,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "ALTER TABLE jobs ADD COLUMN creator_owner BOOLEAN",
         "ALTER TABLE sessions ADD COLUMN people TEXT",
-        """UPDATE sessions SET people = '["earlier"]'""",  # bot.principal.EARLIER: whose turns they were is not known
+        """UPDATE sessions SET people = '["earlier"]'""",  # bot.runs.principal.EARLIER: whose turns, unknown
     ),
     # Version 5: the journal row whose outbox entries hold a message's answer (bot.store.schema, the same purpose).
     ("ALTER TABLE inbound ADD COLUMN answered_in BIGINT",),

@@ -1,0 +1,101 @@
+"""What the `bot` subcommands share: the `--config` and `--state-dir` options, the state folder beside the config,
+and loading the config or exiting with its errors. Only click at import, so `bot --help` stays fast."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from bot.config.settings import Config
+    from bot.store import SqliteStore
+    from bot.store.postgres import PostgresStore
+
+__all__ = ["CONFIG_OPTION", "STATE_OPTION", "cli_state", "database_url", "load_or_exit", "state_dir_for"]
+
+_Command = Callable[..., Any]
+
+CONFIG_OPTION: Callable[[_Command], _Command] = click.option(
+    "--config",
+    "config_path",
+    default="bindings.yaml",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The bindings file.",
+)
+
+
+STATE_OPTION: Callable[[_Command], _Command] = click.option(
+    "--state-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where sessions and transcripts are kept (default: ./state beside the config).",
+)
+
+
+def state_dir_for(config_path: str, state_dir: str | None) -> Path:
+    """`--state-dir`, else `state` beside the config file."""
+    return Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
+
+
+def load_or_exit(config_path: str, state_dir: Path | None = None) -> Config:
+    """Load the config (`.env` beside it first) or print every error and exit 1; with the state directory the bot
+    will use, a workspace that holds it or the config file is an error too (the agent could rewrite its own
+    rules)."""
+    from bot.config.checks import workspace_conflicts
+    from bot.config.env import load_env_file
+    from bot.config.errors import ConfigError
+    from bot.config.loading import load_config
+
+    try:
+        load_env_file(config_path)
+        config = load_config(config_path)
+        if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
+            raise ConfigError(config_path, conflicts)
+    except ConfigError as error:
+        click.echo(str(error), err=True)
+        count = len(error.issues)
+        click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
+        sys.exit(1)
+    return config
+
+
+def database_url(config_path: str) -> str | None:
+    """The PostgreSQL URL when the config keeps the state there; None for SQLite (or no readable config: the state
+    folder is all there is then, as for `--state-dir` alone). Only a config that asks for PostgreSQL is loaded (the
+    URL is usually ${DATABASE_URL}, perhaps from the .env beside it), and it must load, or its errors are printed
+    and the command exits 1."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    state = raw.get("state") if isinstance(raw, dict) else None
+    if not isinstance(state, dict) or state.get("backend", "sqlite") == "sqlite":
+        return None
+    config = load_or_exit(config_path)
+    return config.state.url if config.state.backend == "postgres" else None
+
+
+@contextlib.asynccontextmanager
+async def cli_state(config_path: str, state_dir: str | None) -> AsyncIterator[SqliteStore | PostgresStore]:
+    """The state a command works on, as the running bot keeps it: the PostgreSQL database the config names, else
+    state.db in the state folder. Closed when the block ends."""
+    url = database_url(config_path)
+    store: SqliteStore | PostgresStore
+    if url is not None:
+        from bot.store.postgres import PostgresStore
+
+        store = await PostgresStore.open(url)
+    else:
+        from bot.store import SqliteStore
+
+        store = await SqliteStore.open(state_dir_for(config_path, state_dir))
+    async with store:
+        yield store

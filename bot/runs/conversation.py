@@ -1,0 +1,145 @@
+"""One agent turn in a stored conversation: session index, transcript, the runner, and what is kept afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.events import Emit, discard
+from agent.images import load_recent_images
+from agent.loop import Turn
+from agent.messages import Message, UserMessage
+from agent.prompt import load_bootstrap
+from agent.providers.base import Provider
+from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
+from agent.transcripts import Transcripts
+from bot.config.checks import own_files
+from bot.config.settings import Config
+from bot.observe.metrics import Metrics
+from bot.runs.assemble import build_turn, candidates, skill_report
+from bot.store import Store
+from channels.base import ChatTarget
+from routing import Peer
+from tools.base import RunInfo
+from tools.hooks import Hooks
+from tools.provenance import prepare_root
+from tools.registry import ToolRegistry
+from tools.skills import SkillReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Conversations:
+    """What every turn shares: the config, the store, the transcripts, the runner, the tools and hooks."""
+
+    config: Config
+    store: Store
+    state_dir: Path
+    transcripts: Transcripts  # bot.gateway.state.transcripts_for: files in `state_dir`, or the PostgreSQL database
+    runner: Runner
+    registry: ToolRegistry
+    hooks: Hooks = field(default_factory=Hooks)
+    metrics: Metrics | None = None  # a gateway's: each run's time and tokens
+
+    async def answer(
+        self,
+        run: RunInfo,
+        user: UserMessage,
+        *,
+        peer: Peer | None = None,
+        target: ChatTarget | None = None,
+        emit: Emit = discard,
+        cancel: asyncio.Event | None = None,
+        steer: Callable[[], Awaitable[list[UserMessage]]] | None = None,
+        record: Callable[[RunOutcome], bool] = lambda outcome: True,
+        timeout_seconds: float | None = None,
+    ) -> RunOutcome:
+        """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened
+        (unless `record(outcome)` says no: a turn cut short by shutdown is run again from the same history). The
+        run's time limit is the agent's, or `timeout_seconds` when that is shorter (a subagent's own).
+
+        SetupError (from `candidates`) when the agent has no usable model."""
+        existing = await self.store.get_session(run.session_key)
+        models = candidates(self.config, run.agent, existing.overrides if existing else None)  # /model, /think
+        session = await self.store.ensure_session(run.session_key, run.agent)
+        session_id = session.session_id
+        history, bootstrap, skills = await asyncio.to_thread(
+            _read_inputs, await self.transcripts.history(session_id), run, self.config.media.image_turns, self.skills
+        )
+        run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
+        stop = cancel or asyncio.Event()
+        limit = self.config.timeout_for(run.agent, owner=run.sender_is_owner)
+
+        async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
+            return build_turn(
+                self.config, self.registry, run, candidate, provider,
+                peer=peer, bootstrap=bootstrap, hooks=self.hooks, emit=emit, cancel=stop, steer=steer,
+            )  # fmt: skip
+
+        async def on_compacted(summary: str, kept: list[Message]) -> None:
+            await self.transcripts.append_compaction(session_id, summary, kept)  # the record, then the turns kept
+
+        started = time.monotonic()
+        outcome = await self.runner.run(
+            RunSpec(
+                run_id=f"run_{secrets.token_hex(6)}",
+                session_key=run.session_key,
+                candidates=models,
+                make_turn=make_turn,
+                history=history,
+                user=user,
+                timeout_seconds=min(limit, timeout_seconds or limit),
+                on_compacted=on_compacted,
+            )
+        )
+        usage = outcome.result.usage if outcome.result is not None else None
+        if self.metrics is not None:  # the tokens were spent even when the turn is not kept
+            self.metrics.turn_took(run.agent, time.monotonic() - started)
+            if usage is not None:
+                self.metrics.used(run.agent, outcome.model_ref, usage)
+        if not record(outcome):
+            return outcome
+        await self.transcripts.append(session_id, outcome.messages)
+        if usage is not None:
+            log.info(
+                "run %s (%s, %s): %d tokens in (%d read from the cache, %d written to it), %d out",
+                outcome.run_id, run.session_key, outcome.model_ref, usage.input_tokens, usage.cache_read_tokens,
+                usage.cache_write_tokens, usage.output_tokens, extra={"run_id": outcome.run_id},
+            )  # fmt: skip
+        await self.store.touch_session(
+            run.session_key,
+            model=outcome.model_ref,
+            usage=usage,
+            channel=target.channel if target else run.channel,
+            account=target.account if target else None,
+            target=target.model_dump(mode="json") if target else None,
+            principal=run.principal.key,
+        )
+        return outcome
+
+    def skills(self, agent: str) -> SkillReport:
+        """The agent's skills (bot.runs.assemble.skill_report). Reads folders: call it off the event loop."""
+        return skill_report(self.config, agent, own_files(self.config, self.state_dir))
+
+
+def _read_inputs(
+    history: list[Message], run: RunInfo, image_turns: int, skills: Callable[[str], SkillReport]
+) -> tuple[list[Message], list[tuple[str, str]], SkillReport]:
+    """What a turn reads from disk, in one trip off the event loop: the images of the user turns among the latest
+    `image_turns` of the session's `history` (its transcript from the latest compaction summary on) read back from
+    their files, the bootstrap files of the agent's workspace, even when the run works in a non-owner's own folder of it
+    (created on first use, as the workspace is), and the report of the agent's `skills` (Conversations.skills)."""
+    bootstrap: list[tuple[str, str]] = []
+    agent_workspace = run.agent_workspace or run.workspace
+    if agent_workspace:
+        Path(agent_workspace).mkdir(parents=True, exist_ok=True)
+        bootstrap = load_bootstrap(Path(agent_workspace))
+        prepare_root(run)
+    # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
+    return load_recent_images(history, image_turns - 1), bootstrap, skills(run.agent)

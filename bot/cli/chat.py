@@ -23,8 +23,8 @@ from bot.approvals.text import shown_command
 from bot.config.checks import bot_folders, own_files
 from bot.config.owners_file import owner_key
 from bot.gateway.state import open_state, transcripts_for
+from bot.intake.commands import BY_NAME, Command, parse_command, use_skill
 from bot.intake.commands import HELP as COMMANDS_HELP
-from bot.intake.commands import Command, parse_command, use_skill
 from bot.intake.session_commands import model_command, status_lines, think_command, usage_command
 from bot.runs.assemble import SetupError, candidates
 from bot.runs.conversation import Conversations
@@ -217,13 +217,6 @@ def _images_note(session: ChatSession) -> str:
 
 
 HELP = "Type a message. /help lists the commands, /exit (or Ctrl-D) leaves, Ctrl-C stops an answer."
-# What the chats' commands that have no meaning in the console answer there.
-_ELSEWHERE = {
-    "queue": "bot chat answers one message at a time: queue modes are for the chats `bot run` serves.",
-    "pair": "Pairing lets people talk to the bot on a chat platform; the console is yours already.",
-    "approve": "Commands that need an approval are asked here in the terminal, as they come.",
-    "subagents": "Background tasks run in the chats `bot run` serves (sessions_spawn is not offered here).",
-}
 
 
 async def console_command(session: ChatSession, command: Command) -> str:
@@ -247,7 +240,7 @@ async def console_command(session: ChatSession, command: Command) -> str:
         return "\n".join(status_lines(config, job, session_record, "one message at a time (bot chat)"))
     if name == "whoami":
         return f"You are {job.principal.person} here, at the bot's own terminal: an owner."
-    return _ELSEWHERE.get(name, COMMANDS_HELP)
+    return BY_NAME[name].console or COMMANDS_HELP  # pair, approve, queue, subagents: where they apply
 
 
 async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable[str]] | None = None) -> int:

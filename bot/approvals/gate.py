@@ -12,11 +12,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from bot.approvals.text import Shown, shown_command
 from bot.config.owners_file import owner_key
 from bot.config.settings import Config
+from bot.observe.metrics import Metrics
 from bot.store import ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore
 from channels import markup_slack
 from channels.base import ActionEvent, Button, Capabilities, ChatTarget, OutboundMessage
@@ -25,9 +26,6 @@ from tools.base import RunInfo, ToolContext
 from tools.exec import Authorization
 from tools.exec_policy import AllowEntry, Verdict, evaluate
 from tools.message import Messenger
-
-if TYPE_CHECKING:
-    from bot.observe.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +75,7 @@ class Approvals:
         terminal: TerminalAsk | None = None,
         clock: Callable[[], float] = time.time,
         own_files: Sequence[str] = (),
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.own_files = list(own_files)  # a command that names one never runs, whoever would approve it
@@ -85,7 +84,7 @@ class Approvals:
         self.terminal = terminal
         self.clock = clock
         self._decided: dict[str, asyncio.Event] = {}
-        self.metrics: Metrics | None = None  # set by the gateway: each decision recorded here is counted
+        self.metrics = metrics or Metrics()  # each decision recorded here is counted (a gateway's, shared)
         self._showing: dict[str, asyncio.Event] = {}  # request id -> set once its cards are sent and recorded
         self._turn_asks: OrderedDict[str, int] = OrderedDict()  # turn -> requests it made in this process
         # Set by the gateway of a cluster: tells every process of a decision made here (`wake` in each).
@@ -300,7 +299,7 @@ class Approvals:
         settled = await self.store.decide_approval(approval_id, status, decision, decided_by)
         if settled is None:
             settled = await self.store.get_approval(approval_id)
-        elif self.metrics is not None:
+        else:
             self.metrics.decided(decision or status)
         assert settled is not None
         return settled
@@ -372,8 +371,7 @@ class Approvals:
         if settled is None:
             return NOT_PENDING
         log.info("approval %s: %s by %s", approval_id, decision, who)
-        if self.metrics is not None:
-            self.metrics.decided(decision)
+        self.metrics.decided(decision)
         waiting = self._decided.get(approval_id)
         if waiting is not None:
             waiting.set()  # the waiting run shows the outcome
@@ -413,8 +411,7 @@ class Approvals:
             settled = await self.store.decide_approval(record.id, "expired", None, None)
             if settled is not None:
                 expired += 1
-                if self.metrics is not None:
-                    self.metrics.decided("expired")
+                self.metrics.decided("expired")
                 await self._show_outcome(settled)
         return expired
 

@@ -11,16 +11,14 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from bot.observe.metrics import Metrics
 from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundFile, OutboundMessage
 from channels.chunking import chunk_text
 from routing.errors import ChannelError
 from tools.message import MessageTool
-
-if TYPE_CHECKING:
-    from bot.observe.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +123,14 @@ class Delivery:
     """The outbox and its sender, and the Messenger (`tools.message`) through which tools and approvals act in the
     chats of the running adapters."""
 
-    def __init__(self, store: DeliveryStore, adapters: Adapters, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, store: DeliveryStore, adapters: Adapters, clock: Callable[[], float], metrics: Metrics | None = None
+    ) -> None:
         self.store = store
         self.adapters = adapters
         self.clock = clock
         self.message_tool: MessageTool | None = None  # told the ids of an answer's messages, to edit or delete them
-        self.metrics: Metrics | None = None  # set by the gateway
+        self.metrics = metrics or Metrics()  # each entry sent is counted (a gateway's, shared)
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
         self._task: asyncio.Task[None] | None = None
@@ -484,8 +484,7 @@ class Delivery:
             await self.store.mark_send_failed(record.id, str(error)[:300], self.clock() + delay)
             return False
         await self.store.mark_sent(record.id, message_id)
-        if self.metrics is not None:
-            self.metrics.sent(record.channel, record.account, record.kind)
+        self.metrics.sent(record.channel, record.account, record.kind)
         waiting = self._waiting.pop(record.id, None)
         if waiting is not None and not waiting.done():
             waiting.set_result(message_id)

@@ -76,11 +76,11 @@ class Gateway:
         self.config = config = app.decisions.config
         self.store = store
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
-        self.delivery = Delivery(store, self.adapters, app.clock)
-        self.metrics = Metrics()
+        self.metrics = Metrics()  # one for the process: what /metrics shows
+        self.delivery = Delivery(store, self.adapters, app.clock, self.metrics)
         self.admin: AdminServer | None = None  # the admin listener, when `admin.listen` is set
         own = own_files(config, app.state_dir)
-        self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own)
+        self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own, metrics=self.metrics)
         self.processes = ProcessTable(hide=bot_folders(config, app.state_dir))
         self.jobs = CronBook(store, config, app.clock)
         self.sessions = StoredSessions(store, config, transcripts_for(config, store, app.state_dir), app.clock)
@@ -93,9 +93,11 @@ class Gateway:
             principal=lambda job: job.principal,
             settings=config.session.queue,
         )
-        self.intake = Intake(app.decisions, store, self.delivery, self.lanes, self.approvals, app.clock)
         self.channels = ChannelBoard(self.adapters, app.clock)  # each account's health: status.json, /status, notices
-        self.intake.health = self.channels.snapshots
+        self.intake = Intake(
+            app.decisions, store, self.delivery, self.lanes, self.approvals, app.clock,
+            metrics=self.metrics, health=self.channels.snapshots,
+        )  # fmt: skip
         self.starter = ChannelStarter(  # each account started, and one that cannot start tried again (with backoff)
             self.intake.on_message, self.intake.on_action, started=self.channels.started,
             current=lambda adapter: self.adapters.get((adapter.channel, adapter.account)) is adapter,
@@ -105,7 +107,6 @@ class Gateway:
         )
         self.notices = ChannelNotices(app.decisions, self.delivery, self.channels.snapshots, app.clock)
         self.subagents = self.intake.subagents = Subagents(app.decisions, store, self.intake, self.lanes)
-        self.intake.metrics = self.delivery.metrics = self.approvals.metrics = self.metrics
         setup = ToolSetup(
             self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs, sessions=self.sessions,
             subagents=self.subagents,

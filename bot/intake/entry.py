@@ -28,6 +28,7 @@ from bot.intake.session_commands import (
     usage_command,
 )
 from bot.intake.whoami import asks_whoami_in_dm, stranger_whoami, whoami
+from bot.observe.metrics import Metrics
 from bot.runs.principal import principal_of
 from bot.store import InboundRecord, IntakeStore
 from bot.store.journal import JournalEntry
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from bot.config.settings import Config
-    from bot.observe.metrics import Metrics
     from bot.runs.decisions import Decisions
     from channels.health import HealthSnapshot
     from routing import Router
@@ -83,6 +83,9 @@ class Intake:
         lanes: Lanes[Job],
         approvals: Approvals,
         clock: Callable[[], float],
+        *,
+        metrics: Metrics | None = None,
+        health: Callable[[], list[HealthSnapshot]] = list,
     ) -> None:
         self.decisions = decisions
         self.store = store
@@ -92,8 +95,8 @@ class Intake:
         self.clock = clock
         self.accepting = False
         self.subagents: SubagentsCommand | None = None  # set by the gateway: `/subagents`
-        self.metrics: Metrics | None = None  # set by the gateway
-        self.health: Callable[[], list[HealthSnapshot]] | None = None  # set by the gateway: /status's channel lines
+        self.metrics = metrics or Metrics()  # each message received is counted (a gateway's, shared)
+        self.health = health  # /status's channel lines
         # Set by the gateway of a cluster (gateway.cluster): a journaled message is offered under its lane, and `take`
         # runs in whichever process holds that lane.
         self.offer: Callable[[int, str], Awaitable[None]] | None = None
@@ -120,8 +123,7 @@ class Intake:
         if record is None:
             log.info("dropped a second delivery of message %s in %s", message.message_id, entry.chat)
             return
-        if self.metrics is not None:
-            self.metrics.received(message.channel, message.account)
+        self.metrics.received(message.channel, message.account)
         if not self.accepting:  # the adapter acknowledges it anyway, so the journal keeps it for the next start
             log.info("shutting down: message %s is kept for the next start", message.message_id)
             return
@@ -349,7 +351,7 @@ class Intake:
         busy = ", answering now" if self.lanes.busy(key) else ""
         queue = f"{self.lanes.depth(key)} waiting{busy} (mode {self.lanes.mode(key)})"
         lines = status_lines(self.config, job, await self.store.get_session(key), queue)
-        if job.owner and self.health is not None:  # how the bot's channels are doing: the owners' business only
+        if job.owner:  # how the bot's channels are doing: the owners' business only
             lines += ["Channels:", *health_lines(self.health())]
         return "\n".join(lines)
 

@@ -45,7 +45,7 @@ class Conversations:
     runner: Runner
     registry: ToolRegistry
     hooks: Hooks = field(default_factory=Hooks)
-    metrics: Metrics | None = None  # a gateway's: each run's time and tokens
+    metrics: Metrics = field(default_factory=Metrics)  # each run's time and tokens (a gateway's, shared)
 
     async def answer(
         self,
@@ -99,10 +99,9 @@ class Conversations:
             )
         )
         usage = outcome.result.usage if outcome.result is not None else None
-        if self.metrics is not None:  # the tokens were spent even when the turn is not kept
-            self.metrics.turn_took(run.agent, time.monotonic() - started)
-            if usage is not None:
-                self.metrics.used(run.agent, outcome.model_ref, usage)
+        self.metrics.turn_took(run.agent, time.monotonic() - started)  # the tokens were spent even when not kept
+        if usage is not None:
+            self.metrics.used(run.agent, outcome.model_ref, usage)
         if not record(outcome):
             return outcome
         await self.transcripts.append(session_id, outcome.messages)

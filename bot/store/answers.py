@@ -17,20 +17,21 @@ class AnswerStore(Protocol):
     """First writer wins: the answer to message `job`, or None when its sender stopped waiting (the answer then goes
     back as a message instead)."""
 
-    async def put_answer(self, job: str, answer: str | None) -> bool: ...
-    async def get_answer(self, job: str) -> tuple[bool, str | None]: ...
+    async def put_answer(self, job: str, answer: str | None) -> bool:
+        """Record the answer to message `job` (None: its sender stopped waiting) unless one is recorded already;
+        whether this call recorded it."""
+
+    async def get_answer(self, job: str) -> tuple[bool, str | None]:
+        """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
 
 
 class SqliteAnswers(Part):
     """Answers in the `session_answers` table; those older than ANSWERS_KEPT_SECONDS go as new ones come."""
 
     async def put_answer(self, job: str, answer: str | None) -> bool:
-        """Record the answer to message `job` (None: its sender stopped waiting) unless one is recorded already;
-        whether this call recorded it."""
         return await self._call(_put_answer, job, answer, self._db.clock())
 
     async def get_answer(self, job: str) -> tuple[bool, str | None]:
-        """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
         row = await self._call(first, "SELECT answer FROM session_answers WHERE job = ?", (job,))
         return (row is not None, row["answer"] if row is not None else None)
 

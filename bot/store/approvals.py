@@ -14,8 +14,8 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, dumps_list, execute, first, scalar
 
 __all__ = [
-    "AllowedRule", "ApprovalDecision", "ApprovalRecord", "ApprovalStatus", "ApprovalStore", "SqliteApprovals",
-    "approval_record", "approval_seal",
+    "AllowedRule", "AllowedRuleStore", "ApprovalDecision", "ApprovalRecord", "ApprovalStatus", "ApprovalStore",
+    "SqliteApprovals", "allowed_rule", "approval_record", "approval_row", "approval_seal",
 ]  # fmt: skip
 
 ApprovalStatus = Literal["pending", "allowed", "denied", "expired"]
@@ -62,21 +62,48 @@ class AllowedRule(Record):
 class ApprovalStore(Protocol):
     """What approvals need: requests stored before they are shown, decided once, and the "Allow always" list."""
 
-    async def create_approval(self, record: ApprovalRecord) -> None: ...
+    async def create_approval(self, record: ApprovalRecord) -> None:
+        """Record a pending request (before its message goes out)."""
+
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None: ...
-    async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]: ...
+
+    async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]:
+        """Requests whose id starts with `id_prefix` (for `/approve <prefix>`), newest first."""
+
     async def pending_approvals(self) -> list[ApprovalRecord]: ...
-    async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None: ...
+
+    async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None:
+        """Remember one place the request was shown, so that its outcome can be written there (once: the same card
+        shown again after a restart is not added twice)."""
+
     async def is_approval_message(
         self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str
-    ) -> bool: ...
+    ) -> bool:
+        """Whether any request, pending or decided, was shown as this message (its card)."""
+
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
-    ) -> ApprovalRecord | None: ...
-    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]: ...
+    ) -> ApprovalRecord | None:
+        """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
+
+    async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
+        """The exact commands "Allow always" stored for an agent: (resolved executable, arguments, script SHA-256)."""
+
     async def allow_command(
         self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None, sha256: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """Store an exact command; approving it again (a rewritten script) replaces the recorded SHA-256."""
+
+
+class AllowedRuleStore(Protocol):
+    """What `bot approvals rules` needs: the "Allow always" rules listed, and revoked."""
+
+    async def allowed_rules(self, agent: str | None = None) -> list[AllowedRule]:
+        """Every "Allow always" rule (of one agent, or all), oldest first."""
+
+    async def revoke_allowed_rule(self, rule: AllowedRule) -> bool:
+        """Delete the rule; whether it was there. A running bot reads the rules at each command, so the next one
+        asks again."""
 
 
 class SqliteApprovals(Part):
@@ -84,12 +111,8 @@ class SqliteApprovals(Part):
     the commands allowed for good."""
 
     async def create_approval(self, record: ApprovalRecord) -> None:
-        """Record a pending request (before its message goes out)."""
-        row = record.model_dump()
-        row.update(approvers=dumps_list(record.approvers), messages=dumps_list(record.messages))
-        row["offer_always"] = int(record.offer_always)
-        columns = ", ".join(row)
-        sql = f"INSERT INTO approvals ({columns}) VALUES ({', '.join('?' for _ in row)})"
+        row = approval_row(record)
+        sql = f"INSERT INTO approvals ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})"
         await self._call(execute, sql, tuple(row.values()))
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
@@ -97,7 +120,6 @@ class SqliteApprovals(Part):
         return rows[0] if rows else None
 
     async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]:
-        """Requests whose id starts with `id_prefix` (for `/approve <prefix>`), newest first."""
         where = "WHERE substr(id, 1, length(?)) = ?" + (" AND status = 'pending'" if pending_only else "")
         return await self._call(_approval_rows, self._db.key, where + " ORDER BY created DESC", (id_prefix, id_prefix))
 
@@ -105,8 +127,6 @@ class SqliteApprovals(Part):
         return await self._call(_approval_rows, self._db.key, "WHERE status = 'pending' ORDER BY created", ())
 
     async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None:
-        """Remember one place the request was shown, so that its outcome can be written there (once: the same card
-        shown again after a restart is not added twice)."""
         shown = dumps(message)
         sql = (
             "UPDATE approvals SET messages = json_insert(messages, '$[#]', json(?)) WHERE id = ?"
@@ -117,7 +137,6 @@ class SqliteApprovals(Part):
     async def is_approval_message(
         self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str
     ) -> bool:
-        """Whether any request, pending or decided, was shown as this message (its card)."""
         sql = (
             "SELECT EXISTS (SELECT 1 FROM approvals, json_each(approvals.messages) AS shown"
             " WHERE json_extract(shown.value, '$.message_id') = ?"
@@ -131,22 +150,18 @@ class SqliteApprovals(Part):
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None:
-        """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
         return await self._call(_decide_approval, self._db.key, approval_id, status, decision, decided_by)
 
     async def prune_approvals(self, older_than_seconds: float) -> int:
-        """Delete settled requests made more than this long ago (never a pending one); returns how many."""
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._call(delete, "DELETE FROM approvals WHERE status != 'pending' AND created < ?", cutoff)
 
     async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
-        """The exact commands "Allow always" stored for an agent: (resolved executable, arguments, script SHA-256)."""
         return await self._call(_allowed_commands, agent)
 
     async def allow_command(
         self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None, sha256: str | None = None
     ) -> None:
-        """Store an exact command; approving it again (a rewritten script) replaces the recorded SHA-256."""
         sql = (
             "INSERT INTO exec_allowed (agent, executable, args, approved_by, created, sha256) VALUES (?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (agent, executable, args) DO UPDATE"
@@ -156,12 +171,9 @@ class SqliteApprovals(Part):
         await self._call(execute, sql, params)
 
     async def allowed_rules(self, agent: str | None = None) -> list[AllowedRule]:
-        """Every "Allow always" rule (of one agent, or all), oldest first."""
         return await self._call(_allowed_rules, agent)
 
     async def revoke_allowed_rule(self, rule: AllowedRule) -> bool:
-        """Delete the rule; whether it was there. A running bot reads the rules at each command, so the next one
-        asks again."""
         sql = "DELETE FROM exec_allowed WHERE agent = ? AND executable = ? AND args = ?"
         return bool(await self._call(delete, sql, rule.agent, rule.executable, json.dumps(list(rule.args))))
 
@@ -170,6 +182,7 @@ if TYPE_CHECKING:
     from bot.store.database import Row
 
     _checked: type[ApprovalStore] = SqliteApprovals
+    _checked_rules: type[AllowedRuleStore] = SqliteApprovals
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
@@ -179,6 +192,19 @@ def approval_seal(key: bytes, approval_id: str, status: str, decision: str | Non
     """The seal of a decision: an HMAC with the store's key, so that a decision written behind its back is told."""
     text = "\x1f".join((approval_id, status, decision or "", decided_by or ""))
     return hmac.new(key, text.encode(), "sha256").hexdigest()
+
+
+def approval_row(record: ApprovalRecord) -> dict[str, object]:
+    """A request as the `approvals` columns take it (either backend's), by column name."""
+    row = record.model_dump()
+    row.update(approvers=dumps_list(record.approvers), messages=dumps_list(record.messages))
+    row["offer_always"] = int(record.offer_always)
+    return row
+
+
+def allowed_rule(row: Row) -> AllowedRule:
+    """An `exec_allowed` row (either backend's) as its rule."""
+    return AllowedRule(**(dict(row) | {"args": tuple(json.loads(row["args"]))}))
 
 
 def _approval_rows(
@@ -227,4 +253,4 @@ def _allowed_commands(connection: sqlite3.Connection, agent: str) -> list[tuple[
 def _allowed_rules(connection: sqlite3.Connection, agent: str | None) -> list[AllowedRule]:
     where, params = ("WHERE agent = ?", (agent,)) if agent is not None else ("", ())
     rows = connection.execute(f"SELECT * FROM exec_allowed {where} ORDER BY created, agent", params)
-    return [AllowedRule(**(dict(row) | {"args": tuple(json.loads(row["args"]))})) for row in rows]
+    return [allowed_rule(row) for row in rows]

@@ -6,12 +6,17 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict
 
 from routing.errors import SwitchboardError
 
-__all__ = ["DEDUPE_SECONDS", "Clock", "Fence", "FencedOut", "Record", "StoreError", "current_fence", "fenced"]
+__all__ = [
+    "DEDUPE_SECONDS", "Clock", "Fence", "FencedOut", "Record", "StoreContext", "StoreError", "current_fence", "cutoff",
+    "fenced",
+]  # fmt: skip
 
 Clock = Callable[[], float]
 
@@ -20,6 +25,28 @@ DEDUPE_SECONDS = 24 * 60 * 60.0  # platforms redeliver within minutes; a day of 
 
 class StoreError(SwitchboardError, RuntimeError):
     """The store cannot be used: closed, or a database this version does not understand."""
+
+
+def cutoff(clock: Clock, older_than_seconds: float) -> float:
+    """The time before which finished rows are old enough to prune (either backend's)."""
+    if older_than_seconds < 0:
+        raise ValueError(f"older_than_seconds cannot be negative: {older_than_seconds}")
+    return clock() - older_than_seconds
+
+
+class StoreContext:
+    """A whole store (either backend's) as an `async with` block, which closes it at the end."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
 
 
 class Record(BaseModel):

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from bot.store.base import Clock, StoreError
+from bot.store.base import Clock, StoreError, cutoff
 from bot.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -99,10 +99,7 @@ class Database:
         return await self._worker.call(partial(function, self.connection, *args, **kwargs))
 
     def cutoff(self, older_than_seconds: float) -> float:
-        """The time before which finished rows are old enough to prune."""
-        if older_than_seconds < 0:
-            raise ValueError(f"older_than_seconds cannot be negative: {older_than_seconds}")
-        return self.clock() - older_than_seconds
+        return cutoff(self.clock, older_than_seconds)
 
 
 class Part:

@@ -26,8 +26,11 @@ class InboxFileRecord(Record):
 class InboxStore(Protocol):
     """What fetching a message's files needs: record where each goes, and find it again."""
 
-    async def inbox_file(self, inbound_ids: Sequence[int], ref: str) -> InboxFileRecord | None: ...
-    async def set_inbox_file(self, inbound_id: int, ref: str, path: str, *, complete: bool) -> None: ...
+    async def inbox_file(self, inbound_ids: Sequence[int], ref: str) -> InboxFileRecord | None:
+        """Where the file `ref` of one of these messages went (a batch folds several into one turn), if anywhere."""
+
+    async def set_inbox_file(self, inbound_id: int, ref: str, path: str, *, complete: bool) -> None:
+        """Record where the file `ref` of message `inbound_id` goes (before fetching it) or went (`complete`)."""
 
 
 class SqliteInbox(Part):
@@ -35,11 +38,9 @@ class SqliteInbox(Part):
     journal row."""
 
     async def inbox_file(self, inbound_ids: Sequence[int], ref: str) -> InboxFileRecord | None:
-        """Where the file `ref` of one of these messages went (a batch folds several into one turn), if anywhere."""
         return await self._call(_inbox_file, list(inbound_ids), ref)
 
     async def set_inbox_file(self, inbound_id: int, ref: str, path: str, *, complete: bool) -> None:
-        """Record where the file `ref` of message `inbound_id` goes (before fetching it) or went (`complete`)."""
         sql = "INSERT OR REPLACE INTO inbox_files (inbound_id, ref, path, complete) VALUES (?, ?, ?, ?)"
         await self._call(execute, sql, (inbound_id, ref, path, complete))
 

@@ -37,13 +37,30 @@ class RetentionStore(Protocol):
     """What retention needs: each domain's finished rows deleted once old enough, nothing unfinished, ever; then
     the space they took given back."""
 
-    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
-    async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int: ...
-    async def prune_approvals(self, older_than_seconds: float) -> int: ...
-    async def prune_job_runs(self, older_than_seconds: float) -> int: ...
-    async def prune_subagents(self, older_than_seconds: float) -> int: ...
-    async def prune_usage(self, older_than_seconds: float) -> int: ...
-    async def release_space(self) -> int: ...
+    async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
+        """Delete done and failed messages finished more than this long ago; returns how many.
+
+        Their keys stop deduplicating redeliveries, hence the default of a day.
+        """
+
+    async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
+        """Delete sent and dead entries finished more than this long ago; returns how many."""
+
+    async def prune_approvals(self, older_than_seconds: float) -> int:
+        """Delete settled requests made more than this long ago (never a pending one); returns how many."""
+
+    async def prune_job_runs(self, older_than_seconds: float) -> int:
+        """Delete ended runs older than this, keeping each job's latest (its last tick must be remembered)."""
+
+    async def prune_subagents(self, older_than_seconds: float) -> int:
+        """Delete children that ended more than this long ago; never one still running."""
+
+    async def prune_usage(self, older_than_seconds: float) -> int:
+        """Delete usage rows older than this."""
+
+    async def release_space(self) -> int:
+        """Give back the space that pruned rows left free; how many pages that was (0 where the database does this
+        by itself)."""
 
 
 class Store(
@@ -63,4 +80,5 @@ class Store(
     """What the gateway needs from its state, every role at once; every payload is a JSON-able dict, so any
     backend can hold it. Code that needs one role should take that role's interface instead."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Finish the calls already made, then close the store. Closing twice is fine."""

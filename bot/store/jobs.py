@@ -4,7 +4,7 @@ any job (config jobs included), which is also what keeps one tick from running t
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import Field
@@ -13,7 +13,10 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, dumps_list, loads, write_transaction
 from bot.store.journal import JournalEntry, journal_entry
 
-__all__ = ["JobRecord", "JobRunRecord", "JobStore", "RunStatus", "SqliteJobs", "run_outcome"]
+__all__ = [
+    "JobRecord", "JobRunRecord", "JobStore", "RunStatus", "SqliteJobs", "check_final_status", "job_record",
+    "request_run", "run_outcome", "run_record",
+]  # fmt: skip
 
 RunStatus = Literal["requested", "running", "ok", "error", "skipped", "undeliverable"]
 FINAL_STATUSES = ("ok", "error", "skipped", "undeliverable")
@@ -52,48 +55,14 @@ class JobStore(Protocol):
 
     async def save_job(
         self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
-    ) -> JobRecord: ...
-    async def get_job(self, job_id: str) -> JobRecord | None: ...
-    async def list_jobs(self) -> list[JobRecord]: ...
-    async def remove_job(self, job_id: str) -> bool: ...
-    async def start_job_run(
-        self,
-        job_id: str,
-        tick: float,
-        status: RunStatus = "running",
-        detail: str | None = None,
-        inbound: JournalEntry | None = None,
-    ) -> JobRunRecord | None: ...
-    async def request_job_run(self, job_id: str) -> JobRunRecord: ...
-    async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None: ...
-    async def finish_job_run(
-        self, run_id: int, status: RunStatus, detail: str | None = None, message_ids: Sequence[str] = ()
-    ) -> None: ...
-    async def settle_job_runs(self) -> list[JobRunRecord]: ...
-    async def job_runs(self, job_id: str | None = None, limit: int = 20) -> list[JobRunRecord]: ...
-    async def open_job_runs(self) -> list[JobRunRecord]: ...
-    async def last_job_ticks(self) -> dict[str, float]: ...
-
-
-class SqliteJobs(Part):
-    """Jobs in the `jobs` table, their runs in `job_runs`; a run's turn is journaled with it, in `inbound`."""
-
-    async def save_job(
-        self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
     ) -> JobRecord:
         """Insert or replace the job with `job["id"]` (a replaced job keeps its maker and creation time)."""
-        return await self._call(_save_job, job, created_by, creator_owner, self._db.clock())
 
-    async def get_job(self, job_id: str) -> JobRecord | None:
-        rows = await self._call(_job_rows, "WHERE id = ?", (job_id,))
-        return rows[0] if rows else None
-
-    async def list_jobs(self) -> list[JobRecord]:
-        return await self._call(_job_rows, "ORDER BY created, id", ())
+    async def get_job(self, job_id: str) -> JobRecord | None: ...
+    async def list_jobs(self) -> list[JobRecord]: ...
 
     async def remove_job(self, job_id: str) -> bool:
         """Delete a job (its run records stay, for `bot cron runs`); whether there was one."""
-        return bool(await self._call(delete, "DELETE FROM jobs WHERE id = ?", job_id))
 
     async def start_job_run(
         self,
@@ -106,27 +75,72 @@ class SqliteJobs(Part):
         """Record the tick due at `tick` as running, with the journal row its turn starts from (both or neither
         after a crash), or as already over (a final `status`); None when that tick was recorded before: it ran, or
         was skipped, already."""
-        return await self._call(_start_run, job_id, tick, status, detail, inbound, self._db.clock())
 
     async def request_job_run(self, job_id: str) -> JobRunRecord:
         """Ask for a run now (`bot cron run`, the tool's `run`): the scheduler of the running bot picks it up."""
-        now = self._db.clock()
-        while True:  # two requests in one clock reading: the second takes the next representable moment
-            run = await self._call(_start_run, job_id, now, "requested", None, None, now)
-            if run is not None:
-                return run
-            now += 1e-6
 
     async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None:
         """Start a requested run with its journal row, in one transaction; None if it is no longer requested."""
-        return await self._call(_claim_run, run_id, inbound, self._db.clock())
 
     async def finish_job_run(
         self, run_id: int, status: RunStatus, detail: str | None = None, message_ids: Sequence[str] = ()
     ) -> None:
         """End a requested or running run with its final status; a run already ended keeps its first ending."""
-        if status not in FINAL_STATUSES:
-            raise ValueError(f"not a final run status: {status!r}")
+
+    async def settle_job_runs(self) -> list[JobRunRecord]:
+        """End the running runs whose turn is over and whose answer has left the outbox (or died there): ok with
+        the platform's message ids, undeliverable, or error; the runs ended now."""
+
+    async def job_runs(self, job_id: str | None = None, limit: int = 20) -> list[JobRunRecord]:
+        """The latest runs, newest first (of one job, or of all)."""
+
+    async def open_job_runs(self) -> list[JobRunRecord]:
+        """Runs requested or still running, oldest first."""
+
+    async def last_job_ticks(self) -> dict[str, float]:
+        """Each job's latest scheduled tick (requested runs aside): what the scheduler has done, across restarts."""
+
+
+class SqliteJobs(Part):
+    """Jobs in the `jobs` table, their runs in `job_runs`; a run's turn is journaled with it, in `inbound`."""
+
+    async def save_job(
+        self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
+    ) -> JobRecord:
+        return await self._call(_save_job, job, created_by, creator_owner, self._db.clock())
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        rows = await self._call(_job_rows, "WHERE id = ?", (job_id,))
+        return rows[0] if rows else None
+
+    async def list_jobs(self) -> list[JobRecord]:
+        return await self._call(_job_rows, "ORDER BY created, id", ())
+
+    async def remove_job(self, job_id: str) -> bool:
+        return bool(await self._call(delete, "DELETE FROM jobs WHERE id = ?", job_id))
+
+    async def start_job_run(
+        self,
+        job_id: str,
+        tick: float,
+        status: RunStatus = "running",
+        detail: str | None = None,
+        inbound: JournalEntry | None = None,
+    ) -> JobRunRecord | None:
+        return await self._call(_start_run, job_id, tick, status, detail, inbound, self._db.clock())
+
+    async def request_job_run(self, job_id: str) -> JobRunRecord:
+        return await request_run(
+            lambda now: self._call(_start_run, job_id, now, "requested", None, None, now), self._db.clock()
+        )
+
+    async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None:
+        return await self._call(_claim_run, run_id, inbound, self._db.clock())
+
+    async def finish_job_run(
+        self, run_id: int, status: RunStatus, detail: str | None = None, message_ids: Sequence[str] = ()
+    ) -> None:
+        check_final_status(status)
         sql = (
             "UPDATE job_runs SET status = ?, detail = ?, message_ids = ?, ended = ?"
             " WHERE id = ? AND status IN ('requested', 'running')"
@@ -134,26 +148,20 @@ class SqliteJobs(Part):
         await self._call(_execute, sql, (status, detail, dumps_list(list(message_ids)), self._db.clock(), run_id))
 
     async def settle_job_runs(self) -> list[JobRunRecord]:
-        """End the running runs whose turn is over and whose answer has left the outbox (or died there): ok with
-        the platform's message ids, undeliverable, or error; the runs ended now."""
         return await self._call(_settle_runs, self._db.clock())
 
     async def job_runs(self, job_id: str | None = None, limit: int = 20) -> list[JobRunRecord]:
-        """The latest runs, newest first (of one job, or of all)."""
         if job_id is None:
             return await self._call(_run_rows, "ORDER BY id DESC LIMIT ?", (limit,))
         return await self._call(_run_rows, "WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
 
     async def open_job_runs(self) -> list[JobRunRecord]:
-        """Runs requested or still running, oldest first."""
         return await self._call(_run_rows, "WHERE status IN ('requested', 'running') ORDER BY id", ())
 
     async def last_job_ticks(self) -> dict[str, float]:
-        """Each job's latest scheduled tick (requested runs aside): what the scheduler has done, across restarts."""
         return await self._call(_last_ticks)
 
     async def prune_job_runs(self, older_than_seconds: float) -> int:
-        """Delete ended runs older than this, keeping each job's latest (its last tick must be remembered)."""
         cutoff = self._db.cutoff(older_than_seconds)
         sql = (
             "DELETE FROM job_runs WHERE status NOT IN ('requested', 'running') AND ended < ?"
@@ -166,6 +174,39 @@ if TYPE_CHECKING:
     from bot.store.database import Row
 
     _checked: type[JobStore] = SqliteJobs
+
+
+async def request_run(start: Callable[[float], Awaitable[JobRunRecord | None]], now: float) -> JobRunRecord:
+    """The run that `start(tick)` records as requested, at `now` or, when a request took that tick already (two
+    requests in one clock reading), at the next representable moment after it."""
+    while True:
+        run = await start(now)
+        if run is not None:
+            return run
+        now += 1e-6
+
+
+def check_final_status(status: str) -> None:
+    """ValueError unless `status` is one a run can end with."""
+    if status not in FINAL_STATUSES:
+        raise ValueError(f"not a final run status: {status!r}")
+
+
+def job_record(row: Row) -> JobRecord:
+    """A `jobs` row (either backend's) as its record."""
+    return JobRecord(
+        id=row["id"],
+        job=loads(row["payload"]),
+        created_by=row["created_by"],
+        creator_owner=None if row["creator_owner"] is None else bool(row["creator_owner"]),
+        created=row["created"],
+        updated=row["updated"],
+    )
+
+
+def run_record(row: Row) -> JobRunRecord:
+    """A `job_runs` row (either backend's) as its record."""
+    return JobRunRecord.model_validate({**dict(row), "message_ids": loads(row["message_ids"])})
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
@@ -190,17 +231,7 @@ def _save_job(
 
 def _job_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[JobRecord]:
     rows = connection.execute(f"SELECT * FROM jobs {where}", params).fetchall()
-    return [
-        JobRecord(
-            id=row["id"],
-            job=loads(row["payload"]),
-            created_by=row["created_by"],
-            creator_owner=None if row["creator_owner"] is None else bool(row["creator_owner"]),
-            created=row["created"],
-            updated=row["updated"],
-        )
-        for row in rows
-    ]
+    return [job_record(row) for row in rows]
 
 
 def _start_run(
@@ -299,7 +330,7 @@ def _settle_runs(connection: sqlite3.Connection, now: float) -> list[JobRunRecor
 
 def _run_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[JobRunRecord]:
     rows = connection.execute(f"SELECT * FROM job_runs {where}", params).fetchall()
-    return [JobRunRecord(**{**dict(row), "message_ids": loads(row["message_ids"])}) for row in rows]
+    return [run_record(row) for row in rows]
 
 
 def _last_ticks(connection: sqlite3.Connection) -> dict[str, float]:

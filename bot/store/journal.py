@@ -11,7 +11,10 @@ from bot.store.database import Part, delete, dumps, first, loads, write_transact
 from bot.store.outbox import OutboxEntry, OutboxRecord, insert_outbox, outbox_row
 from bot.store.previews import delete_previews
 
-__all__ = ["InboundRecord", "InboundStatus", "JournalEntry", "JournalStore", "SqliteJournal", "journal_entry"]
+__all__ = [
+    "InboundRecord", "InboundStatus", "JournalEntry", "JournalStore", "SqliteJournal", "check_inbound_status",
+    "inbound_record", "journal_entry",
+]  # fmt: skip
 
 InboundStatus = Literal["pending", "running", "done", "failed"]
 
@@ -49,34 +52,11 @@ class JournalStore(Protocol):
 
     async def record_inbound(
         self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
-    ) -> InboundRecord | None: ...
-    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None: ...
-    async def finish_inbound(
-        self,
-        inbound_ids: Sequence[int],
-        status: Literal["done", "failed"],
-        error: str | None = None,
-        *,
-        session_key: str | None = None,
-        replies: Sequence[OutboxEntry] = (),
-    ) -> list[OutboxRecord]: ...
-    async def unfinished_inbound(self) -> list[InboundRecord]: ...
-
-
-class SqliteJournal(Part):
-    """The journal in the `inbound` table; finishing a message also writes the outbox and previews tables."""
-
-    async def record_inbound(
-        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
     ) -> InboundRecord | None:
         """Journal a received message as pending; None if this message was recorded before (a redelivery)."""
-        return await self._call(_record_inbound, channel, account, chat, message_id, dumps(payload), self._db.clock())
 
     async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
         """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
-        if status not in ("pending", "running", "done", "failed"):
-            raise ValueError(f"not an inbound status: {status!r}")
-        await self._call(_mark_inbound, inbound_id, status, error, self._db.clock())
 
     async def finish_inbound(
         self,
@@ -91,6 +71,32 @@ class SqliteJournal(Part):
         answered them, the row whose replies hold their answer, and forgetting their streamed previews), in one
         transaction: after a crash all of it happened or none did. KeyError for an unknown message, ValueError for
         one already finished; nothing is written then."""
+
+    async def unfinished_inbound(self) -> list[InboundRecord]:
+        """Pending and running messages in arrival order: after a crash, the work to run again."""
+
+
+class SqliteJournal(Part):
+    """The journal in the `inbound` table; finishing a message also writes the outbox and previews tables."""
+
+    async def record_inbound(
+        self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
+    ) -> InboundRecord | None:
+        return await self._call(_record_inbound, channel, account, chat, message_id, dumps(payload), self._db.clock())
+
+    async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
+        check_inbound_status(status)
+        await self._call(_mark_inbound, inbound_id, status, error, self._db.clock())
+
+    async def finish_inbound(
+        self,
+        inbound_ids: Sequence[int],
+        status: Literal["done", "failed"],
+        error: str | None = None,
+        *,
+        session_key: str | None = None,
+        replies: Sequence[OutboxEntry] = (),
+    ) -> list[OutboxRecord]:
         rows = [outbox_row(reply) for reply in replies]
         answered = answered_in(replies)
         return await self._call(
@@ -98,14 +104,9 @@ class SqliteJournal(Part):
         )
 
     async def unfinished_inbound(self) -> list[InboundRecord]:
-        """Pending and running messages in arrival order: after a crash, the work to run again."""
         return await self._call(_inbound_rows, "WHERE status IN ('pending', 'running') ORDER BY id", ())
 
     async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
-        """Delete done and failed messages finished more than this long ago; returns how many.
-
-        Their keys stop deduplicating redeliveries, hence the default of a day.
-        """
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._call(
             delete, "DELETE FROM inbound WHERE status IN ('done', 'failed') AND updated < ?", cutoff
@@ -113,14 +114,23 @@ class SqliteJournal(Part):
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[JournalStore] = SqliteJournal
 
 
-# --- on the worker thread -----------------------------------------------------------------------------------------
+def check_inbound_status(status: str) -> None:
+    """ValueError unless `status` is one an inbound message can be moved to."""
+    if status not in ("pending", "running", "done", "failed"):
+        raise ValueError(f"not an inbound status: {status!r}")
 
 
-def _inbound(row: sqlite3.Row) -> InboundRecord:
+def inbound_record(row: Row) -> InboundRecord:
+    """An `inbound` row (either backend's) as its record."""
     return InboundRecord.model_validate({**dict(row), "payload": loads(row["payload"])})
+
+
+# --- on the worker thread -----------------------------------------------------------------------------------------
 
 
 def _record_inbound(
@@ -133,7 +143,7 @@ def _record_inbound(
         " ON CONFLICT (channel, account, chat, message_id) DO NOTHING RETURNING *",
         (channel, account, chat, message_id, payload, now, now),
     )
-    return None if row is None else _inbound(row)
+    return None if row is None else inbound_record(row)
 
 
 def journal_entry(connection: sqlite3.Connection, entry: JournalEntry, now: float) -> InboundRecord | None:
@@ -188,4 +198,4 @@ def answered_in(replies: Sequence[OutboxEntry]) -> int | None:
 
 
 def _inbound_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[InboundRecord]:
-    return [_inbound(row) for row in connection.execute(f"SELECT * FROM inbound {where}", params)]
+    return [inbound_record(row) for row in connection.execute(f"SELECT * FROM inbound {where}", params)]

@@ -15,6 +15,7 @@ __all__ = [
     "OutboxStore",
     "SqliteOutbox",
     "insert_outbox",
+    "outbox_record",
     "outbox_row",
 ]
 
@@ -65,15 +66,33 @@ class OutboxStore(Protocol):
         target: dict[str, Any],
         payload: dict[str, Any],
         kind: str = "send",
-    ) -> OutboxRecord: ...
-    async def enqueue_once(self, entries: list[OutboxEntry]) -> list[OutboxRecord]: ...
-    async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None: ...
-    async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None: ...
-    async def mark_dead(self, outbox_id: int, error: str) -> None: ...
-    async def due_outbox(self, now: float | None = None) -> list[OutboxRecord]: ...
-    async def unsent_outbox(self) -> list[OutboxRecord]: ...
-    async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]: ...
-    async def inbound_has_replies(self, inbound_id: int) -> bool: ...
+    ) -> OutboxRecord:
+        """Record something to send, due now; do this before sending. KeyError if `inbound_id` is unknown."""
+
+    async def enqueue_once(self, entries: list[OutboxEntry]) -> list[OutboxRecord]:
+        """Record entries in one step, due now; an entry whose `key` was recorded before is not recorded again: the
+        earlier record stands in its place (sent, pending or dead)."""
+
+    async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
+        """The platform accepted it. Only a pending entry can be marked: ValueError otherwise; KeyError if unknown."""
+
+    async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
+        """A send failed and will be tried again at `retry_at`; counts an attempt."""
+
+    async def mark_dead(self, outbox_id: int, error: str) -> None:
+        """Give up on it: it is never due again."""
+
+    async def due_outbox(self, now: float | None = None) -> list[OutboxRecord]:
+        """Pending entries whose retry time has come (`now` defaults to the clock), in creation order."""
+
+    async def unsent_outbox(self) -> list[OutboxRecord]:
+        """Every pending entry, due or not, in creation order: what to send again on start."""
+
+    async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
+        """Everything recorded in reply to one message, in creation order, whatever its status."""
+
+    async def inbound_has_replies(self, inbound_id: int) -> bool:
+        """Whether any reply to the message was recorded: after a restart, do not answer it twice."""
 
 
 def outbox_row(entry: OutboxEntry) -> tuple[object, ...]:
@@ -95,59 +114,55 @@ class SqliteOutbox(Part):
         payload: dict[str, Any],
         kind: str = "send",
     ) -> OutboxRecord:
-        """Record something to send, due now; do this before sending. KeyError if `inbound_id` is unknown."""
         entry = OutboxEntry(
             inbound_id=inbound_id, channel=channel, account=account, target=target, payload=payload, kind=kind
         )
         return await self._call(insert_outbox, outbox_row(entry), self._db.clock())
 
     async def enqueue_once(self, entries: list[OutboxEntry]) -> list[OutboxRecord]:
-        """Record entries in one step, due now; an entry whose `key` was recorded before is not recorded again: the
-        earlier record stands in its place (sent, pending or dead)."""
         return await self._call(_insert_once, [outbox_row(entry) for entry in entries], self._db.clock())
 
     async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
-        """The platform accepted it. Only a pending entry can be marked: ValueError otherwise; KeyError if unknown."""
         sql = "UPDATE outbox SET status = 'sent', platform_message_id = ?, updated = ?"
         await self._call(_finish_outbox, outbox_id, sql, (platform_message_id, self._db.clock()))
 
     async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
-        """A send failed and will be tried again at `retry_at`; counts an attempt."""
         sql = "UPDATE outbox SET attempts = attempts + 1, error = ?, retry_at = ?, updated = ?"
         await self._call(_finish_outbox, outbox_id, sql, (error, retry_at, self._db.clock()))
 
     async def mark_dead(self, outbox_id: int, error: str) -> None:
-        """Give up on it: it is never due again."""
         sql = "UPDATE outbox SET status = 'dead', error = ?, updated = ?"
         await self._call(_finish_outbox, outbox_id, sql, (error, self._db.clock()))
 
     async def due_outbox(self, now: float | None = None) -> list[OutboxRecord]:
-        """Pending entries whose retry time has come (`now` defaults to the clock), in creation order."""
         at = self._db.clock() if now is None else now
         return await self._call(_outbox_rows, "WHERE status = 'pending' AND retry_at <= ? ORDER BY id", (at,))
 
     async def unsent_outbox(self) -> list[OutboxRecord]:
-        """Every pending entry, due or not, in creation order: what to send again on start."""
         return await self._call(_outbox_rows, "WHERE status = 'pending' ORDER BY id", ())
 
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
-        """Everything recorded in reply to one message, in creation order, whatever its status."""
         return await self._call(_outbox_rows, "WHERE inbound_id = ? ORDER BY id", (inbound_id,))
 
     async def inbound_has_replies(self, inbound_id: int) -> bool:
-        """Whether any reply to the message was recorded: after a restart, do not answer it twice."""
         sql = "SELECT EXISTS (SELECT 1 FROM outbox WHERE inbound_id = ?)"
         return bool(await self._call(scalar, sql, inbound_id))
 
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
-        """Delete sent and dead entries finished more than this long ago; returns how many."""
         cutoff = self._db.cutoff(older_than_seconds)
         sql = "DELETE FROM outbox WHERE status IN ('sent', 'dead') AND updated < ?"
         return await self._call(delete, sql, cutoff)
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[OutboxStore] = SqliteOutbox
+
+
+def outbox_record(row: Row) -> OutboxRecord:
+    """An `outbox` row (either backend's) as its record."""
+    return OutboxRecord.model_validate({**dict(row), "target": loads(row["target"]), "payload": loads(row["payload"])})
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
@@ -165,7 +180,7 @@ def insert_outbox(connection: sqlite3.Connection, row: tuple[object, ...], now: 
     except sqlite3.IntegrityError as error:
         raise KeyError(f"no inbound message {row[0]}") from error
     assert created is not None
-    return _outbox(created)
+    return outbox_record(created)
 
 
 def _insert_once(connection: sqlite3.Connection, rows: list[tuple[object, ...]], now: float) -> list[OutboxRecord]:
@@ -174,12 +189,8 @@ def _insert_once(connection: sqlite3.Connection, rows: list[tuple[object, ...]],
         for row in rows:
             key = row[-1]
             known = first(connection, "SELECT * FROM outbox WHERE dedupe_key = ?", (key,)) if key else None
-            records.append(_outbox(known) if known is not None else insert_outbox(connection, row, now))
+            records.append(outbox_record(known) if known is not None else insert_outbox(connection, row, now))
     return records
-
-
-def _outbox(row: sqlite3.Row) -> OutboxRecord:
-    return OutboxRecord.model_validate({**dict(row), "target": loads(row["target"]), "payload": loads(row["payload"])})
 
 
 def _finish_outbox(connection: sqlite3.Connection, outbox_id: int, update: str, params: tuple[object, ...]) -> None:
@@ -192,4 +203,4 @@ def _finish_outbox(connection: sqlite3.Connection, outbox_id: int, update: str, 
 
 
 def _outbox_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...]) -> list[OutboxRecord]:
-    return [_outbox(row) for row in connection.execute(f"SELECT * FROM outbox {where}", params)]
+    return [outbox_record(row) for row in connection.execute(f"SELECT * FROM outbox {where}", params)]

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 from bot.store.base import Record
 from bot.store.database import Part, first, write_transaction
 
-__all__ = ["PAIRING_ALPHABET", "AllowedSender", "PairingRecord", "PairingStore", "SqlitePairing", "matching_code"]
+__all__ = [
+    "PAIRING_ALPHABET", "AllowedSender", "AllowedSenderStore", "PairingRecord", "PairingStore", "SqlitePairing",
+    "matching_code", "new_pairing",
+]  # fmt: skip
 
 PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: codes are read aloud and typed
 
@@ -45,10 +48,26 @@ class PairingStore(Protocol):
 
     async def request_pairing(
         self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
-    ) -> PairingRecord: ...
-    async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None: ...
+    ) -> PairingRecord:
+        """The sender's pending code (a new one if it has none). Each sender holds at most one; when `max_pending`
+        others are waiting, the oldest of them is dropped to make room, so strangers cannot use the slots up."""
+
+    async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None:
+        """Approve the pending, unexpired request with this code (compared in constant time); None if none."""
+
     async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool: ...
     async def pending_pairings(self, channel: str | None = None) -> list[PairingRecord]: ...
+
+
+class AllowedSenderStore(Protocol):
+    """What `bot pairing` needs beyond pairing itself: the senders it let in, listed, and revoked."""
+
+    async def allowed_senders(self, channel: str | None = None) -> list[AllowedSender]:
+        """The senders pairing let in (on one channel, or all), oldest first, with the name their request gave."""
+
+    async def revoke_pairing(self, channel: str, sender_id: str, account: str | None = None) -> tuple[int, int]:
+        """Forget a sender pairing let in, and drop every request of theirs, on the channel's `account` (None: every
+        account); (approvals removed, pending requests removed). The next message from them is a stranger's."""
 
 
 class SqlitePairing(Part):
@@ -57,14 +76,11 @@ class SqlitePairing(Part):
     async def request_pairing(
         self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
     ) -> PairingRecord:
-        """The sender's pending code (a new one if it has none). Each sender holds at most one; when `max_pending`
-        others are waiting, the oldest of them is dropped to make room, so strangers cannot use the slots up."""
         return await self._call(
             _request_pairing, channel, account, sender_id, sender_name, self._db.clock(), ttl, max_pending
         )
 
     async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None:
-        """Approve the pending, unexpired request with this code (compared in constant time); None if none."""
         return await self._call(_approve_pairing, channel, code.strip().upper(), approved_by, self._db.clock())
 
     async def is_allowed_sender(self, channel: str, account: str, sender_id: str) -> bool:
@@ -80,13 +96,10 @@ class SqlitePairing(Part):
         return [PairingRecord(**dict(row)) for row in rows]
 
     async def allowed_senders(self, channel: str | None = None) -> list[AllowedSender]:
-        """The senders pairing let in (on one channel, or all), oldest first, with the name their request gave."""
         rows = await self._call(_allowed_senders, channel)
         return [AllowedSender(**dict(row)) for row in rows]
 
     async def revoke_pairing(self, channel: str, sender_id: str, account: str | None = None) -> tuple[int, int]:
-        """Forget a sender pairing let in, and drop every request of theirs, on the channel's `account` (None: every
-        account); (approvals removed, pending requests removed). The next message from them is a stranger's."""
         return await self._call(_revoke_pairing, channel, sender_id, account)
 
 
@@ -94,6 +107,7 @@ if TYPE_CHECKING:
     from bot.store.database import Row
 
     _checked: type[PairingStore] = SqlitePairing
+    _checked_senders: type[AllowedSenderStore] = SqlitePairing
 
 
 _Pending = TypeVar("_Pending", bound="Row")
@@ -107,6 +121,17 @@ def matching_code(pending: Sequence[_Pending], code: str) -> _Pending | None:
         if hmac.compare_digest(row["code"].encode(), code.encode()):
             match = row
     return match
+
+
+def new_pairing(
+    channel: str, account: str, sender_id: str, sender_name: str | None, now: float, ttl: float
+) -> PairingRecord:
+    """A pending request with a new random code of eight `PAIRING_ALPHABET` letters, expiring `ttl` from `now`."""
+    code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
+    return PairingRecord(
+        channel=channel, account=account, code=code, sender_id=sender_id, sender_name=sender_name,
+        created=now, expires=now + ttl, status="pending",
+    )  # fmt: skip
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
@@ -145,14 +170,10 @@ def _request_pairing(
             " WHERE channel = ? AND account = ? AND status = 'pending' ORDER BY created DESC LIMIT -1 OFFSET ?)",
             (channel, account, channel, account, max(0, max_pending - 1)),
         )
-        code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
-        record = PairingRecord(
-            channel=channel, account=account, code=code, sender_id=sender_id, sender_name=sender_name,
-            created=now, expires=now + ttl, status="pending",
-        )  # fmt: skip
+        record = new_pairing(channel, account, sender_id, sender_name, now, ttl)
         connection.execute(
             "INSERT INTO pairing VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (channel, account, code, sender_id, sender_name, now, now + ttl, "pending"),
+            (channel, account, record.code, sender_id, sender_name, now, record.expires, "pending"),
         )
         return record
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bot.store.base import Record
 from bot.store.database import Part, dumps, execute
 
-__all__ = ["PreviewRecord", "PreviewStore", "SqlitePreviews", "delete_previews"]
+__all__ = ["PreviewRecord", "PreviewStore", "SqlitePreviews", "delete_previews", "preview_record"]
 
 
 class PreviewRecord(Record):
@@ -29,9 +29,14 @@ class PreviewStore(Protocol):
 
     async def set_preview(
         self, inbound_id: int, channel: str, account: str, target: dict[str, Any], message_id: str
-    ) -> None: ...
-    async def clear_previews(self, inbound_ids: list[int]) -> None: ...
-    async def previews(self) -> list[PreviewRecord]: ...
+    ) -> None:
+        """Remember the message a turn is streaming its answer into (one per message answered)."""
+
+    async def clear_previews(self, inbound_ids: list[int]) -> None:
+        """The answers to these messages are complete (or were taken back): forget their streamed messages."""
+
+    async def previews(self) -> list[PreviewRecord]:
+        """Every streamed message whose answer was not completed, oldest first."""
 
 
 class SqlitePreviews(Part):
@@ -40,22 +45,26 @@ class SqlitePreviews(Part):
     async def set_preview(
         self, inbound_id: int, channel: str, account: str, target: dict[str, Any], message_id: str
     ) -> None:
-        """Remember the message a turn is streaming its answer into (one per message answered)."""
         sql = "INSERT OR REPLACE INTO previews VALUES (?, ?, ?, ?, ?, ?)"
         await self._call(execute, sql, (inbound_id, channel, account, dumps(target), message_id, self._db.clock()))
 
     async def clear_previews(self, inbound_ids: list[int]) -> None:
-        """The answers to these messages are complete (or were taken back): forget their streamed messages."""
         if inbound_ids:
             await self._call(delete_previews, inbound_ids)
 
     async def previews(self) -> list[PreviewRecord]:
-        """Every streamed message whose answer was not completed, oldest first."""
         return await self._call(_preview_rows)
 
 
 if TYPE_CHECKING:
+    from bot.store.database import Row
+
     _checked: type[PreviewStore] = SqlitePreviews
+
+
+def preview_record(row: Row) -> PreviewRecord:
+    """A `previews` row (either backend's) as its record."""
+    return PreviewRecord.model_validate({**dict(row), "target": json.loads(row["target"])})
 
 
 # --- on the worker thread -----------------------------------------------------------------------------------------
@@ -69,4 +78,4 @@ def delete_previews(connection: sqlite3.Connection, inbound_ids: list[int]) -> N
 
 def _preview_rows(connection: sqlite3.Connection) -> list[PreviewRecord]:
     rows = connection.execute("SELECT * FROM previews ORDER BY created").fetchall()
-    return [PreviewRecord.model_validate({**dict(row), "target": json.loads(row["target"])}) for row in rows]
+    return [preview_record(row) for row in rows]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field
@@ -14,7 +14,8 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 
 __all__ = [
-    "SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "new_session_id", "session_record", "token_counts",
+    "SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "check_overrides", "merged_overrides",
+    "new_session_id", "session_record", "token_counts", "usage_counts",
 ]  # fmt: skip
 
 
@@ -59,42 +60,8 @@ class SessionStore(Protocol):
     """What a conversation needs: its session (made on first use), usage recorded per turn, `/new` to reset it."""
 
     async def get_session(self, session_key: str) -> SessionRecord | None: ...
-    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord: ...
-    async def touch_session(
-        self,
-        session_key: str,
-        *,
-        model: str | None = None,
-        usage: Usage | None = None,
-        channel: str | None = None,
-        account: str | None = None,
-        target: dict[str, Any] | None = None,
-        principal: str | None = None,
-    ) -> SessionRecord: ...
-    async def reset_session(self, session_key: str) -> SessionRecord: ...
-    async def count_sessions(self) -> int: ...
-    async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord: ...
-    async def all_overrides(self) -> dict[str, dict[str, str]]: ...
-    async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]: ...
-    async def list_sessions(
-        self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
-    ) -> list[SessionRecord]: ...
-
-
-def new_session_id() -> str:
-    """A random, URL- and file-name-safe id: 22 characters of [A-Za-z0-9_-]."""
-    return secrets.token_urlsafe(16)
-
-
-class SqliteSessions(Part):
-    """The session index in the `sessions` table."""
-
-    async def get_session(self, session_key: str) -> SessionRecord | None:
-        return await self._call(_get_session, session_key)
-
     async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
         """The session under this key, created with a new session id if there is none."""
-        return await self._call(_ensure_session, session_key, agent, new_session_id(), self._db.clock())
 
     async def touch_session(
         self,
@@ -111,50 +78,85 @@ class SqliteSessions(Part):
         recorded as a row of the `usage` table (with `model`); `principal` (whom the turn acted for: its key) joins
         the session's people; None leaves a field.
 
-        KeyError if there is no such session.
+        KeyError if there is no such session; ValueError for negative token counts.
         """
-        counts = token_counts(usage or Usage())
-        if min(counts) < 0:
-            raise ValueError(f"token counts cannot be negative: {usage}")
-        values = (model, *counts, channel, account, dumps(target) if target is not None else None, principal)
-        return await self._call(_touch_session, session_key, self._db.clock(), *values, usage is not None)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
         """Start the session over: a new session id, token totals zeroed; the old transcript stays on disk.
 
         KeyError if there is no such session.
         """
-        return await self._call(_reset_session, session_key, new_session_id(), self._db.clock())
 
-    async def count_sessions(self) -> int:
-        return await self._call(scalar, "SELECT count(*) FROM sessions")
-
+    async def count_sessions(self) -> int: ...
     async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord:
         """Change the session's own settings (`model`, `thinking`, `queue`); a None value clears that one. The
         session is created for `agent` if it does not exist yet."""
-        unknown = set(changes) - set(OVERRIDE_KEYS)
-        if unknown:
-            raise ValueError(f"unknown session overrides: {sorted(unknown)}")
-        now = self._db.clock()
-        return await self._call(_set_overrides, session_key, agent, new_session_id(), now, changes)
 
     async def all_overrides(self) -> dict[str, dict[str, str]]:
         """Every session that has overrides, with them (the gateway's view of `/queue` after a restart)."""
-        return await self._call(_all_overrides)
 
     async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
         """The runs' token rows recorded at or after `at`, oldest first; only `session_key`'s when given."""
-        return await self._call(_usage_since, at, session_key)
-
-    async def prune_usage(self, older_than_seconds: float) -> int:
-        """Delete usage rows older than this."""
-        return await self._call(delete, "DELETE FROM usage WHERE at < ?", self._db.cutoff(older_than_seconds))
 
     async def list_sessions(
         self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
     ) -> list[SessionRecord]:
         """The sessions, newest first (by `updated`): only `agents`' (None: every agent's), only those used at or
         after `since`, at most `limit` (None: all)."""
+
+
+def new_session_id() -> str:
+    """A random, URL- and file-name-safe id: 22 characters of [A-Za-z0-9_-]."""
+    return secrets.token_urlsafe(16)
+
+
+class SqliteSessions(Part):
+    """The session index in the `sessions` table."""
+
+    async def get_session(self, session_key: str) -> SessionRecord | None:
+        return await self._call(_get_session, session_key)
+
+    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
+        return await self._call(_ensure_session, session_key, agent, new_session_id(), self._db.clock())
+
+    async def touch_session(
+        self,
+        session_key: str,
+        *,
+        model: str | None = None,
+        usage: Usage | None = None,
+        channel: str | None = None,
+        account: str | None = None,
+        target: dict[str, Any] | None = None,
+        principal: str | None = None,
+    ) -> SessionRecord:
+        counts = usage_counts(usage)
+        values = (model, *counts, channel, account, dumps(target) if target is not None else None, principal)
+        return await self._call(_touch_session, session_key, self._db.clock(), *values, usage is not None)
+
+    async def reset_session(self, session_key: str) -> SessionRecord:
+        return await self._call(_reset_session, session_key, new_session_id(), self._db.clock())
+
+    async def count_sessions(self) -> int:
+        return await self._call(scalar, "SELECT count(*) FROM sessions")
+
+    async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord:
+        check_overrides(changes)
+        now = self._db.clock()
+        return await self._call(_set_overrides, session_key, agent, new_session_id(), now, changes)
+
+    async def all_overrides(self) -> dict[str, dict[str, str]]:
+        return await self._call(_all_overrides)
+
+    async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
+        return await self._call(_usage_since, at, session_key)
+
+    async def prune_usage(self, older_than_seconds: float) -> int:
+        return await self._call(delete, "DELETE FROM usage WHERE at < ?", self._db.cutoff(older_than_seconds))
+
+    async def list_sessions(
+        self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
+    ) -> list[SessionRecord]:
         return await self._call(_list_sessions, None if agents is None else tuple(agents), since, limit)
 
 
@@ -168,6 +170,18 @@ if TYPE_CHECKING:
 
 
 OVERRIDE_KEYS = ("model", "thinking", "queue")
+
+
+def check_overrides(changes: Mapping[str, str | None]) -> None:
+    """ValueError unless every key of `changes` is a session override (`OVERRIDE_KEYS`)."""
+    unknown = set(changes) - set(OVERRIDE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown session overrides: {sorted(unknown)}")
+
+
+def merged_overrides(current: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """The session's overrides after `changes`: a None value clears that one."""
+    return {key: value for key, value in {**current, **changes}.items() if value is not None}
 
 
 def session_record(row: Row) -> SessionRecord:
@@ -202,6 +216,14 @@ def _ensure_session(
 def token_counts(usage: Usage) -> tuple[int, int, int, int]:
     """A run's tokens in the order the `sessions` and `usage` columns take them: in, out, cache read, cache write."""
     return usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+
+
+def usage_counts(usage: Usage | None) -> tuple[int, int, int, int]:
+    """`token_counts` of a run's usage (None: none, all zero); ValueError if any is negative."""
+    counts = token_counts(usage or Usage())
+    if min(counts) < 0:
+        raise ValueError(f"token counts cannot be negative: {usage}")
+    return counts
 
 
 def _touch_session(
@@ -275,7 +297,7 @@ def _set_overrides(
 ) -> SessionRecord:
     with write_transaction(connection):
         current = _ensure_session(connection, session_key, agent, session_id, now).overrides
-        merged = {key: value for key, value in {**current, **changes}.items() if value is not None}
+        merged = merged_overrides(current, changes)
         row = first(
             connection,
             "UPDATE sessions SET overrides = ? WHERE session_key = ? RETURNING *",

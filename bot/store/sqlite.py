@@ -5,12 +5,11 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from bot.store.answers import SqliteAnswers
 from bot.store.approvals import SqliteApprovals
-from bot.store.base import Clock
+from bot.store.base import Clock, StoreContext
 from bot.store.database import Database, release_free_pages
 from bot.store.inbox import SqliteInbox
 from bot.store.jobs import SqliteJobs
@@ -40,6 +39,7 @@ class SqliteStore(
     SqliteSubagents,
     SqliteInbox,
     SqliteAnswers,
+    StoreContext,
 ):
     """The embedded store: `state.db` in WAL mode, used from one worker thread that owns the connection.
 
@@ -61,20 +61,12 @@ class SqliteStore(
         return self._db.connection
 
     async def release_space(self) -> int:
-        """Shrink `state.db` by the pages that deleted rows left free (after pruning); how many pages that was."""
+        """An incremental vacuum of `state.db`."""
         return await self._db.call(release_free_pages)
 
     async def close(self) -> None:
-        """Finish the calls already made, then close the database. Closing twice is fine."""
+        """Through the worker thread, which runs the calls already queued first."""
         await self._db.close()
-
-    async def __aenter__(self) -> SqliteStore:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 if TYPE_CHECKING:

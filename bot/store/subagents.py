@@ -48,36 +48,12 @@ class SubagentStore(Protocol):
     async def start_subagent(
         self, run_id: str, parent_key: str, child_key: str, agent: str, label: str | None, task: str,
         origin: dict[str, Any], entry: JournalEntry,
-    ) -> InboundRecord: ...  # fmt: skip
-    async def kill_subagent(self, run_id: str) -> SubagentRecord | None: ...
-    async def end_subagent(
-        self,
-        run_id: str,
-        status: SubagentStatus,
-        result: str,
-        inbound_ids: Sequence[int],
-        announcement: Announcement,
-    ) -> InboundRecord | None: ...
-    async def subagent(self, run_id: str) -> SubagentRecord | None: ...
-    async def subagents(self, parent_key: str | None = None, *, open_only: bool = False) -> list[SubagentRecord]: ...
-    async def prune_subagents(self, older_than_seconds: float) -> int: ...
-
-
-class SqliteSubagents(Part):
-    """Children in the `subagent_runs` table; their tasks and announcements in `inbound`."""
-
-    async def start_subagent(
-        self, run_id: str, parent_key: str, child_key: str, agent: str, label: str | None, task: str,
-        origin: dict[str, Any], entry: JournalEntry,
     ) -> InboundRecord:  # fmt: skip
         """Record a running child and journal its task (both or neither after a crash)."""
-        row = (run_id, parent_key, child_key, agent, label, task, dumps(origin))
-        return await self._call(_start, row, entry, self._db.clock())
 
     async def kill_subagent(self, run_id: str) -> SubagentRecord | None:
         """Mark a child that has not ended as killed (its end, when it comes, is announced as killed, even after a
         restart); None when it has ended already or there is no such child."""
-        return await self._call(_kill, run_id)
 
     async def end_subagent(
         self,
@@ -90,6 +66,36 @@ class SqliteSubagents(Part):
         """End a child: its journal rows done, its result kept, its announcement (made for the status it ends with)
         journaled, in one transaction. A kill asked for before wins over `status`. None when it had ended already
         (nothing is written then)."""
+
+    async def subagent(self, run_id: str) -> SubagentRecord | None: ...
+
+    async def subagents(self, parent_key: str | None = None, *, open_only: bool = False) -> list[SubagentRecord]:
+        """A session's children (every child without `parent_key`), oldest first; `open_only`: those not ended."""
+
+    async def prune_subagents(self, older_than_seconds: float) -> int: ...
+
+
+class SqliteSubagents(Part):
+    """Children in the `subagent_runs` table; their tasks and announcements in `inbound`."""
+
+    async def start_subagent(
+        self, run_id: str, parent_key: str, child_key: str, agent: str, label: str | None, task: str,
+        origin: dict[str, Any], entry: JournalEntry,
+    ) -> InboundRecord:  # fmt: skip
+        row = (run_id, parent_key, child_key, agent, label, task, dumps(origin))
+        return await self._call(_start, row, entry, self._db.clock())
+
+    async def kill_subagent(self, run_id: str) -> SubagentRecord | None:
+        return await self._call(_kill, run_id)
+
+    async def end_subagent(
+        self,
+        run_id: str,
+        status: SubagentStatus,
+        result: str,
+        inbound_ids: Sequence[int],
+        announcement: Announcement,
+    ) -> InboundRecord | None:
         now = self._db.clock()
         return await self._call(_end, run_id, status, result, list(inbound_ids), announcement, now)
 
@@ -98,7 +104,6 @@ class SqliteSubagents(Part):
         return rows[0] if rows else None
 
     async def subagents(self, parent_key: str | None = None, *, open_only: bool = False) -> list[SubagentRecord]:
-        """A session's children (every child without `parent_key`), oldest first; `open_only`: those not ended."""
         where = ["ended IS NULL"] if open_only else []
         params: tuple[object, ...] = ()
         if parent_key is not None:
@@ -108,7 +113,6 @@ class SqliteSubagents(Part):
         return await self._call(_rows, clause + "ORDER BY created, id", params)
 
     async def prune_subagents(self, older_than_seconds: float) -> int:
-        """Delete children that ended more than this long ago; never one still running."""
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._call(delete, "DELETE FROM subagent_runs WHERE ended IS NOT NULL AND ended < ?", cutoff)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-from types import TracebackType
 from typing import TYPE_CHECKING
 
-from bot.store.base import Clock
+from bot.store.base import Clock, StoreContext
 from bot.store.postgres.answers import PgAnswers
 from bot.store.postgres.approvals import PgApprovals
 from bot.store.postgres.database import PgDatabase
@@ -38,6 +37,7 @@ class PostgresStore(
     PgSubagents,
     PgInbox,
     PgAnswers,
+    StoreContext,
 ):
     """The networked store: every role in one PostgreSQL database, through a pool of connections."""
 
@@ -55,16 +55,8 @@ class PostgresStore(
         return 0
 
     async def close(self) -> None:
-        """Close the connections (after the calls in progress). Closing twice is fine."""
+        """The pool's connections, after the calls in progress."""
         await self._db.close()
-
-    async def __aenter__(self) -> PostgresStore:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 if TYPE_CHECKING:

@@ -18,13 +18,10 @@ class PgAnswers(PgPart):
     """Answers in the `session_answers` table; those older than ANSWERS_KEPT_SECONDS go as new ones come."""
 
     async def put_answer(self, job: str, answer: str | None) -> bool:
-        """Record the answer to message `job` (None: its sender stopped waiting) unless one is recorded already;
-        whether this call recorded it."""
         await self._db.execute("DELETE FROM session_answers WHERE created < %s", self._db.cutoff(ANSWERS_KEPT_SECONDS))
         return await put_answer(self._db, job, answer)
 
     async def get_answer(self, job: str) -> tuple[bool, str | None]:
-        """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
         return await get_answer(self._db, job)
 
 
@@ -33,7 +30,8 @@ if TYPE_CHECKING:
 
 
 async def put_answer(db: PgDatabase, job: str, answer: str | None) -> bool:
-    """Record the answer to message `job` unless one is recorded already; whether this call recorded it."""
+    """`AnswerStore.put_answer` without the pruning (PgAnswers' and PgMember's): ON CONFLICT DO NOTHING, so the first
+    writer wins even across processes."""
     row = await db.fetchone(
         "INSERT INTO session_answers (job, answer, created) VALUES (%s, %s, %s) ON CONFLICT (job) DO NOTHING"
         " RETURNING job",
@@ -45,6 +43,6 @@ async def put_answer(db: PgDatabase, job: str, answer: str | None) -> bool:
 
 
 async def get_answer(db: PgDatabase, job: str) -> tuple[bool, str | None]:
-    """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
+    """`AnswerStore.get_answer` (PgAnswers' and PgMember's)."""
     row = await db.fetchone("SELECT answer FROM session_answers WHERE job = %s", job)
     return (row is not None, row["answer"] if row else None)

@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from bot.store.approvals import (
     AllowedRule,
+    AllowedRuleStore,
     ApprovalDecision,
     ApprovalRecord,
     ApprovalStatus,
     ApprovalStore,
+    allowed_rule,
     approval_record,
+    approval_row,
     approval_seal,
 )
 from bot.store.database import dumps_list, loads
@@ -25,12 +28,8 @@ class PgApprovals(PgPart):
     'decision', made at first open); `exec_allowed` holds the commands allowed for good."""
 
     async def create_approval(self, record: ApprovalRecord) -> None:
-        """Record a pending request (before its message goes out)."""
-        row = record.model_dump()
-        row.update(approvers=dumps_list(record.approvers), messages=dumps_list(record.messages))
-        row["offer_always"] = int(record.offer_always)
-        columns = ", ".join(row)
-        sql = f"INSERT INTO approvals ({columns}) VALUES ({', '.join('%s' for _ in row)})"
+        row = approval_row(record)
+        sql = f"INSERT INTO approvals ({', '.join(row)}) VALUES ({', '.join('%s' for _ in row)})"
         await self._db.execute(sql, *row.values())
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
@@ -38,7 +37,6 @@ class PgApprovals(PgPart):
         return rows[0] if rows else None
 
     async def find_approvals(self, id_prefix: str, *, pending_only: bool = True) -> list[ApprovalRecord]:
-        """Requests whose id starts with `id_prefix` (for `/approve <prefix>`), newest first."""
         where = "WHERE left(id, length(%s::text)) = %s::text" + (" AND status = 'pending'" if pending_only else "")
         return await self._approvals(where + ' ORDER BY created DESC, id COLLATE "C"', id_prefix, id_prefix)
 
@@ -46,8 +44,6 @@ class PgApprovals(PgPart):
         return await self._approvals("WHERE status = 'pending' ORDER BY created, id COLLATE \"C\"")
 
     async def add_approval_message(self, approval_id: str, message: dict[str, Any]) -> None:
-        """Remember one place the request was shown, so that its outcome can be written there (once: the same card
-        shown again after a restart is not added twice)."""
         shown = loads(json.dumps(message))  # as it reads back
         async with self._db.transaction() as tx:
             row = await tx.fetchone("SELECT messages FROM approvals WHERE id = %s FOR UPDATE", approval_id)
@@ -63,7 +59,6 @@ class PgApprovals(PgPart):
     async def is_approval_message(
         self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str
     ) -> bool:
-        """Whether any request, pending or decided, was shown as this message (its card)."""
         sql = (
             "SELECT EXISTS (SELECT 1 FROM approvals, jsonb_array_elements(approvals.messages::jsonb) AS shown(value)"
             " WHERE shown.value ->> 'message_id' = %s::text"
@@ -78,7 +73,6 @@ class PgApprovals(PgPart):
     async def decide_approval(
         self, approval_id: str, status: ApprovalStatus, decision: ApprovalDecision | None, decided_by: str | None
     ) -> ApprovalRecord | None:
-        """Settle a pending request; None when it is unknown or no longer pending (a request is decided once)."""
         seal = approval_seal(self._db.key, approval_id, status, decision, decided_by)
         row = await self._db.fetchone(
             "UPDATE approvals SET status = %s, decision = %s, decided_by = %s, seal = %s"
@@ -92,19 +86,16 @@ class PgApprovals(PgPart):
         return None if row is None else approval_record(row, self._db.key)
 
     async def prune_approvals(self, older_than_seconds: float) -> int:
-        """Delete settled requests made more than this long ago (never a pending one); returns how many."""
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._db.execute("DELETE FROM approvals WHERE status != 'pending' AND created < %s", cutoff)
 
     async def allowed_commands(self, agent: str) -> list[tuple[str, tuple[str, ...], str | None]]:
-        """The exact commands "Allow always" stored for an agent: (resolved executable, arguments, script SHA-256)."""
         rows = await self._db.fetch("SELECT executable, args, sha256 FROM exec_allowed WHERE agent = %s", agent)
         return [(row["executable"], tuple(json.loads(row["args"])), row["sha256"]) for row in rows]
 
     async def allow_command(
         self, agent: str, executable: str, args: tuple[str, ...], approved_by: str | None, sha256: str | None = None
     ) -> None:
-        """Store an exact command; approving it again (a rewritten script) replaces the recorded SHA-256."""
         sql = (
             "INSERT INTO exec_allowed (agent, executable, args, approved_by, created, sha256)"
             " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (agent, executable, args) DO UPDATE"
@@ -113,15 +104,12 @@ class PgApprovals(PgPart):
         await self._db.execute(sql, agent, executable, json.dumps(list(args)), approved_by, self._db.clock(), sha256)
 
     async def allowed_rules(self, agent: str | None = None) -> list[AllowedRule]:
-        """Every "Allow always" rule (of one agent, or all), oldest first."""
         where, params = ("WHERE agent = %s", (agent,)) if agent is not None else ("", ())
         order = 'ORDER BY created, agent COLLATE "C", executable COLLATE "C", args COLLATE "C"'
         rows = await self._db.fetch(f"SELECT * FROM exec_allowed {where} {order}", *params)
-        return [AllowedRule(**(row | {"args": tuple(json.loads(row["args"]))})) for row in rows]
+        return [allowed_rule(row) for row in rows]
 
     async def revoke_allowed_rule(self, rule: AllowedRule) -> bool:
-        """Delete the rule; whether it was there. A running bot reads the rules at each command, so the next one
-        asks again."""
         sql = "DELETE FROM exec_allowed WHERE agent = %s AND executable = %s AND args = %s"
         return bool(await self._db.execute(sql, rule.agent, rule.executable, json.dumps(list(rule.args))))
 
@@ -132,3 +120,4 @@ class PgApprovals(PgPart):
 
 if TYPE_CHECKING:
     _checked: type[ApprovalStore] = PgApprovals
+    _checked_rules: type[AllowedRuleStore] = PgApprovals

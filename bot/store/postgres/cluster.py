@@ -9,20 +9,21 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
 from bot.store.database import dumps
-from bot.store.journal import InboundRecord
-from bot.store.outbox import OutboxRecord
+from bot.store.journal import InboundRecord, inbound_record
+from bot.store.outbox import OutboxRecord, outbox_record
 from bot.store.postgres.answers import get_answer, put_answer
 from bot.store.postgres.database import LANE_LOCK, PgDatabase, lock_granted
-from bot.store.postgres.journal import inbound_record
-from bot.store.postgres.outbox import outbox_record
 
 __all__ = ["LANES_CHANNEL", "LockKind", "PgMember"]
+
+if TYPE_CHECKING:
+    from bot.store.answers import AnswerStore
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +169,12 @@ class PgMember:
         return bool(row and row["busy"])
 
     # --- answers between sessions -----------------------------------------------------------------------------------
+    # The AnswerStore role (documented there) on the member's pool; old answers go by `prune_answers`, not on put.
 
     async def put_answer(self, job: str, answer: str | None) -> bool:
-        """Record the answer to message `job` (None: its sender stopped waiting) unless one is recorded already;
-        whether this call recorded it."""
         return await put_answer(self.db, job, answer)
 
     async def get_answer(self, job: str) -> tuple[bool, str | None]:
-        """Whether an answer to message `job` is recorded, and it (None: its sender stopped waiting)."""
         return await get_answer(self.db, job)
 
     async def prune_answers(self, older_than_seconds: float) -> int:
@@ -228,3 +227,7 @@ class PgMember:
             except psycopg.OperationalError as error:
                 log.warning("cluster: the notification connection failed (%s); connecting again", error)
                 await asyncio.sleep(1.0)
+
+
+if TYPE_CHECKING:
+    _checked: type[AnswerStore] = PgMember

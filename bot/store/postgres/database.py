@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from bot.store.base import Clock, FencedOut, StoreError, current_fence
+from bot.store.base import Clock, FencedOut, StoreError, current_fence, cutoff
 from bot.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = [
@@ -125,10 +125,7 @@ class PgDatabase:
             yield PgTx(connection)
 
     def cutoff(self, older_than_seconds: float) -> float:
-        """The time before which finished rows are old enough to prune."""
-        if older_than_seconds < 0:
-            raise ValueError(f"older_than_seconds cannot be negative: {older_than_seconds}")
-        return self.clock() - older_than_seconds
+        return cutoff(self.clock, older_than_seconds)
 
 
 class PgTx:

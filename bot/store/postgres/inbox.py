@@ -19,7 +19,6 @@ class PgInbox(PgPart):
     journal row."""
 
     async def inbox_file(self, inbound_ids: Sequence[int], ref: str) -> InboxFileRecord | None:
-        """Where the file `ref` of one of these messages went (a batch folds several into one turn), if anywhere."""
         row = await self._db.fetchone(
             "SELECT * FROM inbox_files WHERE ref = %s AND inbound_id = ANY(%s) ORDER BY inbound_id DESC LIMIT 1",
             ref,
@@ -28,7 +27,6 @@ class PgInbox(PgPart):
         return InboxFileRecord.model_validate(row) if row is not None else None
 
     async def set_inbox_file(self, inbound_id: int, ref: str, path: str, *, complete: bool) -> None:
-        """Record where the file `ref` of message `inbound_id` goes (before fetching it) or went (`complete`)."""
         await self._db.execute(
             "INSERT INTO inbox_files (inbound_id, ref, path, complete) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (inbound_id, ref) DO UPDATE SET path = excluded.path, complete = excluded.complete",

@@ -5,8 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.store.database import dumps, dumps_list, loads
-from bot.store.jobs import FINAL_STATUSES, JobRecord, JobRunRecord, RunStatus, run_outcome
+from bot.store.database import dumps, dumps_list
+from bot.store.jobs import (
+    JobRecord,
+    JobRunRecord,
+    RunStatus,
+    check_final_status,
+    job_record,
+    request_run,
+    run_outcome,
+    run_record,
+)
 from bot.store.journal import JournalEntry
 from bot.store.postgres.database import PgPart, PgTx
 from bot.store.postgres.journal import journal_entry
@@ -25,7 +34,6 @@ class PgJobs(PgPart):
     async def save_job(
         self, job: dict[str, Any], created_by: str | None = None, creator_owner: bool | None = None
     ) -> JobRecord:
-        """Insert or replace the job with `job["id"]` (a replaced job keeps its maker and creation time)."""
         now = self._db.clock()
         row = await self._db.fetchone(
             "INSERT INTO jobs (id, payload, created_by, creator_owner, created, updated)"
@@ -39,17 +47,16 @@ class PgJobs(PgPart):
             now,
         )
         assert row is not None
-        return _job(row)
+        return job_record(row)
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         row = await self._db.fetchone("SELECT * FROM jobs WHERE id = %s", job_id)
-        return None if row is None else _job(row)
+        return None if row is None else job_record(row)
 
     async def list_jobs(self) -> list[JobRecord]:
-        return [_job(row) for row in await self._db.fetch("SELECT * FROM jobs ORDER BY created, id")]
+        return [job_record(row) for row in await self._db.fetch("SELECT * FROM jobs ORDER BY created, id")]
 
     async def remove_job(self, job_id: str) -> bool:
-        """Delete a job (its run records stay, for `bot cron runs`); whether there was one."""
         return bool(await self._db.execute("DELETE FROM jobs WHERE id = %s", job_id))
 
     async def start_job_run(
@@ -60,22 +67,14 @@ class PgJobs(PgPart):
         detail: str | None = None,
         inbound: JournalEntry | None = None,
     ) -> JobRunRecord | None:
-        """Record the tick due at `tick` as running, with the journal row its turn starts from (both or neither
-        after a crash), or as already over (a final `status`); None when that tick was recorded before: it ran, or
-        was skipped, already."""
         return await self._start_run(job_id, tick, status, detail, inbound, self._db.clock())
 
     async def request_job_run(self, job_id: str) -> JobRunRecord:
-        """Ask for a run now (`bot cron run`, the tool's `run`): the scheduler of the running bot picks it up."""
-        now = self._db.clock()
-        while True:  # two requests in one clock reading: the second takes the next representable moment
-            run = await self._start_run(job_id, now, "requested", None, None, now)
-            if run is not None:
-                return run
-            now += 1e-6
+        return await request_run(
+            lambda now: self._start_run(job_id, now, "requested", None, None, now), self._db.clock()
+        )
 
     async def claim_job_run(self, run_id: int, inbound: JournalEntry) -> JobRunRecord | None:
-        """Start a requested run with its journal row, in one transaction; None if it is no longer requested."""
         now = self._db.clock()
         async with self._db.transaction() as tx:
             # One statement: of two processes claiming the run at once, the second waits, then finds it running.
@@ -92,9 +91,7 @@ class PgJobs(PgPart):
     async def finish_job_run(
         self, run_id: int, status: RunStatus, detail: str | None = None, message_ids: Sequence[str] = ()
     ) -> None:
-        """End a requested or running run with its final status; a run already ended keeps its first ending."""
-        if status not in FINAL_STATUSES:
-            raise ValueError(f"not a final run status: {status!r}")
+        check_final_status(status)
         await self._db.execute(
             f"UPDATE job_runs SET status = %s, detail = %s, message_ids = %s, ended = %s WHERE id = %s AND {_OPEN}",
             status,
@@ -105,8 +102,6 @@ class PgJobs(PgPart):
         )
 
     async def settle_job_runs(self) -> list[JobRunRecord]:
-        """End the running runs whose turn is over and whose answer has left the outbox (or died there): ok with
-        the platform's message ids, undeliverable, or error; the runs ended now."""
         now = self._db.clock()
         settled: list[JobRunRecord] = []
         async with self._db.transaction() as tx:
@@ -138,30 +133,26 @@ class PgJobs(PgPart):
                     run["id"],
                 )
                 if row is not None:
-                    settled.append(_run(row))
+                    settled.append(run_record(row))
         return settled
 
     async def job_runs(self, job_id: str | None = None, limit: int = 20) -> list[JobRunRecord]:
-        """The latest runs, newest first (of one job, or of all)."""
         if job_id is None:
             rows = await self._db.fetch("SELECT * FROM job_runs ORDER BY id DESC LIMIT %s", limit)
         else:
             rows = await self._db.fetch(
                 "SELECT * FROM job_runs WHERE job_id = %s ORDER BY id DESC LIMIT %s", job_id, limit
             )
-        return [_run(row) for row in rows]
+        return [run_record(row) for row in rows]
 
     async def open_job_runs(self) -> list[JobRunRecord]:
-        """Runs requested or still running, oldest first."""
-        return [_run(row) for row in await self._db.fetch(f"SELECT * FROM job_runs WHERE {_OPEN} ORDER BY id")]
+        return [run_record(row) for row in await self._db.fetch(f"SELECT * FROM job_runs WHERE {_OPEN} ORDER BY id")]
 
     async def last_job_ticks(self) -> dict[str, float]:
-        """Each job's latest scheduled tick (requested runs aside): what the scheduler has done, across restarts."""
         rows = await self._db.fetch("SELECT job_id, MAX(tick) AS tick FROM job_runs WHERE manual = 0 GROUP BY job_id")
         return {row["job_id"]: row["tick"] for row in rows}
 
     async def prune_job_runs(self, older_than_seconds: float) -> int:
-        """Delete ended runs older than this, keeping each job's latest (its last tick must be remembered)."""
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._db.execute(
             f"DELETE FROM job_runs WHERE NOT {_OPEN} AND ended < %s"
@@ -189,27 +180,12 @@ class PgJobs(PgPart):
             if row is None:
                 return None
             if inbound is None:
-                return _run(row)
+                return run_record(row)
             return await _journal(tx, row["id"], inbound, now)
 
 
 if TYPE_CHECKING:
     _checked: type[JobStore] = PgJobs
-
-
-def _job(row: dict[str, Any]) -> JobRecord:
-    return JobRecord(
-        id=row["id"],
-        job=loads(row["payload"]),
-        created_by=row["created_by"],
-        creator_owner=row["creator_owner"],
-        created=row["created"],
-        updated=row["updated"],
-    )
-
-
-def _run(row: dict[str, Any]) -> JobRunRecord:
-    return JobRunRecord.model_validate({**row, "message_ids": loads(row["message_ids"])})
 
 
 async def _journal(tx: PgTx, run_id: int, inbound: JournalEntry, now: float) -> JobRunRecord:
@@ -219,4 +195,4 @@ async def _journal(tx: PgTx, run_id: int, inbound: JournalEntry, now: float) -> 
         raise ValueError(f"the journal already holds {inbound.message_id}")
     row = await tx.fetchone("UPDATE job_runs SET inbound_id = %s WHERE id = %s RETURNING *", record.id, run_id)
     assert row is not None
-    return _run(row)
+    return run_record(row)

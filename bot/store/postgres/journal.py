@@ -6,8 +6,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.store.base import DEDUPE_SECONDS
-from bot.store.database import dumps, loads
-from bot.store.journal import InboundRecord, InboundStatus, JournalEntry, answered_in
+from bot.store.database import dumps
+from bot.store.journal import (
+    InboundRecord,
+    InboundStatus,
+    JournalEntry,
+    answered_in,
+    check_inbound_status,
+    inbound_record,
+)
 from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_row
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx, check_fence
 from bot.store.postgres.outbox import insert_outbox
@@ -27,13 +34,10 @@ class PgJournal(PgPart):
     async def record_inbound(
         self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
     ) -> InboundRecord | None:
-        """Journal a received message as pending; None if this message was recorded before (a redelivery)."""
         return await _record_inbound(self._db, channel, account, chat, message_id, dumps(payload), self._db.clock())
 
     async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
-        """Move a message to `status`. Done and failed are final: ValueError after them; KeyError if unknown."""
-        if status not in ("pending", "running", "done", "failed"):
-            raise ValueError(f"not an inbound status: {status!r}")
+        check_inbound_status(status)
         if status not in ("done", "failed"):  # an overtaken process marking a row running changes nothing
             await mark_inbound(self._db, inbound_id, status, error, self._db.clock())
             return
@@ -50,10 +54,6 @@ class PgJournal(PgPart):
         session_key: str | None = None,
         replies: Sequence[OutboxEntry] = (),
     ) -> list[OutboxRecord]:
-        """Record `replies` in the outbox and move the messages to their final `status` (noting the session that
-        answered them, and forgetting their streamed previews), in one transaction: after a crash all of it
-        happened or none did. KeyError for an unknown message, ValueError for one already finished; nothing is
-        written then."""
         rows = [outbox_row(reply) for reply in replies]
         ids = list(inbound_ids)
         answered = answered_in(replies)
@@ -71,26 +71,16 @@ class PgJournal(PgPart):
         return records
 
     async def unfinished_inbound(self) -> list[InboundRecord]:
-        """Pending and running messages in arrival order: after a crash, the work to run again."""
         rows = await self._db.fetch(f"SELECT * FROM inbound WHERE {_UNFINISHED} ORDER BY id")
         return [inbound_record(row) for row in rows]
 
     async def prune_inbound(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
-        """Delete done and failed messages finished more than this long ago; returns how many.
-
-        Their keys stop deduplicating redeliveries, hence the default of a day.
-        """
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._db.execute("DELETE FROM inbound WHERE status IN ('done', 'failed') AND updated < %s", cutoff)
 
 
 if TYPE_CHECKING:
     _checked: type[JournalStore] = PgJournal
-
-
-def inbound_record(row: dict[str, Any]) -> InboundRecord:
-    """An `inbound` row as its record."""
-    return InboundRecord.model_validate({**row, "payload": loads(row["payload"])})
 
 
 async def _record_inbound(
@@ -112,7 +102,7 @@ async def _record_inbound(
 
 
 async def journal_entry(tx: PgDatabase | PgTx, entry: JournalEntry, now: float) -> InboundRecord | None:
-    """Journal `entry` as pending, inside the caller's transaction; None when its message id is journaled already."""
+    """`bot.store.journal.journal_entry` on PostgreSQL, in `tx` (the caller's transaction)."""
     payload = dumps(entry.payload)
     return await _record_inbound(tx, entry.channel, entry.account, entry.chat, entry.message_id, payload, now)
 

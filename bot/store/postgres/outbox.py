@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from bot.store.base import DEDUPE_SECONDS
-from bot.store.database import loads
-from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_row
+from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_record, outbox_row
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx
 
 if TYPE_CHECKING:
     from bot.store.outbox import OutboxStore
 
-__all__ = ["PgOutbox", "insert_outbox", "outbox_record"]
+__all__ = ["PgOutbox", "insert_outbox"]
 
 _COLUMNS = "inbound_id, channel, account, target, payload, kind, dedupe_key, status, retry_at, created, updated"
 _VALUES = "%s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s"
@@ -34,15 +33,12 @@ class PgOutbox(PgPart):
         payload: dict[str, Any],
         kind: str = "send",
     ) -> OutboxRecord:
-        """Record something to send, due now; do this before sending. KeyError if `inbound_id` is unknown."""
         entry = OutboxEntry(
             inbound_id=inbound_id, channel=channel, account=account, target=target, payload=payload, kind=kind
         )
         return await insert_outbox(self._db, outbox_row(entry), self._db.clock())
 
     async def enqueue_once(self, entries: list[OutboxEntry]) -> list[OutboxRecord]:
-        """Record entries in one step, due now; an entry whose `key` was recorded before is not recorded again: the
-        earlier record stands in its place (sent, pending or dead)."""
         rows = [outbox_row(entry) for entry in entries]
         now = self._db.clock()
         records = []
@@ -62,40 +58,32 @@ class PgOutbox(PgPart):
         return records
 
     async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
-        """The platform accepted it. Only a pending entry can be marked: ValueError otherwise; KeyError if unknown."""
         sql = "UPDATE outbox SET status = 'sent', platform_message_id = %s, updated = %s"
         await _finish_outbox(self._db, outbox_id, sql, platform_message_id, self._db.clock())
 
     async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
-        """A send failed and will be tried again at `retry_at`; counts an attempt."""
         sql = "UPDATE outbox SET attempts = attempts + 1, error = %s, retry_at = %s, updated = %s"
         await _finish_outbox(self._db, outbox_id, sql, error, retry_at, self._db.clock())
 
     async def mark_dead(self, outbox_id: int, error: str) -> None:
-        """Give up on it: it is never due again."""
         sql = "UPDATE outbox SET status = 'dead', error = %s, updated = %s"
         await _finish_outbox(self._db, outbox_id, sql, error, self._db.clock())
 
     async def due_outbox(self, now: float | None = None) -> list[OutboxRecord]:
-        """Pending entries whose retry time has come (`now` defaults to the clock), in creation order."""
         at = self._db.clock() if now is None else now
         return await self._rows("WHERE status = 'pending' AND retry_at <= %s ORDER BY id", at)
 
     async def unsent_outbox(self) -> list[OutboxRecord]:
-        """Every pending entry, due or not, in creation order: what to send again on start."""
         return await self._rows("WHERE status = 'pending' ORDER BY id")
 
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
-        """Everything recorded in reply to one message, in creation order, whatever its status."""
         return await self._rows("WHERE inbound_id = %s ORDER BY id", inbound_id)
 
     async def inbound_has_replies(self, inbound_id: int) -> bool:
-        """Whether any reply to the message was recorded: after a restart, do not answer it twice."""
         row = await self._db.fetchone("SELECT EXISTS (SELECT 1 FROM outbox WHERE inbound_id = %s) AS found", inbound_id)
         return bool(row and row["found"])
 
     async def prune_outbox(self, older_than_seconds: float = DEDUPE_SECONDS) -> int:
-        """Delete sent and dead entries finished more than this long ago; returns how many."""
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._db.execute("DELETE FROM outbox WHERE status IN ('sent', 'dead') AND updated < %s", cutoff)
 
@@ -107,13 +95,8 @@ if TYPE_CHECKING:
     _checked: type[OutboxStore] = PgOutbox
 
 
-def outbox_record(row: dict[str, Any]) -> OutboxRecord:
-    """An `outbox` row as its record."""
-    return OutboxRecord.model_validate({**row, "target": loads(row["target"]), "payload": loads(row["payload"])})
-
-
 async def insert_outbox(sql: PgDatabase | PgTx, row: tuple[object, ...], now: float) -> OutboxRecord:
-    """Insert one `outbox_row`, due now; KeyError if it answers an unknown message."""
+    """`bot.store.outbox.insert_outbox` on PostgreSQL: the KeyError comes from the foreign-key violation."""
     created = await _insert(sql, row, now, "")
     assert created is not None
     return outbox_record(created)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import TYPE_CHECKING
 
-from bot.store.pairing import PAIRING_ALPHABET, AllowedSender, PairingRecord, PairingStore, matching_code
+from bot.store.pairing import (
+    AllowedSender,
+    AllowedSenderStore,
+    PairingRecord,
+    PairingStore,
+    matching_code,
+    new_pairing,
+)
 from bot.store.postgres.database import PgPart
 
 __all__ = ["PgPairing"]
@@ -17,8 +23,6 @@ class PgPairing(PgPart):
     async def request_pairing(
         self, channel: str, account: str, sender_id: str, sender_name: str | None, *, ttl: float, max_pending: int
     ) -> PairingRecord:
-        """The sender's pending code (a new one if it has none). Each sender holds at most one; when `max_pending`
-        others are waiting, the oldest of them is dropped to make room, so strangers cannot use the slots up."""
         now = self._db.clock()
         async with self._db.transaction() as tx:
             # One request at a time per channel account, across processes (SQLite's BEGIN IMMEDIATE): a sender
@@ -45,26 +49,21 @@ class PgPairing(PgPart):
                 account,
                 max(0, max_pending - 1),
             )
-            code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
-            record = PairingRecord(
-                channel=channel, account=account, code=code, sender_id=sender_id, sender_name=sender_name,
-                created=now, expires=now + ttl, status="pending",
-            )  # fmt: skip
+            record = new_pairing(channel, account, sender_id, sender_name, now, ttl)
             await tx.execute(
                 "INSERT INTO pairing (channel, account, code, sender_id, sender_name, created, expires, status)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending')",
                 channel,
                 account,
-                code,
+                record.code,
                 sender_id,
                 sender_name,
                 now,
-                now + ttl,
+                record.expires,
             )
             return record
 
     async def approve_pairing(self, channel: str, code: str, approved_by: str) -> PairingRecord | None:
-        """Approve the pending, unexpired request with this code (compared in constant time); None if none."""
         code = code.strip().upper()
         now = self._db.clock()
         async with self._db.transaction() as tx:
@@ -115,7 +114,6 @@ class PgPairing(PgPart):
         return [PairingRecord(**row) for row in rows]
 
     async def allowed_senders(self, channel: str | None = None) -> list[AllowedSender]:
-        """The senders pairing let in (on one channel, or all), oldest first, with the name their request gave."""
         sql = (
             "SELECT a.channel, a.account, a.sender_id, a.approved_by, a.created, (SELECT p.sender_name FROM pairing p"
             " WHERE p.channel = a.channel AND p.account = a.account AND p.sender_id = a.sender_id"
@@ -131,8 +129,6 @@ class PgPairing(PgPart):
         return [AllowedSender(**row) for row in rows]
 
     async def revoke_pairing(self, channel: str, sender_id: str, account: str | None = None) -> tuple[int, int]:
-        """Forget a sender pairing let in, and drop every request of theirs, on the channel's `account` (None: every
-        account); (approvals removed, pending requests removed). The next message from them is a stranger's."""
         where = "channel = %s AND sender_id = %s" + ("" if account is None else " AND account = %s")
         params: tuple[object, ...] = (channel, sender_id) if account is None else (channel, sender_id, account)
         async with self._db.transaction() as tx:
@@ -144,3 +140,4 @@ class PgPairing(PgPart):
 
 if TYPE_CHECKING:
     _checked: type[PairingStore] = PgPairing
+    _checked_senders: type[AllowedSenderStore] = PgPairing

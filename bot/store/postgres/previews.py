@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bot.store.database import dumps, loads
+from bot.store.database import dumps
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx
-from bot.store.previews import PreviewRecord
+from bot.store.previews import PreviewRecord, preview_record
 
 if TYPE_CHECKING:
     from bot.store.previews import PreviewStore
@@ -20,7 +20,6 @@ class PgPreviews(PgPart):
     async def set_preview(
         self, inbound_id: int, channel: str, account: str, target: dict[str, Any], message_id: str
     ) -> None:
-        """Remember the message a turn is streaming its answer into (one per message answered)."""
         await self._db.execute(
             "INSERT INTO previews (inbound_id, channel, account, target, message_id, created)"
             " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (inbound_id) DO UPDATE SET channel = excluded.channel,"
@@ -35,13 +34,11 @@ class PgPreviews(PgPart):
         )
 
     async def clear_previews(self, inbound_ids: list[int]) -> None:
-        """The answers to these messages are complete (or were taken back): forget their streamed messages."""
         await delete_previews(self._db, inbound_ids)
 
     async def previews(self) -> list[PreviewRecord]:
-        """Every streamed message whose answer was not completed, oldest first."""
         rows = await self._db.fetch("SELECT * FROM previews ORDER BY created, inbound_id")
-        return [PreviewRecord.model_validate({**row, "target": loads(row["target"])}) for row in rows]
+        return [preview_record(row) for row in rows]
 
 
 if TYPE_CHECKING:

@@ -9,13 +9,14 @@ from agent.messages import Usage
 from bot.store.database import dumps, loads
 from bot.store.postgres.database import PgPart, PgTx
 from bot.store.sessions import (
-    OVERRIDE_KEYS,
     SessionRecord,
     SessionStore,
     UsageRow,
+    check_overrides,
+    merged_overrides,
     new_session_id,
     session_record,
-    token_counts,
+    usage_counts,
 )
 
 __all__ = ["PgSessions"]
@@ -34,7 +35,6 @@ class PgSessions(PgPart):
         return None if row is None else session_record(row)
 
     async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
-        """The session under this key, created with a new session id if there is none."""
         now = self._db.clock()
         async with self._db.transaction() as tx:
             return await _ensure_session(tx, session_key, agent, new_session_id(), now)
@@ -50,15 +50,7 @@ class PgSessions(PgPart):
         target: dict[str, Any] | None = None,
         principal: str | None = None,
     ) -> SessionRecord:
-        """Mark the session used now; `usage` (a run's tokens) is added to its totals and, in the same transaction,
-        recorded as a row of the `usage` table (with `model`); `principal` (whom the turn acted for: its key) joins
-        the session's people; None leaves a field.
-
-        KeyError if there is no such session.
-        """
-        counts = token_counts(usage or Usage())
-        if min(counts) < 0:
-            raise ValueError(f"token counts cannot be negative: {usage}")
+        counts = usage_counts(usage)
         now = self._db.clock()
         async with self._db.transaction() as tx:
             row = await tx.fetchone(
@@ -96,10 +88,6 @@ class PgSessions(PgPart):
         return session_record(row)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
-        """Start the session over: a new session id, token totals zeroed; the old transcript stays on disk.
-
-        KeyError if there is no such session.
-        """
         now = self._db.clock()
         row = await self._db.fetchone(
             "UPDATE sessions SET session_id = %s, created = %s, updated = %s, input_tokens = 0, output_tokens = 0,"
@@ -120,19 +108,14 @@ class PgSessions(PgPart):
         return int(row["n"])
 
     async def set_overrides(self, session_key: str, agent: str, **changes: str | None) -> SessionRecord:
-        """Change the session's own settings (`model`, `thinking`, `queue`); a None value clears that one. The
-        session is created for `agent` if it does not exist yet."""
-        unknown = set(changes) - set(OVERRIDE_KEYS)
-        if unknown:
-            raise ValueError(f"unknown session overrides: {sorted(unknown)}")
+        check_overrides(changes)
         now = self._db.clock()
         async with self._db.transaction() as tx:
             await tx.execute(_ENSURE, session_key, new_session_id(), agent, now, now)
             # The row lock keeps two processes' changes from overwriting each other's merge.
             current = await tx.fetchone("SELECT overrides FROM sessions WHERE session_key = %s FOR UPDATE", session_key)
             assert current is not None  # made above, and nothing deletes sessions
-            merged = {key: value for key, value in {**(loads(current["overrides"]) or {}), **changes}.items()}
-            kept = {key: value for key, value in merged.items() if value is not None}
+            kept = merged_overrides(loads(current["overrides"]) or {}, changes)
             row = await tx.fetchone(
                 "UPDATE sessions SET overrides = %s WHERE session_key = %s RETURNING *",
                 dumps(kept) if kept else None,
@@ -142,12 +125,10 @@ class PgSessions(PgPart):
         return session_record(row)
 
     async def all_overrides(self) -> dict[str, dict[str, str]]:
-        """Every session that has overrides, with them (the gateway's view of `/queue` after a restart)."""
         rows = await self._db.fetch("SELECT session_key, overrides FROM sessions WHERE overrides IS NOT NULL")
         return {row["session_key"]: loads(row["overrides"]) for row in rows}
 
     async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
-        """The runs' token rows recorded at or after `at`, oldest first; only `session_key`'s when given."""
         if session_key is None:
             rows = await self._db.fetch("SELECT * FROM usage WHERE at >= %s ORDER BY id", at)
         else:
@@ -157,14 +138,11 @@ class PgSessions(PgPart):
         return [UsageRow.model_validate(row) for row in rows]
 
     async def prune_usage(self, older_than_seconds: float) -> int:
-        """Delete usage rows older than this."""
         return await self._db.execute("DELETE FROM usage WHERE at < %s", self._db.cutoff(older_than_seconds))
 
     async def list_sessions(
         self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
     ) -> list[SessionRecord]:
-        """The sessions, newest first (by `updated`): only `agents`' (None: every agent's), only those used at or
-        after `since`, at most `limit` (None: all)."""
         where: list[str] = []
         params: list[object] = []
         if agents is not None:

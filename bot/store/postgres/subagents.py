@@ -25,7 +25,6 @@ class PgSubagents(PgPart):
         self, run_id: str, parent_key: str, child_key: str, agent: str, label: str | None, task: str,
         origin: dict[str, Any], entry: JournalEntry,
     ) -> InboundRecord:  # fmt: skip
-        """Record a running child and journal its task (both or neither after a crash)."""
         now = self._db.clock()
         async with self._db.transaction() as tx:
             record = await journal_entry(tx, entry, now)
@@ -47,8 +46,6 @@ class PgSubagents(PgPart):
         return record
 
     async def kill_subagent(self, run_id: str) -> SubagentRecord | None:
-        """Mark a child that has not ended as killed (its end, when it comes, is announced as killed, even after a
-        restart); None when it has ended already or there is no such child."""
         row = await self._db.fetchone(
             "UPDATE subagent_runs SET status = 'killed' WHERE id = %s AND ended IS NULL RETURNING *", run_id
         )
@@ -62,9 +59,6 @@ class PgSubagents(PgPart):
         inbound_ids: Sequence[int],
         announcement: Announcement,
     ) -> InboundRecord | None:
-        """End a child: its journal rows done, its result kept, its announcement (made for the status it ends with)
-        journaled, in one transaction. A kill asked for before wins over `status`. None when it had ended already
-        (nothing is written then)."""
         now = self._db.clock()
         async with self._db.transaction() as tx:
             # One statement ends it: of two processes ending the child at once, the second waits, then finds it ended.
@@ -93,7 +87,6 @@ class PgSubagents(PgPart):
         return None if row is None else subagent_record(row)
 
     async def subagents(self, parent_key: str | None = None, *, open_only: bool = False) -> list[SubagentRecord]:
-        """A session's children (every child without `parent_key`), oldest first; `open_only`: those not ended."""
         where = ["ended IS NULL"] if open_only else []
         params: tuple[object, ...] = ()
         if parent_key is not None:
@@ -104,7 +97,6 @@ class PgSubagents(PgPart):
         return [subagent_record(row) for row in rows]
 
     async def prune_subagents(self, older_than_seconds: float) -> int:
-        """Delete children that ended more than this long ago; never one still running."""
         cutoff = self._db.cutoff(older_than_seconds)
         return await self._db.execute("DELETE FROM subagent_runs WHERE ended IS NOT NULL AND ended < %s", cutoff)
 

@@ -16,7 +16,7 @@ from channels import discord, slack, telegram
 from channels.base import CONSOLE, Capabilities, ChatTarget, OutboundMessage, Poll
 from routing import Peer
 from tools.base import CrossChat, RunInfo, ToolContext, ToolResult, invoke
-from tools.message import MAX_OWN_PER_SESSION, MAX_SENT_PER_SESSION, MessageTool, Sent, build_schema
+from tools.message import MAX_OWN_PER_SESSION, MAX_SENT_PER_SESSION, MessageTool, SentMessage, build_schema
 from tools.schema import normalize_schema, tool_schema
 from tools.web import WebFetch
 
@@ -542,9 +542,9 @@ async def test_deliveries_are_recorded_per_session(tool: MessageTool) -> None:
     await call(tool, {"action": "delete", "message_id": "101"})
     slack_target = ChatTarget(channel="slack", account="default", peer=Peer("channel", "C1"))
     assert tool.sent_in(SESSION) == [
-        Sent(target=HERE, message_id="101", text="first"),
-        Sent(target=HERE, message_id="102", text="second"),
-        Sent(target=slack_target, message_id="103", text="elsewhere"),
+        SentMessage(target=HERE, message_id="101", text="first"),
+        SentMessage(target=HERE, message_id="102", text="second"),
+        SentMessage(target=slack_target, message_id="103", text="elsewhere"),
     ]
     await call(tool, {"action": "edit", "message_id": "102", "text": "second, corrected"})
     tool.remember(SESSION, HERE, "999")  # the bot's answer in an earlier run of the session

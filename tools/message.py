@@ -101,7 +101,7 @@ class MessageArgs(BaseModel):
     media: list[str] | None = None  # workspace-relative paths of files to send (send, reply)
 
 
-class Sent(BaseModel):
+class SentMessage(BaseModel):
     """One delivery the tool made during a run (the gateway reads these to skip repeating the answer)."""
 
     target: ChatTarget
@@ -166,7 +166,7 @@ def _key(target: ChatTarget, message_id: str) -> MessageKey:
     return "\x1f".join((target.channel, target.account, target.peer.kind, target.peer.id or "", message_id))
 
 
-def _same_message(first: Sent, second: Sent) -> bool:
+def _same_message(first: SentMessage, second: SentMessage) -> bool:
     """Whether two records are about one platform message (a thread id does not change which message it is)."""
     a, b = first.target, second.target
     return (a.channel, a.account, a.peer, first.message_id) == (b.channel, b.account, b.peer, second.message_id)
@@ -318,7 +318,7 @@ class MessageTool(Tool):
         only files in the workspace can be sent."""
         self.messenger = messenger
         self.fetcher = fetcher
-        self._sent: OrderedDict[str, deque[Sent]] = OrderedDict()
+        self._sent: OrderedDict[str, deque[SentMessage]] = OrderedDict()
         self._own: OrderedDict[str, deque[MessageKey]] = OrderedDict()
         self._turn_sends: dict[str, int] = {}  # session key -> sends its current turn made
 
@@ -327,7 +327,7 @@ class MessageTool(Tool):
             return build_schema(Capabilities(), self.messenger.accounts())
         return build_schema(run.capabilities, self.messenger.accounts(), anywhere=run.acts_anywhere)
 
-    def sent_in(self, run_session_key: str) -> list[Sent]:
+    def sent_in(self, run_session_key: str) -> list[SentMessage]:
         """What this tool delivered for the session since it was last forgotten (the latest 50 at most)."""
         return list(self._sent.get(run_session_key, ()))
 
@@ -354,7 +354,7 @@ class MessageTool(Tool):
         if entries is not None and _key(target, message_id) in entries:
             entries.remove(_key(target, message_id))
 
-    def _record(self, key: str, sent: Sent) -> None:
+    def _record(self, key: str, sent: SentMessage) -> None:
         entries = _session_entries(self._sent, key, MAX_SENT_PER_SESSION)
         for index, entry in enumerate(entries):  # an edit replaces the text recorded for that message
             if sent.message_id is not None and _same_message(entry, sent):
@@ -484,7 +484,7 @@ class MessageTool(Tool):
         except Exception as error:  # the platform refused: the model reads why, the run goes on
             return self._error(f"{args.action} failed: {str(error) or type(error).__name__}")
         if args.action in ("send", "reply", "edit") and args.text is not None:
-            self._record(run.session_key, Sent(target=target, message_id=message_id, text=args.text))
+            self._record(run.session_key, SentMessage(target=target, message_id=message_id, text=args.text))
         if args.action in ("send", "reply") and message_id is not None:
             self.remember(run.session_key, target, message_id)
         elif args.action == "delete" and message_id is not None:
@@ -604,4 +604,4 @@ def file_kind(mime_type: str | None) -> AttachmentKind:
     return "document"
 
 
-__all__ = ["ButtonSpec", "MessageArgs", "MessageTool", "Messenger", "Sent", "build_schema", "supported_actions"]
+__all__ = ["ButtonSpec", "MessageArgs", "MessageTool", "Messenger", "SentMessage", "build_schema", "supported_actions"]

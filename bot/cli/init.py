@@ -13,7 +13,9 @@ import click
 
 from routing.errors import ChannelError
 
-__all__ = ["PLATFORMS", "PROVIDERS", "Platform", "Provider", "TokenRefused", "check_token", "init", "render_config"]
+__all__ = [
+    "PLATFORMS", "PROVIDERS", "Platform", "ProviderChoice", "TokenRefused", "check_token", "init", "render_config",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Platform:
 
 
 @dataclass(frozen=True)
-class Provider:
+class ProviderChoice:
     """A model provider `bot init` can set up."""
 
     name: str
@@ -57,15 +59,15 @@ PLATFORMS: dict[str, Platform] = {
     ),
 }  # fmt: skip
 
-PROVIDERS: dict[str, Provider] = {
-    "openrouter": Provider(
+PROVIDERS: dict[str, ProviderChoice] = {
+    "openrouter": ProviderChoice(
         "openrouter", "openai", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY",
         "openrouter/anthropic/claude-sonnet-4", ("openrouter/openai/gpt-4.1-mini",),
     ),
-    "openai": Provider(
+    "openai": ProviderChoice(
         "openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai/gpt-4.1", ("openai/gpt-4.1-mini",)
     ),
-    "anthropic": Provider("anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
+    "anthropic": ProviderChoice("anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY",
                           "anthropic/claude-sonnet-4"),
 }  # fmt: skip
 

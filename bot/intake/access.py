@@ -13,7 +13,7 @@ MAX_PENDING_PAIRINGS = 10  # per account; a new request then replaces the oldest
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AccessVerdict:
     """Whether a message reaches the bot; why not (for the journal); and what, if anything, to answer."""
 
     allowed: bool
@@ -21,7 +21,7 @@ class Verdict:
     reply: str | None = None
 
 
-ALLOWED = Verdict(True)
+ALLOWED = AccessVerdict(True)
 
 
 async def check_access(
@@ -31,37 +31,37 @@ async def check_access(
     owners: frozenset[str],
     *,
     pair: bool = True,
-) -> Verdict:
+) -> AccessVerdict:
     """The verdict for one message. Strangers get nothing but, under `pairing`, a one-time code (unless `pair` is
     False: a stranger's `/whoami` is answered with their id alone, and asks for no code)."""
     if message.sender_is_bot:
-        return Verdict(False, "ignored: sent by a bot")
+        return AccessVerdict(False, "ignored: sent by a bot")
     owner = owner_key(message.channel, message.sender_id) in owners
     if message.peer.kind == "direct":
         return await _direct(message, settings, store, owner, pair)
     if settings.group_policy == "disabled":
-        return Verdict(False, "ignored: groups are disabled for this account")
+        return AccessVerdict(False, "ignored: groups are disabled for this account")
     if settings.group_policy == "allowlist" and not owner and message.sender_id not in settings.group_allow_from:
-        return Verdict(False, "ignored: sender not in group_allow_from")
+        return AccessVerdict(False, "ignored: sender not in group_allow_from")
     addressed = message.was_mentioned or message.reply_to_bot or (owner and message.text.startswith("/"))
     if settings.require_mention and not addressed:
-        return Verdict(False, "ignored: not mentioned")
+        return AccessVerdict(False, "ignored: not mentioned")
     return ALLOWED
 
 
 async def _direct(
     message: InboundMessage, settings: AccountSettings, store: PairingStore, owner: bool, pair: bool
-) -> Verdict:
+) -> AccessVerdict:
     if owner or settings.dm_policy == "open" or message.sender_id in settings.allow_from:
         return ALLOWED
     if settings.dm_policy == "disabled":
-        return Verdict(False, "ignored: direct messages are disabled for this account")
+        return AccessVerdict(False, "ignored: direct messages are disabled for this account")
     if await store.is_allowed_sender(message.channel, message.account, message.sender_id):
         return ALLOWED
     if settings.dm_policy == "allowlist":
-        return Verdict(False, "ignored: sender not in allow_from")
+        return AccessVerdict(False, "ignored: sender not in allow_from")
     if not pair:
-        return Verdict(False, "ignored: not paired")
+        return AccessVerdict(False, "ignored: not paired")
     request = await store.request_pairing(
         message.channel,
         message.account,
@@ -75,4 +75,4 @@ async def _direct(
         f"owner to approve it: `bot pairing approve {message.channel} {request.code}`, or /pair {request.code} "
         f"in a chat with me. Your id: {owner_key(message.channel, message.sender_id)}"
     )
-    return Verdict(False, "pairing requested", reply)
+    return AccessVerdict(False, "pairing requested", reply)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.config.owners_file import owner_key
-from bot.intake.access import Verdict
+from bot.intake.access import AccessVerdict
 from bot.intake.commands import Command
 from channels.base import AccountSettings, InboundMessage
 
@@ -27,10 +27,10 @@ def asks_whoami_in_dm(message: InboundMessage, command: Command | None) -> bool:
     return command is not None and command.name == "whoami" and message.peer.kind == "direct"
 
 
-def stranger_whoami(message: InboundMessage, settings: AccountSettings, verdict: Verdict) -> Verdict:
+def stranger_whoami(message: InboundMessage, settings: AccountSettings, verdict: AccessVerdict) -> AccessVerdict:
     """The verdict for a `/whoami` in a DM from a sender access control turned away: the answer is their id and
     nothing else (no agent, no typing, no pairing code), so that the owner can add them. Bots get nothing, and neither
     does anyone where the account takes no direct messages (`dm_policy: disabled`)."""
     if message.sender_is_bot or settings.dm_policy == "disabled":
         return verdict
-    return Verdict(False, "stranger asked /whoami", f"Your id: {owner_key(message.channel, message.sender_id)}")
+    return AccessVerdict(False, "stranger asked /whoami", f"Your id: {owner_key(message.channel, message.sender_id)}")

@@ -16,7 +16,7 @@ from fakes.telegram import FakeTelegram
 from helpers import eventually
 from test_cluster_bot_run import OWNERS, Cluster, cluster, query, settled
 
-from bot.config.schedules import Job
+from bot.config.schedules import CronJob
 from bot.runs.principal import SHELL
 from bot.store.postgres import PostgresStore
 
@@ -101,7 +101,7 @@ async def add_job(url: str, job_id: str, at: str, message: str, deliver: str) ->
     """A one-shot job, as `bot cron add` records it (made at the shell: the owners'): it fires at `at`, counted from
     now (its creation)."""
     async with await PostgresStore.open(url) as store:
-        await store.save_job(Job(id=job_id, at=at, message=message, deliver=deliver).model_dump(mode="json"), SHELL)
+        await store.save_job(CronJob(id=job_id, at=at, message=message, deliver=deliver).model_dump(mode="json"), SHELL)
 
 
 async def test_a_cron_job_fires_once_across_the_three_processes(

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from helpers import FakeClock
 
-from bot.config.schedules import Job
+from bot.config.schedules import CronJob
 from bot.scheduled.scheduler import ScheduledJob, Scheduler
 from bot.store import JobRunRecord, OutboxEntry, SqliteStore
 from bot.store.journal import JournalEntry
@@ -52,7 +52,7 @@ async def store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
 
 
 def scheduler(
-    store: SqliteStore, clock: FakeClock, launcher: Launcher, *jobs: Job, catch_up: float = 3600
+    store: SqliteStore, clock: FakeClock, launcher: Launcher, *jobs: CronJob, catch_up: float = 3600
 ) -> Scheduler:
     return Scheduler(store, jobs, launcher, catch_up=catch_up, clock=clock, sleep=clock.sleep)
 
@@ -74,7 +74,7 @@ async def test_weekday_nine_in_berlin_fires_once_at_nine_and_settles_with_its_me
     store: SqliteStore, clock: FakeClock
 ) -> None:
     launcher = Launcher()
-    job = Job(id="standup", cron="0 9 * * 1-5", tz="Europe/Berlin", message="standup", deliver="telegram:direct:1")
+    job = CronJob(id="standup", cron="0 9 * * 1-5", tz="Europe/Berlin", message="standup", deliver="telegram:direct:1")
     cron = scheduler(store, clock, launcher, job)
     await cron.tick()
     assert launcher.launched == []
@@ -103,7 +103,7 @@ async def test_a_tick_while_the_previous_run_is_still_going_is_skipped_and_recor
     store: SqliteStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     launcher = Launcher()
-    job = Job(id="slow", every="1m", message="m", deliver="telegram:direct:1")
+    job = CronJob(id="slow", every="1m", message="m", deliver="telegram:direct:1")
     await store.save_job(job.model_dump(mode="json"))
     cron = scheduler(store, clock, launcher)
     clock.advance(61 + 30)
@@ -129,7 +129,7 @@ async def test_a_tick_while_the_previous_run_is_still_going_is_skipped_and_recor
 
 
 async def test_after_downtime_a_missed_tick_runs_once_within_catch_up(store: SqliteStore, clock: FakeClock) -> None:
-    job = Job(id="often", every="1m", message="m", deliver="telegram:direct:1")
+    job = CronJob(id="often", every="1m", message="m", deliver="telegram:direct:1")
     await store.save_job(job.model_dump(mode="json"))
     clock.advance(10 * 60)  # down for ten minutes: ten ticks missed
     launcher = Launcher()
@@ -141,7 +141,7 @@ async def test_after_downtime_a_missed_tick_runs_once_within_catch_up(store: Sql
 async def test_after_downtime_a_tick_older_than_catch_up_is_skipped_and_logged(
     store: SqliteStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job = Job(
+    job = CronJob(
         id="once", at=datetime.fromtimestamp(START + 60, BERLIN).isoformat(), message="m", deliver="telegram:direct:1"
     )
     await store.save_job(job.model_dump(mode="json"))
@@ -157,7 +157,7 @@ async def test_after_downtime_a_tick_older_than_catch_up_is_skipped_and_logged(
 
 
 async def test_a_one_shot_job_fires_once_and_is_disabled(store: SqliteStore, clock: FakeClock) -> None:
-    job = Job(
+    job = CronJob(
         id="remind", at=datetime.fromtimestamp(START + 5, BERLIN).isoformat(), message="m", deliver="telegram:direct:1"
     )
     await store.save_job(job.model_dump(mode="json"))
@@ -176,7 +176,7 @@ async def test_a_one_shot_job_fires_once_and_is_disabled(store: SqliteStore, clo
 async def test_an_unreachable_target_makes_the_run_undeliverable(store: SqliteStore, clock: FakeClock) -> None:
     launcher = Launcher()
     launcher.unreachable = "no running telegram account 'gone'"
-    job = Job(id="lost", every="1m", message="m", deliver="telegram/gone:direct:1")
+    job = CronJob(id="lost", every="1m", message="m", deliver="telegram/gone:direct:1")
     cron = scheduler(store, clock, launcher, job)
     clock.now = (int(START) // 60 + 2) * 60 + 31.0
     await cron.tick()
@@ -187,7 +187,7 @@ async def test_an_unreachable_target_makes_the_run_undeliverable(store: SqliteSt
 
 async def test_a_dead_reply_makes_the_run_undeliverable(store: SqliteStore, clock: FakeClock) -> None:
     launcher = Launcher()
-    job = Job(id="refused", every="1m", message="m", deliver="telegram:direct:1")
+    job = CronJob(id="refused", every="1m", message="m", deliver="telegram:direct:1")
     cron = scheduler(store, clock, launcher, job)
     clock.now = (int(START) // 60 + 2) * 60 + 31.0
     await cron.tick()
@@ -206,7 +206,7 @@ async def test_runs_asked_for_start_once_and_overlapping_requests_are_skipped(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     launcher = Launcher()
-    job = Job(id="manual", cron="0 0 1 1 *", message="m", deliver="telegram:direct:1")
+    job = CronJob(id="manual", cron="0 0 1 1 *", message="m", deliver="telegram:direct:1")
     cron = scheduler(store, clock, launcher, job)
     first = await store.request_job_run("manual")
     second = await store.request_job_run("manual")  # asked twice before the bot looked: the second overlaps
@@ -222,7 +222,7 @@ async def test_runs_asked_for_start_once_and_overlapping_requests_are_skipped(
 
 
 async def test_a_tick_is_recorded_once_even_by_two_schedulers(store: SqliteStore, clock: FakeClock) -> None:
-    job = Job(id="shared", every="1m", message="m", deliver="telegram:direct:1")
+    job = CronJob(id="shared", every="1m", message="m", deliver="telegram:direct:1")
     await store.save_job(job.model_dump(mode="json"))
     one, two = Launcher(), Launcher()
     clock.advance(91)
@@ -234,7 +234,7 @@ async def test_a_tick_is_recorded_once_even_by_two_schedulers(store: SqliteStore
 async def test_a_heartbeat_runs_only_within_its_active_hours(store: SqliteStore, clock: FakeClock) -> None:
     from bot.scheduled.heartbeats import Heartbeat
 
-    job = Job(
+    job = CronJob(
         id="heartbeat-main", agent="main", every="1h", message="beat", session="main", deliver="telegram:direct:1"
     )
     beat = Heartbeat(job, (8 * 60, 22 * 60), "Europe/Berlin")

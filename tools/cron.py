@@ -14,7 +14,7 @@ __all__ = ["CronArgs", "CronTool", "JobBook"]
 
 class JobBook(Protocol):
     """The scheduled jobs as a tool may change them; each call raises ValueError (a bad job) or LookupError (no
-    such job) with a message for the model. Jobs are the flat objects of `bot.config.schedules.Job`, as JSON."""
+    such job) with a message for the model. Jobs are the flat objects of `bot.config.schedules.CronJob`, as JSON."""
 
     async def add(self, fields: dict[str, Any], run: RunInfo) -> dict[str, Any]: ...
     async def list(self, run: RunInfo) -> list[dict[str, Any]]: ...

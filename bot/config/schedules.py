@@ -21,7 +21,7 @@ from tools.clock import zone
 from tools.message import parse_to
 
 __all__ = [
-    "Job",
+    "CronJob",
     "duration_seconds",
     "interval_seconds",
     "jitter_seconds",
@@ -69,7 +69,7 @@ def parse_deliver(text: str) -> tuple[str, str | None, Peer, str | None]:
     return channel, account, peer, thread.strip() or None
 
 
-class Job(BaseModel):
+class CronJob(BaseModel):
     """One scheduled job, the same in bindings.yaml, in the `cron` tool's arguments and in `--json` output."""
 
     model_config = ConfigDict(extra="forbid")
@@ -131,7 +131,7 @@ class Job(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> Job:
+    def _one_schedule(self) -> CronJob:
         given = [name for name in ("cron", "every", "at") if getattr(self, name) is not None]
         if len(given) != 1:
             raise ValueError(f"a job needs exactly one of cron, every or at (got {', '.join(given) or 'none'})")
@@ -148,7 +148,7 @@ class Job(BaseModel):
         return (moment if moment.tzinfo is not None else moment.replace(tzinfo=self.zone())).timestamp()
 
 
-def next_fire(job: Job, after: float, anchor: float) -> float | None:
+def next_fire(job: CronJob, after: float, anchor: float) -> float | None:
     """When `job` next fires strictly after `after` (seconds since the epoch), or None when it never will (an `at`
     in the past). `anchor` is when an `every` job's intervals are counted from (when it was made)."""
     if job.at is not None:
@@ -164,7 +164,7 @@ def next_fire(job: Job, after: float, anchor: float) -> float | None:
     return next(iter(CronSim(job.cron, start))).timestamp()
 
 
-def previous_fire(job: Job, before: float, anchor: float) -> float | None:
+def previous_fire(job: CronJob, before: float, anchor: float) -> float | None:
     """The latest moment at or before `before` when `job` was due, or None when it never was (a later `at`, or an
     `every` job's first interval not yet over)."""
     if job.at is not None:

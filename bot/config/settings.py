@@ -24,8 +24,7 @@ from agent.images import DEFAULT_IMAGE_TURNS
 from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
 from bot.config.errors import ConfigIssue, Loc
-from bot.config.schedules import HeartbeatConfig, duration_seconds
-from bot.config.schedules import Job as ScheduledJob
+from bot.config.schedules import CronJob, HeartbeatConfig, duration_seconds
 from routing import Binding as RoutingBinding
 from routing import (
     DmScope,
@@ -368,7 +367,7 @@ class CronConfig(_Section):
     """`cron`: jobs written in the file (each needs `deliver`), and how late a missed tick may still run at start."""
 
     catch_up: Duration = 3600.0  # a tick missed while the bot was down runs once at start if younger than this
-    jobs: list[ScheduledJob] = Field(default_factory=list)
+    jobs: list[CronJob] = Field(default_factory=list)
 
 
 class HealthConfig(_Section):

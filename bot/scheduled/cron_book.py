@@ -1,11 +1,11 @@
 """The scheduled jobs as the `cron` tool and `bot cron` change them: the config's (read-only) and the state DB's,
-checked as one flat `Job` each; a run asked for is left in the state DB for the running bot's scheduler."""
+checked as one flat `CronJob` each; a run asked for is left in the state DB for the running bot's scheduler."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bot.config.schedules import Job, previous_fire
+from bot.config.schedules import CronJob, previous_fire
 from bot.scheduled.heartbeats import heartbeats
 from bot.store import JobRecord, JobStore
 from tools.base import RunInfo
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from bot.config.settings import Config
 
 
-def described(job: Job, origin: str, record: JobRecord | None = None) -> dict[str, Any]:
+def described(job: CronJob, origin: str, record: JobRecord | None = None) -> dict[str, Any]:
     """A job as `list` and `--json` show it: its flat fields, then where it comes from."""
     shown = job.model_dump(mode="json")
     shown["origin"] = origin
@@ -34,12 +34,12 @@ class CronBook:
         self.config = config
         self.clock = clock
 
-    def _config_job(self, job_id: str) -> Job | None:
+    def _config_job(self, job_id: str) -> CronJob | None:
         """A job of the config file: one of `cron.jobs`, or an agent's heartbeat (`heartbeat-<agent>`)."""
         jobs = [*self.config.cron.jobs, *(beat.job for beat in heartbeats(self.config))]
         return next((job for job in jobs if job.id == job_id), None)
 
-    def check(self, job: Job) -> Job:
+    def check(self, job: CronJob) -> CronJob:
         """ValueError for a job that names an unknown agent or a moment already past."""
         known = [agent.id for agent in self.config.agents]
         if job.agent is not None and known and job.agent not in known:
@@ -51,7 +51,7 @@ class CronBook:
     async def add_job(
         self, fields: dict[str, Any], created_by: str | None, creator_owner: bool | None = True
     ) -> dict[str, Any]:
-        job = self.check(Job.model_validate(fields))
+        job = self.check(CronJob.model_validate(fields))
         if job.id.startswith("heartbeat-"):
             raise ValueError("ids starting with heartbeat- are the agents' heartbeats'")
         if self._config_job(job.id) is not None or await self.store.get_job(job.id) is not None:
@@ -79,7 +79,7 @@ class CronBook:
             if not _made(record, run):
                 continue
             try:
-                shown.append(described(Job.model_validate(record.job), "db", record))
+                shown.append(described(CronJob.model_validate(record.job), "db", record))
             except ValueError:
                 continue
         return shown
@@ -94,7 +94,7 @@ class CronBook:
         if {"cron", "every", "at"} & set(fields):  # a new schedule replaces the old one
             for key in {"cron", "every", "at"} - set(fields):
                 merged.pop(key, None)
-        job = self.check(Job.model_validate(merged))
+        job = self.check(CronJob.model_validate(merged))
         saved = await self.store.save_job(job.model_dump(mode="json"))
         return described(job, "db", saved)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bot.config.schedules import Job, parse_deliver
+from bot.config.schedules import CronJob, parse_deliver
 from bot.delivery.outbox import Delivery
 from bot.intake.entry import journal_entry_of
 from bot.runs.principal import job_maker
@@ -25,7 +25,7 @@ def isolated_session(agent: str, job_id: str) -> str:
     return f"agent:{agent}:cron:{job_id}"
 
 
-def job_text(job: Job) -> str:
+def job_text(job: CronJob) -> str:
     """What the agent is asked: the job's message, marked as a scheduled job's (the answer goes to the chat)."""
     name = f"{job.name!r} " if job.name else ""
     return (

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from bot.config.schedules import HEARTBEAT_OK, Job, active_minutes
+from bot.config.schedules import HEARTBEAT_OK, CronJob, active_minutes
 from tools.clock import zone
 from tools.owner_files import HEARTBEAT_FILE
 
@@ -23,7 +23,7 @@ DEFAULT_PROMPT = (
 class Heartbeat:
     """An agent's heartbeat as the scheduler runs it: a job in the target chat's main session, and its hours."""
 
-    job: Job
+    job: CronJob
     active_hours: tuple[int, int] | None
     tz: str | None
 
@@ -44,7 +44,7 @@ def heartbeats(config: Config) -> list[Heartbeat]:
         beat = agent.heartbeat
         if beat is None:
             continue
-        job = Job(
+        job = CronJob(
             id=f"heartbeat-{agent.id}",
             name=f"{agent.id} heartbeat",
             agent=agent.id,

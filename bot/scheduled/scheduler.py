@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.config.schedules import Job, previous_fire
+from bot.config.schedules import CronJob, previous_fire
 from bot.scheduled.heartbeats import Heartbeat
 from bot.store import JobRunRecord, JobStore
 from bot.store.journal import JournalEntry
@@ -27,7 +27,7 @@ class ScheduledJob:
     nobody in particular, an owner; the `cron` tool's: the person whose run made it, and whether that was an
     owner's run; None when that was not kept)."""
 
-    job: Job
+    job: CronJob
     origin: str  # "config", "db" or "heartbeat"
     anchor: float
     since: float
@@ -49,7 +49,7 @@ class Scheduler:
     def __init__(
         self,
         store: JobStore,
-        config_jobs: Sequence[Job],
+        config_jobs: Sequence[CronJob],
         launcher: Launcher,
         *,
         catch_up: float,
@@ -87,7 +87,7 @@ class Scheduler:
             if record.id in found:
                 continue  # the config's job of that id wins (the tool refuses to make one)
             try:
-                job = Job.model_validate(record.job)
+                job = CronJob.model_validate(record.job)
             except ValueError:
                 log.error("job %s in the state DB is not a valid job; skipped", record.id)
                 continue

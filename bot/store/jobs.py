@@ -23,9 +23,9 @@ FINAL_STATUSES = ("ok", "error", "skipped", "undeliverable")
 
 
 class JobRecord(Record):
-    """A job made at run time (the flat `bot.config.schedules.Job`, as JSON), and who made it: `created_by` the person
-    (`channel:id`; None for `bot cron add`), `creator_owner` whether that was an owner's run (None: made before
-    this was kept)."""
+    """A job made at run time (the flat `bot.config.schedules.CronJob`, as JSON), and who made it: `created_by` the
+    person (`channel:id`; None for `bot cron add`), `creator_owner` whether that was an owner's run (None: made
+    before this was kept)."""
 
     id: str
     job: dict[str, Any]

@@ -21,8 +21,7 @@ from agent.messages import AssistantMessage, Message, TextBlock, ToolResultMessa
 from agent.providers.base import Provider, ProviderError
 from agent.providers.builtins import build_provider
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
-from tools.hooks import Block, Hooks, Rewrite
-from tools.hooks import ToolCall as HookedCall
+from tools.hooks import Block, Hooks, Rewrite, ToolInvocation
 
 RUN = RunInfo(agent="main", session_key="agent:main:console:direct:me")
 SYSTEM = "You are a careful test agent."
@@ -671,7 +670,7 @@ async def test_a_blocking_hook_stops_the_call_and_the_model_reads_why(agent: Age
     add, hooks = Add(), Hooks()
 
     @hooks.before_tool_call
-    def closed(call: HookedCall) -> Block | None:
+    def closed(call: ToolInvocation) -> Block | None:
         return Block(reason="adding is closed today") if call.tool == "add" else None
 
     agent.llm.script(Reply.tool_calls(ToolCallSpec("add", {"a": 1, "b": 2})), "Adding is closed.")
@@ -687,7 +686,7 @@ async def test_a_rewriting_hook_changes_the_arguments_the_tool_sees(agent: Agent
     add, hooks = Add(), Hooks()
 
     @hooks.before_tool_call
-    def answer_everything(call: HookedCall) -> Rewrite:
+    def answer_everything(call: ToolInvocation) -> Rewrite:
         return Rewrite(arguments={**call.arguments, "a": 40})
 
     agent.llm.script(Reply.tool_calls(ToolCallSpec("add", {"a": 1, "b": 2})), "42.")
@@ -703,7 +702,7 @@ async def test_an_after_hook_sees_the_result_and_how_long_the_call_took(agent: A
     seen: list[tuple[str, str, float]] = []
 
     @hooks.after_tool_call
-    async def audit(call: HookedCall, result: ToolResult, duration: float) -> None:
+    async def audit(call: ToolInvocation, result: ToolResult, duration: float) -> None:
         seen.append((call.tool, result.text, duration))
 
     agent.llm.script(Reply.tool_calls(ToolCallSpec("slow", {"seconds": 2.5})), "Rested.")

@@ -12,7 +12,7 @@ from helpers import FakeClock
 from pydantic import BaseModel
 
 from tools.base import RunInfo, Tool, ToolContext, ToolResult, json_result
-from tools.hooks import Block, Hooks, Rewrite, ToolCall, call_tool
+from tools.hooks import Block, Hooks, Rewrite, ToolInvocation, call_tool
 
 RUN = RunInfo(agent="main", session_key="agent:main:telegram:direct:42", channel="telegram", sender_id="42")
 
@@ -66,21 +66,21 @@ async def test_without_hooks_the_tool_just_runs() -> None:
 
 async def test_a_before_hook_sees_the_call() -> None:
     hooks = Hooks()
-    seen: list[ToolCall] = []
+    seen: list[ToolInvocation] = []
     hooks.before_tool_call(seen.append)
     await call(Echo(), hooks, {"text": "hi"})
-    assert seen == [ToolCall(tool="echo", call_id="call-1", arguments={"text": "hi"}, run=RUN)]
+    assert seen == [ToolInvocation(tool="echo", call_id="call-1", arguments={"text": "hi"}, run=RUN)]
 
 
 async def test_registering_returns_the_function_so_it_works_as_a_decorator() -> None:
     hooks = Hooks()
 
     @hooks.before_tool_call
-    def before(call: ToolCall) -> None:
+    def before(call: ToolInvocation) -> None:
         return None
 
     @hooks.after_tool_call
-    def after(call: ToolCall, result: ToolResult, duration: float) -> None:
+    def after(call: ToolInvocation, result: ToolResult, duration: float) -> None:
         return None
 
     assert callable(before) and before.__name__ == "before"
@@ -89,7 +89,7 @@ async def test_registering_returns_the_function_so_it_works_as_a_decorator() -> 
 
 async def test_arguments_that_are_not_an_object_are_an_error_result_and_reach_no_hook() -> None:
     hooks = Hooks()
-    seen: list[ToolCall] = []
+    seen: list[ToolInvocation] = []
     hooks.before_tool_call(seen.append)
     tool = Echo()
     result = await call_tool(tool, "call-1", ["hi"], ToolContext(RUN), hooks)  # type: ignore[arg-type]
@@ -118,17 +118,17 @@ async def test_rewrites_chain_each_hook_seeing_the_previous_one() -> None:
     seen: list[dict[str, Any]] = []
 
     @hooks.before_tool_call
-    def shout(call: ToolCall) -> Rewrite:
+    def shout(call: ToolInvocation) -> Rewrite:
         seen.append(call.arguments)
         return Rewrite(arguments={"text": call.arguments["text"].upper()})
 
     @hooks.before_tool_call
-    def repeat(call: ToolCall) -> Rewrite:
+    def repeat(call: ToolInvocation) -> Rewrite:
         seen.append(call.arguments)
         return Rewrite(arguments={**call.arguments, "times": 3})
 
     @hooks.before_tool_call
-    def look(call: ToolCall) -> None:
+    def look(call: ToolInvocation) -> None:
         seen.append(call.arguments)
 
     tool = Echo()
@@ -141,7 +141,7 @@ async def test_changing_the_arguments_in_place_changes_nothing() -> None:
     hooks = Hooks()
 
     @hooks.before_tool_call
-    def sneaky(call: ToolCall) -> None:
+    def sneaky(call: ToolInvocation) -> None:
         call.arguments["text"] = "changed behind your back"
 
     tool = Echo()
@@ -163,7 +163,7 @@ async def test_rewritten_arguments_are_still_validated() -> None:
 
 async def test_a_block_stops_the_call_and_the_model_reads_the_reason() -> None:
     hooks = Hooks()
-    later: list[ToolCall] = []
+    later: list[ToolInvocation] = []
     hooks.before_tool_call(lambda call: Block(reason="echo is disabled in this chat"))
     hooks.before_tool_call(later.append)
     tool = Echo()
@@ -178,7 +178,7 @@ async def test_a_failing_before_hook_blocks_the_call(caplog: pytest.LogCaptureFi
     hooks = Hooks()
 
     @hooks.before_tool_call
-    def check_path(call: ToolCall) -> None:
+    def check_path(call: ToolInvocation) -> None:
         raise RuntimeError("policy file missing")
 
     tool = Echo()
@@ -212,7 +212,7 @@ async def test_an_after_hook_sees_the_arguments_the_result_and_the_duration() ->
             return await super().execute(call_id, args, ctx)
 
     hooks = Hooks(clock=clock)
-    seen: list[tuple[ToolCall, ToolResult, float]] = []
+    seen: list[tuple[ToolInvocation, ToolResult, float]] = []
     hooks.before_tool_call(lambda call: Rewrite(arguments={"text": "rewritten"}))
     hooks.after_tool_call(lambda call, result, duration: seen.append((call, result, duration)))
     result = await call(Slow(), hooks, {"text": "original"})
@@ -238,7 +238,7 @@ async def test_a_failing_after_hook_is_logged_and_ignored(caplog: pytest.LogCapt
     later: list[str] = []
 
     @hooks.after_tool_call
-    def audit(call: ToolCall, result: ToolResult, duration: float) -> None:
+    def audit(call: ToolInvocation, result: ToolResult, duration: float) -> None:
         raise OSError("audit log is full")
 
     hooks.after_tool_call(lambda call, result, duration: later.append(result.text))
@@ -257,21 +257,21 @@ async def test_sync_and_async_hooks_run_in_registration_order() -> None:
     order: list[str] = []
 
     @hooks.before_tool_call
-    async def first(call: ToolCall) -> Rewrite:
+    async def first(call: ToolInvocation) -> Rewrite:
         await asyncio.sleep(0)
         order.append("async before")
         return Rewrite(arguments={"text": "from async"})
 
     @hooks.before_tool_call
-    def second(call: ToolCall) -> None:
+    def second(call: ToolInvocation) -> None:
         order.append(f"sync before saw {call.arguments['text']}")
 
     @hooks.after_tool_call
-    def third(call: ToolCall, result: ToolResult, duration: float) -> None:
+    def third(call: ToolInvocation, result: ToolResult, duration: float) -> None:
         order.append("sync after")
 
     @hooks.after_tool_call
-    async def fourth(call: ToolCall, result: ToolResult, duration: float) -> None:
+    async def fourth(call: ToolInvocation, result: ToolResult, duration: float) -> None:
         await asyncio.sleep(0)
         order.append("async after")
 
@@ -284,7 +284,7 @@ async def test_an_async_before_hook_can_block_and_an_async_one_can_fail() -> Non
     hooks = Hooks()
 
     @hooks.before_tool_call
-    async def fails(call: ToolCall) -> None:
+    async def fails(call: ToolInvocation) -> None:
         raise ValueError("bad")
 
     result = await call(Echo(), hooks)
@@ -293,7 +293,7 @@ async def test_an_async_before_hook_can_block_and_an_async_one_can_fail() -> Non
     hooks = Hooks()
 
     @hooks.before_tool_call
-    async def blocks(call: ToolCall) -> Block:
+    async def blocks(call: ToolInvocation) -> Block:
         return Block(reason="async says no")
 
     assert payload(await call(Echo(), hooks))["error"] == "blocked: async says no"
@@ -321,7 +321,7 @@ async def test_cancellation_inside_a_before_hook_propagates_and_the_tool_never_r
     waiting = asyncio.Event()
 
     @hooks.before_tool_call
-    async def asks_a_human(call: ToolCall) -> None:
+    async def asks_a_human(call: ToolInvocation) -> None:
         waiting.set()
         await asyncio.Event().wait()
 

@@ -16,7 +16,7 @@ from tools.base import RunInfo, Tool, ToolContext, ToolResult, error_result, inv
 log = logging.getLogger(__name__)
 
 
-class ToolCall(BaseModel):
+class ToolInvocation(BaseModel):
     """A tool call as hooks see it. `arguments` is the hook's own copy: return a Rewrite to change them."""
 
     model_config = ConfigDict(frozen=True)
@@ -40,8 +40,8 @@ class Block(BaseModel):
 
 
 BeforeDecision = Rewrite | Block | None
-BeforeHook = Callable[[ToolCall], BeforeDecision | Awaitable[BeforeDecision]]
-AfterHook = Callable[[ToolCall, ToolResult, float], Awaitable[None] | None]
+BeforeHook = Callable[[ToolInvocation], BeforeDecision | Awaitable[BeforeDecision]]
+AfterHook = Callable[[ToolInvocation, ToolResult, float], Awaitable[None] | None]
 
 _Before = TypeVar("_Before", bound=BeforeHook)
 _After = TypeVar("_After", bound=AfterHook)
@@ -78,7 +78,7 @@ class Hooks:
         self._after.append(fn)
         return fn
 
-    async def run_before(self, call: ToolCall) -> ToolCall | Block:
+    async def run_before(self, call: ToolInvocation) -> ToolInvocation | Block:
         """The call as the hooks left it (each sees the previous rewrite), or the Block that stopped it.
 
         A hook that raises or answers something else blocks the call: a broken guard must not wave calls through.
@@ -99,7 +99,7 @@ class Hooks:
                 return Block(reason=f"before_tool_call hook {_hook_name(fn)} returned {kind}, not None/Rewrite/Block")
         return call
 
-    async def run_after(self, call: ToolCall, result: ToolResult, duration: float) -> None:
+    async def run_after(self, call: ToolInvocation, result: ToolResult, duration: float) -> None:
         """Tell every after hook; their failures are logged and otherwise ignored."""
         for fn in self._after:
             view = call.model_copy(update={"arguments": copy.deepcopy(call.arguments)})
@@ -120,7 +120,7 @@ async def call_tool(
     if not isinstance(arguments, dict):  # a model's malformed call; hooks are written for objects
         return error_result(tool.name, f"invalid arguments: expected a JSON object, got {type(arguments).__name__}")
     hooks = hooks or Hooks()
-    call = ToolCall(tool=tool.name, call_id=call_id, arguments=copy.deepcopy(arguments), run=ctx.run)
+    call = ToolInvocation(tool=tool.name, call_id=call_id, arguments=copy.deepcopy(arguments), run=ctx.run)
     outcome = await hooks.run_before(call)
     if isinstance(outcome, Block):
         result = error_result(tool.name, f"blocked: {outcome.reason}")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from channels.health import ChannelState
-from tools.hooks import Block, Hooks, Rewrite, ToolCall
+from tools.hooks import Block, Hooks, Rewrite, ToolInvocation
 
 if TYPE_CHECKING:
     from agent.messages import Usage
@@ -129,12 +129,12 @@ def counted_hooks(hooks: Hooks, metrics: Metrics) -> Hooks:
     chained = Hooks(clock=hooks.clock)
 
     @chained.before_tool_call
-    async def app_hooks(call: ToolCall) -> Rewrite | Block:
+    async def app_hooks(call: ToolInvocation) -> Rewrite | Block:
         outcome = await hooks.run_before(call)
         return outcome if isinstance(outcome, Block) else Rewrite(arguments=outcome.arguments)
 
     @chained.after_tool_call
-    async def count(call: ToolCall, result: ToolResult, duration: float) -> None:
+    async def count(call: ToolInvocation, result: ToolResult, duration: float) -> None:
         await hooks.run_after(call, result, duration)
         metrics.tool_called(call.tool, result)
 

@@ -19,10 +19,10 @@ def _os_message(error: OSError) -> str:
     return f"{type(error).__name__}: {error.strerror or 'operating system error'}"
 
 
-Job = Callable[[Path], dict[str, Any] | ToolResult]
+FsWork = Callable[[Path], dict[str, Any] | ToolResult]
 
 
-async def _in_workspace(tool: str, ctx: ToolContext, job: Job) -> ToolResult:
+async def _in_workspace(tool: str, ctx: ToolContext, job: FsWork) -> ToolResult:
     """Run `job(root)` in one worker thread, `root` being the real folder the run's tools see (the workspace, or a
     non-owner's own folder in it: tools.provenance); refusals and OS failures become error results."""
     if not ctx.run.workspace:

@@ -17,6 +17,7 @@ from typing import Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from channels.base import Principal
+from tools.base import Sleep
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,6 @@ class _Slots:
 Handler = Callable[[str, list[T], RunControl[T]], Awaitable[None]]
 Fold = Callable[[list[T]], T]
 Notify = Callable[[str, T, str], Awaitable[None]]
-Sleep = Callable[[float], Awaitable[None]]
 
 
 def fold_notice(count: int) -> str:

@@ -30,7 +30,7 @@ from tools.schema import normalize_schema
 NO_REPLY = "NO_REPLY"
 DEFAULT_MAX_TOOL_ITERATIONS = 50
 Dispatch = Literal["native", "xml"]
-StopReason = Literal["end_turn", "no_reply", "empty", "max_tokens", "max_iterations", "cancelled"]
+LoopStop = Literal["end_turn", "no_reply", "empty", "max_tokens", "max_iterations", "cancelled"]
 _T = TypeVar("_T")
 
 
@@ -63,7 +63,7 @@ class TurnResult:
 
     run_id: str
     text: str
-    stop_reason: StopReason
+    stop_reason: LoopStop
     messages: list[Message]
     usage: Usage = field(default_factory=Usage)
     iterations: int = 0
@@ -207,7 +207,7 @@ def _calls_in(answer: AssistantMessage, dispatch: Dispatch) -> tuple[list[ToolCa
     return parsed.calls, parsed.errors, parsed.text
 
 
-def _final(text: str, cut_short: bool) -> tuple[str, StopReason]:
+def _final(text: str, cut_short: bool) -> tuple[str, LoopStop]:
     stripped = text.strip()
     if stripped == NO_REPLY:
         return "", "no_reply"

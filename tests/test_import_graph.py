@@ -55,3 +55,20 @@ def test_each_room_and_module_says_what_it_is_for() -> None:
     assert silent == []
     rooms = [name for name in ORDER if name.startswith("bot.") and (ROOT / name.replace(".", "/")).is_dir()]
     assert len(rooms) >= 10  # config, store, runs, approvals, delivery, turns, intake, scheduled, gateway, cli …
+
+
+def test_distinct_things_have_distinct_names() -> None:
+    # A public class or type alias is defined in one module of the product; the packages' re-exports do not count
+    defined: dict[str, list[str]] = {}
+    for module, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):  # X = Callable[...] etc.
+                names = [target.id for target in node.targets if isinstance(target, ast.Name)]
+            else:
+                names = []
+            for name in names:
+                if not name.startswith("_"):
+                    defined.setdefault(name, []).append(module)
+    assert {name: homes for name, homes in defined.items() if len(homes) > 1} == {}

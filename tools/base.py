@@ -18,6 +18,9 @@ from tools.skills import Skill
 
 log = logging.getLogger(__name__)
 
+# How a part waits: asyncio.sleep in the bot, a test's own clock in a test.
+Sleep = Callable[[float], Awaitable[None]]
+
 
 class TextBlock(BaseModel):
     """Text content, in a tool result or a message."""

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from tools.base import NO_WORKSPACE, Tool, ToolContext, ToolResult, error_result, json_result
+from tools.base import NO_WORKSPACE, Sleep, Tool, ToolContext, ToolResult, error_result, json_result
 from tools.exec_programs import NEUTRAL_ENV
 from tools.sandbox import (
     BotFolders,
@@ -53,7 +53,6 @@ class Authorization(BaseModel):
 # (command, ctx) -> may it run? It may wait for a person to decide.
 Authorize = Callable[[str, ToolContext], Awaitable[Authorization]]
 # Waits out a command's timeout: asyncio.sleep, or one a test controls.
-Sleep = Callable[[float], Awaitable[None]]
 
 
 def base_environment() -> dict[str, str]:

@@ -11,9 +11,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from tools.base import Tool
+from tools.base import Sleep, Tool
 from tools.mcp.naming import tool_name
-from tools.mcp.server import McpServer, ServerStatus, Sleep
+from tools.mcp.server import McpServer, ServerStatus
 from tools.mcp.settings import McpServerSettings
 from tools.mcp.tools import MCP_GROUP, mcp_tool
 from tools.sandbox import BotFolders

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from routing.errors import ToolError
+from tools.base import Sleep
 from tools.mcp.naming import offered
 from tools.mcp.settings import McpServerSettings
 from tools.sandbox import BotFolders, shield_problem
@@ -33,7 +34,6 @@ __all__ = ["BACKOFF_MAX", "BACKOFF_START", "McpCallError", "McpServer", "ServerS
 log = logging.getLogger(__name__)
 
 State = Literal["starting", "running", "restarting", "failed", "stopped"]
-Sleep = Callable[[float], Awaitable[None]]
 
 BACKOFF_START = 1.0  # seconds before the first restart; doubled after each failure in a row
 BACKOFF_MAX = 300.0

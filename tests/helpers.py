@@ -10,7 +10,9 @@ import os
 import re
 import signal
 import sqlite3
+import subprocess
 import sys
+import textwrap
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -291,3 +293,35 @@ class PollWatch:
 
         await eventually(lambda: bool(found()), "another process to poll", timeout)
         return found()[0]
+
+
+# --- the `bot` command line as a process --------------------------------------------------------------------------
+
+# A model on this machine: it needs no key, so only what a case breaks is reported.
+LOCAL = "defaults: {model: local/m, workspace_root: ws}\nproviders: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment without anything a config here might read, plus `extra`."""
+    drop = ("SWITCHBOARD", "SB_TEST", "TELEGRAM", "DISCORD", "SLACK")
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(drop) and not k.endswith("_API_KEY")}
+    return kept | extra
+
+
+def bot(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`bot <args>` as a subprocess, stdin closed (so `bot run` never serves a console); ended by its timeout."""
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or environment(),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+def write(folder: Path, text: str) -> Path:
+    path = folder / "bindings.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import LOCAL, bot, environment, write
 
 from bot.app import App
 from bot.config.loading import validate_config
@@ -18,36 +15,6 @@ from bot.config.settings import Match
 from routing import Peer, RoutingInput
 
 ROOT = Path(__file__).parent.parent
-# A model on this machine: it needs no key, so only what a case breaks is reported.
-LOCAL = "defaults: {model: local/m, workspace_root: ws}\nproviders: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
-
-
-def environment(**extra: str) -> dict[str, str]:
-    """This process's environment without anything a config here might read, plus `extra`."""
-    drop = ("SWITCHBOARD", "SB_TEST", "TELEGRAM", "DISCORD", "SLACK")
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(drop) and not k.endswith("_API_KEY")}
-    return kept | extra
-
-
-def bot(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`bot <args>` as a subprocess, stdin closed (so `bot run` never serves a console); ended by its timeout."""
-    return subprocess.run(
-        [sys.executable, "-m", "bot", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env or environment(),
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
-
-
-def write(folder: Path, text: str) -> Path:
-    path = folder / "bindings.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def test_a_local_provider_needs_no_key(tmp_path: Path) -> None:
     path = write(tmp_path, "defaults: {model: ollama/llama3.1}\nproviders:\n  ollama:\n    kind: openai\n"
                  "    base_url: http://localhost:11434/v1\n")  # fmt: skip

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_config_check import LOCAL, bot, write
+from helpers import LOCAL, bot, write
 
 # (what is broken, the config, what `config check` and `run` both print). Line numbers count from 1.
 BROKEN: list[tuple[str, str, str]] = [

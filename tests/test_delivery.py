@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fakes.telegram import FakeTelegram
 from helpers import FakeClock, eventually
-from test_telegram import dm, running
+from telegram_adapter import dm, running
 
 from bot.delivery.outbox import Delivery, message_parts
 from bot.store import OutboxEntry, SqliteStore

@@ -16,6 +16,7 @@ import pytest
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram, parse_html
 from helpers import WAIT, FakeClock, asked, eventually
+from telegram_adapter import Inbox, dm, running, settings
 
 import channels.telegram.sending as telegram_sending  # where send() looks markdown_to_html up
 from bot.app import App
@@ -23,10 +24,9 @@ from bot.config.loading import parse_config
 from bot.delivery.outbox import Delivery
 from bot.gateway.process import Gateway
 from bot.store import SqliteStore
-from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
+from channels.base import Button, ChatTarget, InboundMessage, OutboundMessage
 from channels.markup_telegram import markdown_to_html
 from channels.telegram import (
-    TelegramAccount,
     TelegramAdapter,
     TelegramRateLimiter,
     TelegramSendError,
@@ -35,57 +35,10 @@ from channels.telegram import (
 from routing import Peer
 
 
-class Inbox:
-    """What the adapter delivered; `hold` makes on_message wait until released (to watch acknowledgement), and
-    `failures` makes it raise that many times first (a gateway that could not record)."""
-
-    def __init__(self) -> None:
-        self.messages: list[InboundMessage] = []
-        self.actions: list[ActionEvent] = []
-        self.hold: asyncio.Event | None = None
-        self.entered = asyncio.Event()
-        self.failures = 0
-
-    async def on_message(self, message: InboundMessage) -> None:
-        self.entered.set()
-        if self.failures:
-            self.failures -= 1
-            raise RuntimeError("database is locked")
-        if self.hold is not None:
-            await self.hold.wait()
-        self.messages.append(message)
-
-    async def on_action(self, event: ActionEvent) -> None:
-        self.actions.append(event)
-
-    async def wait(self, condition: Callable[[], bool], what: str) -> None:
-        await eventually(condition, what)
-
-    async def message(self, count: int = 1) -> InboundMessage:
-        await self.wait(lambda: len(self.messages) >= count, f"message {count}")
-        return self.messages[count - 1]
-
-
-def settings(fake: FakeTelegram, **extra: Any) -> TelegramAccount:
-    return TelegramAccount(token=fake.token, api_base_url=fake.url, poll_timeout=1, dm_policy="open", **extra)
-
-
 @pytest.fixture
 async def tg() -> AsyncIterator[FakeTelegram]:
     async with FakeTelegram() as server:
         yield server
-
-
-@contextlib.asynccontextmanager
-async def running(tg: FakeTelegram, **options: Any) -> AsyncIterator[tuple[TelegramAdapter, Inbox]]:
-    """An adapter on the fake (built with `options`) delivering to a new Inbox; stopped at the end."""
-    adapter = TelegramAdapter("default", settings(tg), **options)
-    inbox = Inbox()
-    await adapter.start(inbox.on_message, inbox.on_action)
-    try:
-        yield adapter, inbox
-    finally:
-        await adapter.stop()
 
 
 @pytest.fixture
@@ -124,10 +77,6 @@ class LimiterOnAFakeClock(TelegramRateLimiter):
             return await callback(*call_args, **call_kwargs)
 
         return await super().process_request(let_go, args, kwargs, endpoint, data, rate_limit_args)
-
-
-def dm(tg: FakeTelegram) -> ChatTarget:
-    return ChatTarget(channel="telegram", peer=Peer("direct", tg.user_id))
 
 
 # --- receiving ----------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from fakes.telegram import MAX_DOWNLOAD, FakeTelegram
 from helpers import WAIT, FakeClock, eventually
-from test_telegram import Inbox, dm, running, settings
+from telegram_adapter import Inbox, dm, running, settings
 
 import channels.telegram.sending as telegram_sending  # where send() looks markdown_to_html up
 from channels.base import Attachment, Button, ChatTarget, OutboundFile, OutboundMessage, Poll

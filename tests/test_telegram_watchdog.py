@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
-from helpers import FakeClock, bot_run, eventually, settled, status_file_shows
+from helpers import LOCAL, FakeClock, bot, bot_run, eventually, settled, status_file_shows, write
 from pydantic import ValidationError
-from test_config_check import LOCAL, bot, write
 
 from channels.accounts import STALL_MARGIN
 from channels.base import ActionEvent, InboundMessage

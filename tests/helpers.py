@@ -30,7 +30,7 @@ ENVELOPE = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d [^\]\n]+\] ",
 
 
 def unstamped(text: str) -> str:
-    """`text` without the envelopes that start its lines: what the people wrote (tests/test_prompt_stability.py
+    """`text` without the envelopes that start its lines: what the people wrote (tests/agent/test_prompt_stability.py
     proves the envelopes themselves)."""
     return ENVELOPE.sub("", text)
 
@@ -202,7 +202,7 @@ def files_under(folder: Path) -> dict[str, bytes]:
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
-# --- several processes on one bot (tests/test_cluster_bot_run.py, bench/cluster.py) ---------------------------------
+# --- several processes on one bot (tests/e2e/test_cluster_bot_run.py, bench/cluster.py) -----------------------------
 
 
 class EchoLLM(FakeLLM):

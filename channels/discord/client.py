@@ -103,13 +103,14 @@ class Client(discord.Client):
         _reach_into_the_client(self, http, adapter.account)
 
     async def connect(self, *, reconnect: bool = True) -> None:
-        """The gateway loop: discord.py's own (`Client.connect`, step for step; tests/test_discord_watchdog.py pins
-        the version it follows) with the adapter's watchdog in it. Each new connection first waits its turn
-        (`Link.before_connect`: a reconnect storm's backoff, up to BACKOFF_CAP), before the CONNECT_SECONDS the
-        connection itself gets, not within them as anything inside discord.py's loop would be; and a connection that
-        still delivers events but acknowledges no heartbeat for `stall_seconds` is left and its session resumed.
-        discord.py's own loop reconnects at once after any close it can resume and waits only after a failed
-        connection (a random 0 to 2, 4 … 1024 s); here every reconnect goes through the one gate."""
+        """The gateway loop: discord.py's own (`Client.connect`, step for step;
+        tests/channels/test_discord_watchdog.py pins the version it follows) with the adapter's watchdog in it. Each
+        new connection first waits its turn (`Link.before_connect`: a reconnect storm's backoff, up to BACKOFF_CAP),
+        before the CONNECT_SECONDS the connection itself gets, not within them as anything inside discord.py's loop
+        would be; and a connection that still delivers events but acknowledges no heartbeat for `stall_seconds` is
+        left and its session resumed. discord.py's own loop reconnects at once after any close it can resume and
+        waits only after a failed connection (a random 0 to 2, 4 … 1024 s); here every reconnect goes through the one
+        gate."""
         link = self.link
         params: dict[str, Any] = {"initial": True, "shard_id": self.shard_id}
         while not self.is_closed():
@@ -200,7 +201,7 @@ class Client(discord.Client):
 # discord.py has no public way to give a Client its own HTTPClient, nor to outlive a gateway event it cannot parse
 # (the exception ends the receive loop). Both live in the client's ConnectionState, `Client._connection`: REST calls
 # go through its `http`, and the gateway looks each event's parser up in its `parsers` dict (the same dict object).
-# tests/test_private_apis.py fails if discord.py changes either.
+# tests/project/test_private_apis.py fails if discord.py changes either.
 
 
 def _reach_into_the_client(client: discord.Client, http: HTTPClient, account: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from channels.accounts import TelegramAccount
 from channels.telegram.adapter import TelegramAdapter
-from channels.telegram.client import _Bot as _Bot  # tests/test_private_apis.py checks the one private PTB call
+from channels.telegram.client import _Bot as _Bot  # tests/project/test_private_apis.py checks the one private PTB call
 from channels.telegram.constants import CAPABILITIES, MAX_WEBHOOK_BODY, TelegramSendError
 from channels.telegram.ingress import PollWatchdog
 from channels.telegram.limits import TelegramRateLimiter

@@ -51,6 +51,6 @@ class _Bot(ExtBot[None]):
     async def raw_updates(self, offset: int, timeout: int) -> Any:
         """getUpdates without parsing: one malformed update must not hide the others (or block the offset)."""
         # The one private PTB call (`Bot._post`): the public `do_api_request` warns when asked for a method the Bot
-        # has, and `get_updates` parses every update. tests/test_private_apis.py fails if PTB changes `_post`.
+        # has, and `get_updates` parses every update. tests/project/test_private_apis.py fails if PTB changes `_post`.
         data = {"offset": offset, "timeout": timeout, "allowed_updates": ALLOWED_UPDATES}
         return await self._post("getUpdates", data, read_timeout=timeout + 10)

@@ -33,7 +33,7 @@ from tools.registry import ToolRegistry
 from tools.sandbox import BotFolders
 from tools.schema import tool_schema
 
-SERVERS = Path(__file__).resolve().parent / "mcp_servers"
+SERVERS = Path(__file__).resolve().parent.parent / "mcp_servers"
 SHIELDED = BotFolders()  # the shield a bot starts its stdio servers under, here with no folders of a bot to hide
 OWNER = 4242
 STARTED = "channel telegram account main started"

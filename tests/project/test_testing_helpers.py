@@ -74,7 +74,7 @@ async def test_the_agent_shouts(tmp_path: Path) -> None:
 
 
 def test_the_readme_shows_the_example_above_as_it_is_here() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parent.parent.parent / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Testing your own tools and agents\n", 1)[1]
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
     imports, code = block.split("\n\n\n", 1)

@@ -1,7 +1,7 @@
 """The state store's roles, each test run on both backends (tests/stores.py: `[sqlite]` on a real file, `[postgres]` on
 a throwaway server): sessions and usage, the inbound journal, the outbox, previews, pairing, approvals, jobs,
 subagents, pruning; and several stores (several processes) on one database. What only one backend has is in
-tests/test_store_sqlite.py and tests/test_store_postgres.py."""
+tests/store/test_store_sqlite.py and tests/store/test_store_postgres.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bot.config.settings import Config
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent.parent / "README.md"
 
 
 def section_table() -> list[str]:

@@ -184,7 +184,7 @@ def test_run_skips_a_channel_account_whose_token_is_unset(tmp_path: Path) -> Non
     )
     result = bot("run", "--config", str(path))
     assert result.returncode == 1
-    # The line `bot config check` prints, then the skip itself (see tests/test_config_check.py).
+    # The line `bot config check` prints, then the skip itself (see tests/config/test_config_check.py).
     assert f"{path}:6: channels.telegram.accounts.main.token: environment variable" in result.stderr
     assert "channels.telegram.accounts.main: skipped, SWITCHBOARD_TEST_UNSET_TOKEN not set" in result.stderr
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import eventually
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 
 
 # How the inner suite runs: in one process, or spread over two xdist workers as `make test` runs the real one.

@@ -27,7 +27,7 @@ from bot.intake.commands import COMMAND_MENU, COMMANDS, HELP, parse_command
 from channels import MemoryChannel
 from channels.base import AccountSettings
 
-SHIPPED = Path(__file__).resolve().parent.parent / "bindings.yaml"
+SHIPPED = Path(__file__).resolve().parent.parent.parent / "bindings.yaml"
 STARTED = "channel telegram account main started"
 # Dummy values for the variables the shipped example refers to.
 EXAMPLE_ENV = {

@@ -1,6 +1,6 @@
 """What only the SQLite store has, on a real file: WAL mode and its schema version, incremental vacuum and the space
 on disk, a killed process's files, and its one worker thread off the event loop. The roles themselves are tested on
-both backends in tests/test_store.py."""
+both backends in tests/store/test_store.py."""
 
 from __future__ import annotations
 

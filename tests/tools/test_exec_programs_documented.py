@@ -32,7 +32,7 @@ from tools.exec_policy import evaluate
 from tools.exec_policy.arguments import program_use
 from tools.exec_programs import GIT_GLOBAL, GIT_SUBCOMMANDS, NEUTRAL_ENV, PROGRAMS, Opt, Program
 
-REVIEWED: dict[str, Any] = yaml.safe_load((Path(__file__).parent / "exec_options.yaml").read_text())
+REVIEWED: dict[str, Any] = yaml.safe_load((Path(__file__).parent.parent / "exec_options.yaml").read_text())
 DANGEROUS: dict[str, str] = {key: said for group in REVIEWED["dangerous"].values() for key, said in group.items()}
 PROBE = "zz-probe-word"  # a word no program knows and no file is named
 

@@ -2,8 +2,8 @@
 Discord (REST, gateway and CDN), a model that can see on the fake LLM. What a person on Discord sees and what the
 agent gets: a photo reaches the model as an image and lands in the workspace's inbox, hostile names stay inside it,
 a voice message is transcribed, a file over the account's limit is refused with a word to the person, and the agent
-uploads a file of its workspace, starts a thread and posts a native poll. tests/test_media.py proves the same
-behaviours on the in-memory channel, tests/test_discord.py the adapter's own download, upload, poll and thread
+uploads a file of its workspace, starts a thread and posts a native poll. tests/turns/test_media.py proves the same
+behaviours on the in-memory channel, tests/channels/test_discord.py the adapter's own download, upload, poll and thread
 paths."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from channels.discord import Client, DiscordAccount, DiscordAdapter, RoutedHTTPC
 from channels.telegram import _Bot
 from channels.telegram_request import AiohttpRequest, given_or
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 PACKAGES = ("bot", "channels", "routing", "agent", "tools")
 _PRIVATE_IMPORT = re.compile(r"^\s*(?:from|import)\s+([A-Za-z]\w*(?:\.\w+)*\._\w+)", re.MULTILINE)
 

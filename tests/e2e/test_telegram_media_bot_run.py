@@ -4,8 +4,8 @@ agent gets: a photo (its largest size) reaches the model as an image and lands i
 one message, hostile names stay inside the inbox, a voice note is transcribed, a file over the account's limit is
 refused with a word to the person and never fetched, a turn run again after a SIGKILL takes its files from the inbox
 (and refuses once), and the agent uploads files of its workspace, makes a forum topic and posts a native poll.
-tests/test_media.py proves the same behaviours on the in-memory channel, tests/test_telegram_media.py the adapter's
-own download, upload, poll and topic paths."""
+tests/turns/test_media.py proves the same behaviours on the in-memory channel,
+tests/channels/test_telegram_media.py the adapter's own download, upload, poll and topic paths."""
 
 from __future__ import annotations
 

@@ -254,7 +254,8 @@ async def test_a_gateway_in_a_cluster_publishes_its_status_and_holdings_and_remo
         await publish_process(store.db, "long:1:gone", "long", 1, NOW - 3 * 86400, {})  # killed two days ago
         clock.now = NOW + 5
         # A writer as a member of `cluster` storing in `store` has it, without the cluster's own machinery
-        # (tests/test_cluster_bot_run.py runs the real thing), beside the gateway's own, which keeps state/status.json.
+        # (tests/e2e/test_cluster_bot_run.py runs the real thing), beside the gateway's own, which keeps
+        # state/status.json.
         snapshots = gateway.channels.snapshots
         writer = StatusWriter(local.parent, clock, app.decisions, store, gateway.lanes, snapshots, lambda: cluster)
         await writer.start()

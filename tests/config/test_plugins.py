@@ -15,7 +15,7 @@ import pytest
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import bot_run, eventually
 
-PACKAGE = Path(__file__).parent / "plugins" / "filechat"
+PACKAGE = Path(__file__).parent.parent / "plugins" / "filechat"
 
 
 @pytest.fixture(scope="module")

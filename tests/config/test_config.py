@@ -50,7 +50,7 @@ def test_sections_left_empty_read_as_absent() -> None:
 
 
 def test_the_example_bindings_file_is_valid() -> None:
-    config = load_config(Path(__file__).parent.parent / "bindings.yaml", environ={})
+    config = load_config(Path(__file__).parent.parent.parent / "bindings.yaml", environ={})
     assert config.default_agent == "main"
     assert {agent.id for agent in config.agents} >= {"main"}
     assert config.bindings, "the example shows bindings"

@@ -7,7 +7,7 @@ import runpy
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 
 
 def load(name: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 
 
 def inner_suite(pytester: pytest.Pytester, body: str) -> pytest.RunResult:

@@ -26,7 +26,7 @@ OWNER = 4242
 STRANGER = 666
 STARTED = "channel telegram account main started"
 RELOADED = "reloaded: it applies from the next message"
-SERVERS = Path(__file__).resolve().parent / "mcp_servers"
+SERVERS = Path(__file__).resolve().parent.parent / "mcp_servers"
 DOTENV_SECRET = "dotenv-secret-7d1e9a"
 BOT_SECRET = "bot-environment-secret-52c0"
 

@@ -2,8 +2,8 @@
 on the fake LLM. What a person on Slack sees and what the agent gets: a shared photo reaches the model as an image and
 lands in the workspace's inbox, hostile names stay inside it, a Slack audio clip is transcribed, a file over the
 account's limit is refused with a word to the person, and the agent uploads a file of its workspace and starts a
-thread. tests/test_media.py proves the same behaviours on the in-memory channel, tests/test_slack_media.py the
-adapter's own download and upload paths."""
+thread. tests/turns/test_media.py proves the same behaviours on the in-memory channel,
+tests/channels/test_slack_media.py the adapter's own download and upload paths."""
 
 from __future__ import annotations
 

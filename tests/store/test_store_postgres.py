@@ -1,7 +1,7 @@
 """What only the PostgreSQL store has (a throwaway server, tests/postgres.py): its migrations and schema version
 table, its shared decision key made once, its transactions, a database it cannot reach; and the throwaway server
 itself. The roles themselves, and several stores (processes) on one database, are tested on both backends in
-tests/test_store.py."""
+tests/store/test_store.py."""
 
 from __future__ import annotations
 

@@ -10,9 +10,7 @@ from routing.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from bot.app import App
-    from bot.config.errors import ConfigError, ConfigIssue
-    from bot.config.loading import load_config, parse_config, validate_config
-    from bot.config.settings import Config
+    from bot.config import Config, ConfigError, ConfigIssue, load_config, parse_config, validate_config
     from bot.gateway.process import Gateway
     from bot.plugins import PluginError, Plugins
 
@@ -32,12 +30,12 @@ __all__ = [
 # Where each public name is defined: imported when first asked for.
 _HOMES = {
     "App": "bot.app",
-    "Config": "bot.config.settings",
-    "load_config": "bot.config.loading",
-    "parse_config": "bot.config.loading",
-    "validate_config": "bot.config.loading",
-    "ConfigError": "bot.config.errors",
-    "ConfigIssue": "bot.config.errors",
+    "Config": "bot.config",
+    "load_config": "bot.config",
+    "parse_config": "bot.config",
+    "validate_config": "bot.config",
+    "ConfigError": "bot.config",
+    "ConfigIssue": "bot.config",
     "Gateway": "bot.gateway.process",
     "PluginError": "bot.plugins",
     "Plugins": "bot.plugins",

@@ -58,7 +58,6 @@ class ChannelNotices:
         self.delivery = delivery
         self.health = health
         self.interval = interval
-        self.settings = decisions.config.health
         self._incidents: dict[tuple[str, str], _Incident] = {}
         self._task: asyncio.Task[None] | None = None
         self._sent = 0  # notices sent by this process: their messages' ids
@@ -66,7 +65,7 @@ class ChannelNotices:
 
     def start(self) -> None:
         """Look every `interval` seconds, when the config asks for notices."""
-        if self.settings.notify_owners and self.decisions.config.owners:
+        if self.decisions.config.health.notify_owners and self.decisions.config.owners:
             self._task = asyncio.create_task(self._keep_checking(), name="channel notices")
 
     async def stop(self) -> None:
@@ -83,7 +82,7 @@ class ChannelNotices:
 
     async def check(self) -> None:
         """Look at every channel account once: tell the owners what is due (nothing unless `notify_owners`)."""
-        if not self.settings.notify_owners:
+        if not self.decisions.config.health.notify_owners:
             return
         async with self._lock:
             await self._check()
@@ -98,7 +97,7 @@ class ChannelNotices:
             if item.state in UNHEALTHY:
                 if incident is None:
                     incident = self._incidents[key] = _Incident(began=now)
-                if now - incident.began >= self.settings.notify_after:
+                if now - incident.began >= self.decisions.config.health.notify_after:
                     text = (
                         f"Channel {item.channel}/{item.account} has been {item.state} for {_ago(now - incident.began)}"
                         + (f": {item.last_error}" if item.last_error else ".")

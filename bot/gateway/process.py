@@ -73,7 +73,7 @@ class Gateway:
         self, app: Assembly, store: Store, adapters: Sequence[ChannelAdapter], *, registry: ToolRegistry | None = None
     ) -> None:
         self.decisions, self.clock, self.plugins, self.state_dir = app.decisions, app.clock, app.plugins, app.state_dir
-        self.config = config = app.decisions.config
+        config = app.decisions.config
         self.store = store
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
         self.metrics = Metrics()  # one for the process: what /metrics shows
@@ -144,6 +144,11 @@ class Gateway:
         self.cluster: Cluster | None = None  # several processes on one PostgreSQL database (bot.gateway.cluster)
         if config.state.backend == "postgres":
             self._join_cluster()
+
+    @property
+    def config(self) -> Config:
+        """The config of the moment: the live decisions' (a live reload replaces it)."""
+        return self.decisions.config
 
     def _join_cluster(self) -> None:
         """Serve as one of several processes: messages are offered to the process holding their session, chats
@@ -260,10 +265,8 @@ class Gateway:
             log.warning("%s changed in %s: it takes effect at the next start", name, config.file or "the config")
         stop, start = changed_accounts(old, config)
         self.decisions.use(config)
-        self.config = config
         for part in (self.approvals, self.conversations, self.jobs, self.sessions):
             part.config = config
-        self.notices.settings = config.health
         self.lanes.configure(
             config.session.queue, max_concurrent=config.defaults.max_concurrent, per_sender=config.lanes.per_sender
         )

@@ -163,7 +163,9 @@ class Lanes(Generic[T]):
         settings: QueueSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        on_idle: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_idle` is told each session key whose lane has emptied (a cluster gives such lanes back)."""
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
         self.settings = settings or QueueSettings()
@@ -179,7 +181,7 @@ class Lanes(Generic[T]):
         self._running = 0
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
-        self.on_idle: Callable[[str], None] | None = None  # told each session key whose lane has emptied
+        self.on_idle = on_idle
 
     # --- intake -------------------------------------------------------------------------------------------------
 

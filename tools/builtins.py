@@ -55,7 +55,7 @@ def builtin_tools(setup: ToolSetup) -> list[Tool]:
     and the subagent tools only with a spawner (a running gateway); `web_search` only with BRAVE_API_KEY set."""
     tools: list[Tool] = [SessionStatus()]
     if setup.messenger is not None:
-        tools.append(MessageTool(setup.messenger, fetcher=WebFetch()))
+        tools.append(MessageTool(setup.messenger, fetcher=WebFetch(), sent=setup.sent))
     processes = setup.processes
     tools += [ExecTool(setup.authorize, processes), ProcessTool(processes), *fs_tools(), *web_tools(), *memory_tools()]
     if setup.jobs is not None:

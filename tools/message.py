@@ -288,6 +288,61 @@ def build_schema(caps: Capabilities, accounts: list[tuple[str, str]], *, anywher
     return {"type": "object", "properties": properties, "required": ["action"], "additionalProperties": False}
 
 
+class SentLog:
+    """What sessions' runs sent, in memory: per session, what the current run delivered through the message tool
+    (`sent_in`, the latest MAX_SENT_PER_SESSION) and the messages its runs may edit or delete (`sent_by`, the latest
+    MAX_OWN_PER_SESSION, kept across its runs). The gateway's turns and outbox write it beside the tool."""
+
+    def __init__(self) -> None:
+        self._sent: OrderedDict[str, deque[SentMessage]] = OrderedDict()
+        self._own: OrderedDict[str, deque[MessageKey]] = OrderedDict()
+        self._turn_sends: dict[str, int] = {}  # session key -> sends its current turn made
+
+    def sent_in(self, run_session_key: str) -> list[SentMessage]:
+        """What the message tool delivered for the session since it was last forgotten (the latest 50 at most)."""
+        return list(self._sent.get(run_session_key, ()))
+
+    def forget(self, run_session_key: str) -> None:
+        """Drop what was recorded for the session (the gateway calls this as each run starts and ends); what the
+        session may edit or delete is kept."""
+        self._sent.pop(run_session_key, None)
+        self._turn_sends.pop(run_session_key, None)
+
+    def remember(self, session_key: str, target: ChatTarget, message_id: str) -> None:
+        """Note a message the bot sent for the session (the gateway does, for its answers): the session's runs
+        may edit or delete it."""
+        entries = _session_entries(self._own, session_key, MAX_OWN_PER_SESSION)
+        key = _key(target, message_id)
+        if key not in entries:
+            entries.append(key)
+
+    def sent_by(self, session_key: str, target: ChatTarget, message_id: str) -> bool:
+        """Whether that message is one the session sent (and may edit or delete)."""
+        return _key(target, message_id) in self._own.get(session_key, ())
+
+    def disown(self, session_key: str, target: ChatTarget, message_id: str) -> None:
+        """That message is gone (deleted): the session's runs no longer own it."""
+        entries = self._own.get(session_key)
+        if entries is not None and _key(target, message_id) in entries:
+            entries.remove(_key(target, message_id))
+
+    def record(self, key: str, sent: SentMessage) -> None:
+        """Note what the message tool delivered for the session (an edit replaces its message's entry)."""
+        entries = _session_entries(self._sent, key, MAX_SENT_PER_SESSION)
+        for index, entry in enumerate(entries):
+            if sent.message_id is not None and _same_message(entry, sent):
+                entries[index] = sent
+                break
+        else:
+            entries.append(sent)
+
+    def next_send(self, session_key: str) -> int:
+        """Count one more send of the session's current turn: how many it has made, this one included."""
+        count = self._turn_sends.get(session_key, 0) + 1
+        self._turn_sends[session_key] = count
+        return count
+
+
 class MessageTool(Tool):
     """Sends through the gateway's `Messenger`, within what the run may do, and records what it delivered.
 
@@ -313,55 +368,18 @@ class MessageTool(Tool):
     )
     parameters: ClassVar[type[BaseModel]] = MessageArgs
 
-    def __init__(self, messenger: Messenger, fetcher: WebFetch | None = None) -> None:
+    def __init__(self, messenger: Messenger, fetcher: WebFetch | None = None, sent: SentLog | None = None) -> None:
         """`fetcher` downloads the http(s) URLs given in `media` (vetted as `web_fetch` vets them); without one,
-        only files in the workspace can be sent."""
+        only files in the workspace can be sent. `sent` is the record of what sessions sent (the gateway's, which
+        its turns and outbox also write; else the tool's own)."""
         self.messenger = messenger
         self.fetcher = fetcher
-        self._sent: OrderedDict[str, deque[SentMessage]] = OrderedDict()
-        self._own: OrderedDict[str, deque[MessageKey]] = OrderedDict()
-        self._turn_sends: dict[str, int] = {}  # session key -> sends its current turn made
+        self.sent = sent or SentLog()
 
     def json_schema(self, run: RunInfo | None = None) -> dict[str, Any]:
         if run is None:
             return build_schema(Capabilities(), self.messenger.accounts())
         return build_schema(run.capabilities, self.messenger.accounts(), anywhere=run.acts_anywhere)
-
-    def sent_in(self, run_session_key: str) -> list[SentMessage]:
-        """What this tool delivered for the session since it was last forgotten (the latest 50 at most)."""
-        return list(self._sent.get(run_session_key, ()))
-
-    def forget(self, run_session_key: str) -> None:
-        """Drop what was recorded for the session (the gateway calls this as each run starts and ends); what the
-        session may edit or delete is kept."""
-        self._sent.pop(run_session_key, None)
-        self._turn_sends.pop(run_session_key, None)
-
-    def remember(self, session_key: str, target: ChatTarget, message_id: str) -> None:
-        """Note a message the bot sent for the session (the gateway does, for its answers): the session's runs
-        may edit or delete it."""
-        entries = _session_entries(self._own, session_key, MAX_OWN_PER_SESSION)
-        key = _key(target, message_id)
-        if key not in entries:
-            entries.append(key)
-
-    def sent_by(self, session_key: str, target: ChatTarget, message_id: str) -> bool:
-        """Whether that message is one the session sent (and may edit or delete)."""
-        return _key(target, message_id) in self._own.get(session_key, ())
-
-    def _disown(self, session_key: str, target: ChatTarget, message_id: str) -> None:
-        entries = self._own.get(session_key)
-        if entries is not None and _key(target, message_id) in entries:
-            entries.remove(_key(target, message_id))
-
-    def _record(self, key: str, sent: SentMessage) -> None:
-        entries = _session_entries(self._sent, key, MAX_SENT_PER_SESSION)
-        for index, entry in enumerate(entries):  # an edit replaces the text recorded for that message
-            if sent.message_id is not None and _same_message(entry, sent):
-                entries[index] = sent
-                break
-        else:
-            entries.append(sent)
 
     def _error(self, message: str) -> ToolResult:
         return error_result(self.name, message)
@@ -434,7 +452,7 @@ class MessageTool(Tool):
         message_id = args.message_id or ""
         if await self.messenger.is_approval_card(target, message_id):
             return f"message {message_id} shows an approval request: only the approvals module edits or deletes it"
-        if not self.sent_by(run.session_key, target, message_id):
+        if not self.sent.sent_by(run.session_key, target, message_id):
             return (
                 f"{args.action} works only on a message sent in this conversation (by this tool, or as your "
                 f"answer); message {message_id} in {format_target(target)} is not one"
@@ -484,11 +502,11 @@ class MessageTool(Tool):
         except Exception as error:  # the platform refused: the model reads why, the run goes on
             return self._error(f"{args.action} failed: {str(error) or type(error).__name__}")
         if args.action in ("send", "reply", "edit") and args.text is not None:
-            self._record(run.session_key, SentMessage(target=target, message_id=message_id, text=args.text))
+            self.sent.record(run.session_key, SentMessage(target=target, message_id=message_id, text=args.text))
         if args.action in ("send", "reply") and message_id is not None:
-            self.remember(run.session_key, target, message_id)
+            self.sent.remember(run.session_key, target, message_id)
         elif args.action == "delete" and message_id is not None:
-            self._disown(run.session_key, target, message_id)
+            self.sent.disown(run.session_key, target, message_id)
         payload: dict[str, Any] = {
             "status": "ok",
             "action": args.action,
@@ -518,8 +536,7 @@ class MessageTool(Tool):
     def _send_key(self, run: RunInfo) -> str | None:
         """The key of this run's next send: its turn and how many sends the turn made before, which is the same
         when the turn runs again after a restart."""
-        count = self._turn_sends.get(run.session_key, 0) + 1
-        self._turn_sends[run.session_key] = count
+        count = self.sent.next_send(run.session_key)
         return f"message:{run.turn}:{count}" if run.turn is not None else None
 
     async def _perform(
@@ -604,4 +621,13 @@ def file_kind(mime_type: str | None) -> AttachmentKind:
     return "document"
 
 
-__all__ = ["ButtonSpec", "MessageArgs", "MessageTool", "Messenger", "SentMessage", "build_schema", "supported_actions"]
+__all__ = [
+    "ButtonSpec",
+    "MessageArgs",
+    "MessageTool",
+    "Messenger",
+    "SentLog",
+    "SentMessage",
+    "build_schema",
+    "supported_actions",
+]

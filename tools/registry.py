@@ -12,7 +12,7 @@ from tools.base import Tool
 if TYPE_CHECKING:
     from tools.cron import JobBook
     from tools.exec import Authorize, ProcessTable
-    from tools.message import Messenger
+    from tools.message import Messenger, SentLog
     from tools.sessions import SessionBook
     from tools.subagents import Spawner
 
@@ -155,6 +155,7 @@ class ToolSetup:
     jobs: JobBook | None = None  # the scheduled jobs the `cron` tool manages (None: no tool where none run)
     sessions: SessionBook | None = None  # the sessions `sessions_list` and `sessions_history` read
     subagents: Spawner | None = None  # children and messages between sessions (a running gateway only)
+    sent: SentLog | None = None  # what sessions sent, shared with the gateway's turns and outbox (None: the tool's own)
 
 
 # A tool plugin (entry point group `switchboard.tools`): builds its tools for one application.

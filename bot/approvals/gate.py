@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bot.approvals.text import Shown, shown_command
+from bot.config.live import LiveConfig, live
 from bot.config.owners_file import owner_key
 from bot.config.settings import Config
 from bot.observe.metrics import Metrics
@@ -68,7 +69,7 @@ class Approvals:
 
     def __init__(
         self,
-        config: Config,
+        config: Config | LiveConfig,
         store: ApprovalStore,
         messenger: Messenger | None = None,
         *,
@@ -76,8 +77,10 @@ class Approvals:
         clock: Callable[[], float] = time.time,
         own_files: Sequence[str] = (),
         metrics: Metrics | None = None,
+        announce: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
-        self.config = config
+        """`announce` (a cluster's) tells every process of a decision made here (`wake` in each)."""
+        self.live = live(config)
         self.own_files = list(own_files)  # a command that names one never runs, whoever would approve it
         self.store = store
         self.messenger = messenger
@@ -87,8 +90,12 @@ class Approvals:
         self.metrics = metrics or Metrics()  # each decision recorded here is counted (a gateway's, shared)
         self._showing: dict[str, asyncio.Event] = {}  # request id -> set once its cards are sent and recorded
         self._turn_asks: OrderedDict[str, int] = OrderedDict()  # turn -> requests it made in this process
-        # Set by the gateway of a cluster: tells every process of a decision made here (`wake` in each).
-        self.announce: Callable[[str], Awaitable[None]] | None = None
+        self.announce = announce
+
+    @property
+    def config(self) -> Config:
+        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
+        return self.live.config
 
     # --- the exec tool's question -----------------------------------------------------------------------------
 
@@ -117,19 +124,23 @@ class Approvals:
         again = found if same else None
         if again is not None and again.status in ("allowed", "denied"):
             return await self._outcome(again, verdict)  # decided while the bot was down: the decision stands
-        record = again if again is not None and again.status == "pending" else ApprovalRecord(
-            id=turn_id if turn_id is not None and found is None else secrets.token_hex(6),
-            turn=run.turn,
-            agent=run.agent,
-            session_key=run.session_key,
-            command=command,
-            cwd=run.workspace or ".",
-            requester=owner_key(run.channel, run.sender_id) if run.sender_id else None,
-            approvers=[owner_key(*approver.split(":", 1)) for approver in approvers],
-            offer_always=verdict.offer_always,
-            created=self.clock(),
-            expires=self.clock() + self.config.approvals.timeout_seconds,
-            status="pending",
+        record = (
+            again
+            if again is not None and again.status == "pending"
+            else ApprovalRecord(
+                id=turn_id if turn_id is not None and found is None else secrets.token_hex(6),
+                turn=run.turn,
+                agent=run.agent,
+                session_key=run.session_key,
+                command=command,
+                cwd=run.workspace or ".",
+                requester=owner_key(run.channel, run.sender_id) if run.sender_id else None,
+                approvers=[owner_key(*approver.split(":", 1)) for approver in approvers],
+                offer_always=verdict.offer_always,
+                created=self.clock(),
+                expires=self.clock() + self.config.approvals.timeout_seconds,
+                status="pending",
+            )
         )
         targets = None if run.target is None or run.channel == "console" else self._targets(record, run.target)
         too_long = self._too_long(record, targets or [])

@@ -23,8 +23,9 @@ from bot.approvals.text import shown_command
 from bot.config.checks import bot_folders, own_files
 from bot.config.owners_file import owner_key
 from bot.gateway.state import open_state, transcripts_for
-from bot.intake.commands import BY_NAME, Command, parse_command, use_skill
+from bot.intake.commands import BY_NAME, Command, parse_command
 from bot.intake.commands import HELP as COMMANDS_HELP
+from bot.intake.handlers import use_skill
 from bot.intake.session_commands import model_command, status_lines, think_command, usage_command
 from bot.runs.assemble import SetupError, candidates
 from bot.runs.conversation import Conversations
@@ -171,7 +172,7 @@ class ConsoleView:
 
 async def skill_request(session: ChatSession, text: str) -> tuple[str | None, str]:
     """What to send for `text`: `/skill NAME [request]` as the message asking for that skill, or (None, the list
-    of skills) for a missing or unknown name (bot.intake.commands.use_skill); any other text as it is."""
+    of skills) for a missing or unknown name (bot.intake.handlers.use_skill); any other text as it is."""
     command = parse_command(text)
     if command is None or command.name != "skill":
         return text, ""

@@ -18,7 +18,7 @@ from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundFile, OutboundMessage
 from channels.chunking import chunk_text
 from routing.errors import ChannelError
-from tools.message import MessageTool
+from tools.message import SentLog
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +124,21 @@ class Delivery:
     chats of the running adapters."""
 
     def __init__(
-        self, store: DeliveryStore, adapters: Adapters, clock: Callable[[], float], metrics: Metrics | None = None
+        self,
+        store: DeliveryStore,
+        adapters: Adapters,
+        clock: Callable[[], float],
+        metrics: Metrics | None = None,
+        *,
+        sent: SentLog | None = None,
+        chat_locks: ChatLocks | None = None,
     ) -> None:
+        """`sent` is told the ids of each answer's messages (its session's to edit or delete); `chat_locks` (a
+        cluster's) lets one process at a time send a chat."""
         self.store = store
         self.adapters = adapters
         self.clock = clock
-        self.message_tool: MessageTool | None = None  # told the ids of an answer's messages, to edit or delete them
+        self.sent = sent or SentLog()
         self.metrics = metrics or Metrics()  # each entry sent is counted (a gateway's, shared)
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
@@ -137,7 +146,7 @@ class Delivery:
         # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
         self._answer_sessions: OrderedDict[int, str] = OrderedDict()
         self._waiting: dict[int, asyncio.Future[str | None]] = {}  # outbox id -> the `send` waiting for it
-        self.cluster: ChatLocks | None = None  # set by the gateway of a cluster: one process sends a chat at a time
+        self.cluster = chat_locks
         self._mine: set[int] = set()  # in a cluster: the pending entries this process recorded
         self._elsewhere = False  # the last flush met a chat another process was sending
         self.wait_seconds = SEND_WAIT_SECONDS  # how long `send` waits behind the chat's earlier messages
@@ -489,8 +498,8 @@ class Delivery:
         if waiting is not None and not waiting.done():
             waiting.set_result(message_id)
         session_key = self._answer_sessions.get(record.inbound_id) if record.inbound_id is not None else None
-        if session_key is not None and message_id is not None and self.message_tool is not None:
-            self.message_tool.remember(session_key, ChatTarget.model_validate(record.target), message_id)
+        if session_key is not None and message_id is not None:
+            self.sent.remember(session_key, ChatTarget.model_validate(record.target), message_id)
         return True
 
 

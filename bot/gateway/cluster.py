@@ -83,6 +83,10 @@ class Cluster:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
+    def resize(self, capacity: int) -> None:
+        """Hold at most `capacity` lanes from now on (a live reload's `defaults.max_concurrent`)."""
+        self.capacity = max(1, capacity)
+
     # --- start and stop ---------------------------------------------------------------------------------------------
 
     async def start(self) -> None:

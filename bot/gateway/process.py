@@ -37,7 +37,6 @@ from bot.store.base import fenced
 from bot.turns.turn import Job, Turns, fold
 from channels.base import ActionEvent, ChannelAdapter, ElectedIngress, InboundMessage
 from tools.exec import ProcessTable
-from tools.message import MessageTool
 from tools.registry import ToolRegistry, ToolSetup
 
 if TYPE_CHECKING:
@@ -77,13 +76,10 @@ class Gateway:
         self.store = store
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
         self.metrics = Metrics()  # one for the process: what /metrics shows
-        self.delivery = Delivery(store, self.adapters, app.clock, self.metrics)
         self.admin: AdminServer | None = None  # the admin listener, when `admin.listen` is set
-        own = own_files(config, app.state_dir)
-        self.approvals = Approvals(config, store, self.delivery, clock=app.clock, own_files=own, metrics=self.metrics)
         self.processes = ProcessTable(hide=bot_folders(config, app.state_dir))
-        self.jobs = CronBook(store, config, app.clock)
-        self.sessions = StoredSessions(store, config, transcripts_for(config, store, app.state_dir), app.clock)
+        # Built first, so that every part is given what it uses; what calls back into parts built after it goes
+        # through this gateway's methods and attributes, read when called.
         self.lanes: Lanes[Job] = Lanes(
             self._handle,
             fold=fold,
@@ -92,11 +88,27 @@ class Gateway:
             per_sender=config.lanes.per_sender,
             principal=lambda job: job.principal,
             settings=config.session.queue,
+            on_idle=self._lane_idle,
         )
+        # Several processes on one PostgreSQL database (bot.gateway.cluster); None: this process serves alone.
+        self.cluster: Cluster | None = self._cluster() if config.state.backend == "postgres" else None
+        cluster = self.cluster
+        self.delivery = Delivery(store, self.adapters, app.clock, self.metrics, chat_locks=cluster)
+        self.approvals = Approvals(
+            app.decisions, store, self.delivery, clock=app.clock, own_files=own_files(config, app.state_dir),
+            metrics=self.metrics, announce=cluster.announce_approval if cluster is not None else None,
+        )  # fmt: skip
+        self.jobs = CronBook(store, app.decisions, app.clock)
+        self.sessions = StoredSessions(store, app.decisions, transcripts_for(config, store, app.state_dir), app.clock)
         self.channels = ChannelBoard(self.adapters, app.clock)  # each account's health: status.json, /status, notices
+        self.subagents = Subagents(
+            app.decisions, store, self.delivery, self.lanes,
+            lambda record, message: self.intake.accept(record, message), relay=cluster,
+        )  # fmt: skip
         self.intake = Intake(
-            app.decisions, store, self.delivery, self.lanes, self.approvals, app.clock,
-            metrics=self.metrics, health=self.channels.snapshots,
+            app.decisions, store, self.delivery, self.lanes, self.approvals, app.clock, metrics=self.metrics,
+            health=self.channels.snapshots, subagents=self.subagents,
+            offer=cluster.offer if cluster is not None else None,
         )  # fmt: skip
         self.starter = ChannelStarter(  # each account started, and one that cannot start tried again (with backoff)
             self.intake.on_message, self.intake.on_action, started=self.channels.started,
@@ -106,28 +118,18 @@ class Gateway:
             app.state_dir, app.clock, app.decisions, store, self.lanes, self.channels.snapshots, lambda: self.cluster
         )
         self.notices = ChannelNotices(app.decisions, self.delivery, self.channels.snapshots, app.clock)
-        self.subagents = self.intake.subagents = Subagents(app.decisions, store, self.intake, self.lanes)
         setup = ToolSetup(
             self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs, sessions=self.sessions,
-            subagents=self.subagents,
+            subagents=self.subagents, sent=self.delivery.sent,
         )  # fmt: skip
         registry = registry or app.registry(setup)
-        message_tool = registry.get("message")
-        self.delivery.message_tool = message_tool if isinstance(message_tool, MessageTool) else None
         hooks = counted_hooks(app.hooks, self.metrics)
-        conversations = Conversations(
-            config, store, app.state_dir, self.sessions.transcripts, app.runner, registry, hooks, metrics=self.metrics
+        self.conversations = Conversations(
+            app.decisions, store, app.state_dir, self.sessions.transcripts, app.runner, registry, hooks, self.metrics
         )
-        self.conversations = conversations
         self.turns = Turns(
-            app.decisions,
-            conversations,
-            self.delivery,
-            store,
-            self.delivery.message_tool,
-            closing=lambda: self.lanes.closed,
+            app.decisions, self.conversations, self.delivery, store, lambda: self.lanes.closed, self.subagents
         )
-        self.turns.subagents = self.subagents
         self.scheduler = Scheduler(
             store,
             config.cron.jobs,
@@ -141,34 +143,32 @@ class Gateway:
         self._watch_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
         self._held_task: asyncio.Task[int] | None = None
-        self.cluster: Cluster | None = None  # several processes on one PostgreSQL database (bot.gateway.cluster)
-        if config.state.backend == "postgres":
-            self._join_cluster()
 
     @property
     def config(self) -> Config:
         """The config of the moment: the live decisions' (a live reload replaces it)."""
         return self.decisions.config
 
-    def _join_cluster(self) -> None:
-        """Serve as one of several processes: messages are offered to the process holding their session, chats
-        are sent by one process at a time, approvals decided anywhere reach the run waiting for them."""
+    def _cluster(self) -> Cluster:
+        """This process as one of several: messages are offered to the process holding their session, chats are sent
+        by one process at a time, approvals decided anywhere reach the run waiting for them."""
         from bot.gateway.cluster import Cluster  # psycopg, only for a database that other processes share
         from bot.store.postgres.database import PgDatabase
 
         db = getattr(self.store, "db", None)
         assert isinstance(db, PgDatabase)
-        self.cluster = cluster = Cluster(
-            db, self.lanes, self._take, capacity=self.config.defaults.max_concurrent, adapters=lambda: self.adapters,
-            on_approval=self.approvals.wake, on_answer=self.subagents.answer_arrived,
+        return Cluster(
+            db, self.lanes, self._take, capacity=self.config.defaults.max_concurrent,
+            adapters=lambda: self.adapters, on_approval=lambda approval: self.approvals.wake(approval),
+            on_answer=lambda answer: self.subagents.answer_arrived(answer),
             adopt=lambda lane: restore_queue_mode(self.store, self.lanes, lane),
             route=lambda record: self.intake.lane_of(InboundMessage.model_validate(record.payload)),
         )  # fmt: skip
-        self.lanes.on_idle = cluster.lane_idle
-        self.intake.offer = cluster.offer
-        self.delivery.cluster = cluster
-        self.approvals.announce = cluster.announce_approval
-        self.subagents.relay = cluster
+
+    def _lane_idle(self, key: str) -> None:
+        """A lane has emptied: a cluster gives it back (to whichever process its next message finds)."""
+        if self.cluster is not None:
+            self.cluster.lane_idle(key)
 
     async def _handle(self, key: str, jobs: list[Job], control: RunControl[Job]) -> None:
         """A lane's turn; in a cluster under the session's fence, so that it writes nothing once taken over."""
@@ -264,16 +264,13 @@ class Gateway:
         for name in needs_restart(old, config):
             log.warning("%s changed in %s: it takes effect at the next start", name, config.file or "the config")
         stop, start = changed_accounts(old, config)
-        self.decisions.use(config)
-        for part in (self.approvals, self.conversations, self.jobs, self.sessions):
-            part.config = config
+        self.decisions.use(config)  # every part reads the config of the moment from it
         self.lanes.configure(
             config.session.queue, max_concurrent=config.defaults.max_concurrent, per_sender=config.lanes.per_sender
         )
+        self.scheduler.configure(config.cron.jobs, heartbeats(config), config.cron.catch_up)
         if self.cluster is not None:
-            self.cluster.capacity = max(1, config.defaults.max_concurrent)
-        self.scheduler.config_jobs, self.scheduler.heartbeats = list(config.cron.jobs), heartbeats(config)
-        self.scheduler.catch_up = config.cron.catch_up
+            self.cluster.resize(config.defaults.max_concurrent)
         for key in sorted(stop & self.adapters.keys()):
             adapter = self.adapters.pop(key)
             with contextlib.suppress(Exception):

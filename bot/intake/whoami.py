@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from bot.config.owners_file import owner_key
 from bot.intake.access import AccessVerdict
-from bot.intake.commands import Command
 from channels.base import AccountSettings, InboundMessage
 
 __all__ = ["asks_whoami_in_dm", "stranger_whoami", "whoami"]
@@ -21,10 +20,10 @@ def whoami(message: InboundMessage, owners: frozenset[str]) -> str:
     )
 
 
-def asks_whoami_in_dm(message: InboundMessage, command: Command | None) -> bool:
-    """A direct message that is `/whoami`: answered even to a sender access control turns away (see
-    stranger_whoami), so it must not start a pairing request either."""
-    return command is not None and command.name == "whoami" and message.peer.kind == "direct"
+def asks_whoami_in_dm(message: InboundMessage, command: str | None) -> bool:
+    """A direct message that is `/whoami` (`command`: the name of the command it starts with): answered even to a
+    sender access control turns away (see stranger_whoami), so it must not start a pairing request either."""
+    return command == "whoami" and message.peer.kind == "direct"
 
 
 def stranger_whoami(message: InboundMessage, settings: AccountSettings, verdict: AccessVerdict) -> AccessVerdict:

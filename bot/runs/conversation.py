@@ -19,6 +19,7 @@ from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
 from agent.transcripts import Transcripts
 from bot.config.checks import own_files
+from bot.config.live import LiveConfig, live
 from bot.config.settings import Config
 from bot.observe.metrics import Metrics
 from bot.runs.assemble import build_turn, candidates, skill_report
@@ -36,9 +37,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Conversations:
-    """What every turn shares: the config, the store, the transcripts, the runner, the tools and hooks."""
+    """What every turn shares: the config (a Config, or the gateway's live view of it), the store, the transcripts,
+    the runner, the tools and hooks."""
 
-    config: Config
+    source: Config | LiveConfig
     store: Store
     state_dir: Path
     transcripts: Transcripts  # bot.gateway.state.transcripts_for: files in `state_dir`, or the PostgreSQL database
@@ -46,6 +48,14 @@ class Conversations:
     registry: ToolRegistry
     hooks: Hooks = field(default_factory=Hooks)
     metrics: Metrics = field(default_factory=Metrics)  # each run's time and tokens (a gateway's, shared)
+
+    def __post_init__(self) -> None:
+        self.live = live(self.source)
+
+    @property
+    def config(self) -> Config:
+        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
+        return self.live.config
 
     async def answer(
         self,

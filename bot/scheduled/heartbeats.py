@@ -19,6 +19,8 @@ DEFAULT_PROMPT = (
     f"Heartbeat: read {HEARTBEAT_FILE} in your workspace if it exists and follow it. If nothing needs a person's "
     f"attention, answer exactly {HEARTBEAT_OK}."
 )
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """An agent's heartbeat as the scheduler runs it: a job in the target chat's main session, and its hours."""

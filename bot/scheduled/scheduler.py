@@ -68,6 +68,10 @@ class Scheduler:
         self.poll = poll
         self.started = clock()  # ticks before this were missed while the bot was down
 
+    def configure(self, config_jobs: Sequence[CronJob], heartbeats: Sequence[Heartbeat], catch_up: float) -> None:
+        """Schedule the config's jobs and heartbeats, and catch up, as a live reload's config says from now on."""
+        self.config_jobs, self.heartbeats, self.catch_up = list(config_jobs), list(heartbeats), catch_up
+
     async def run(self) -> None:
         while True:
             try:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent.messages import AssistantMessage, Message, TextBlock, UserMessage
 from agent.transcripts import Transcripts
+from bot.config.live import LiveConfig, live
 from bot.runs.principal import session_principal
 from bot.store.base import Clock
 from bot.store.sessions import SessionRecord, SessionStore
@@ -133,11 +134,18 @@ class StoredSessions:
     the sessions that are that person's alone (every turn in them acted for them); read with `viewer=None`
     (`bot sessions`, the owner at the shell) every agent's sessions."""
 
-    def __init__(self, store: SessionStore, config: Config, transcripts: Transcripts, clock: Clock) -> None:
+    def __init__(
+        self, store: SessionStore, config: Config | LiveConfig, transcripts: Transcripts, clock: Clock
+    ) -> None:
         self.store = store
-        self.config = config
+        self.live = live(config)
         self.transcripts = transcripts
         self.clock = clock
+
+    @property
+    def config(self) -> Config:
+        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
+        return self.live.config
 
     @property
     def _access(self) -> AgentToAgent:

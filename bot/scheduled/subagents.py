@@ -10,6 +10,7 @@ import contextlib
 import logging
 import secrets
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bot.config.owners_file import owner_key
@@ -25,7 +26,7 @@ from tools.untrusted import wrap_untrusted
 if TYPE_CHECKING:
     from agent.lanes import Lanes
     from bot.config.settings import Config
-    from bot.intake.entry import Intake
+    from bot.delivery.outbox import Delivery
     from bot.runs.decisions import Decisions
     from bot.turns.turn import Job
 
@@ -100,6 +101,10 @@ def announcement_text(record: SubagentRecord) -> str:
     )
 
 
+# Intake's `accept`: a journaled turn run here, or offered to the process of a cluster that holds its lane.
+Accept = Callable[[InboundRecord, InboundMessage], Awaitable[None]]
+
+
 class AnswerRelay(Protocol):
     """How a sessions_send waits for a session that runs in another process of a cluster (gateway.cluster)."""
 
@@ -120,14 +125,26 @@ class AnswerRelay(Protocol):
 class Subagents:
     """The gateway's children and messages between sessions (tools.subagents.Spawner), and what ends their turns."""
 
-    def __init__(self, decisions: Decisions, store: Store, intake: Intake, lanes: Lanes[Job]) -> None:
+    def __init__(
+        self,
+        decisions: Decisions,
+        store: Store,
+        delivery: Delivery,
+        lanes: Lanes[Job],
+        accept: Accept,
+        *,
+        relay: AnswerRelay | None = None,
+    ) -> None:
+        """`accept` takes a journaled turn in (intake's: here, or to the process holding its lane); `relay` (a
+        cluster's) carries answers between processes."""
         self.decisions = decisions
         self.store = store
-        self.intake = intake
+        self.delivery = delivery
         self.lanes = lanes
+        self.accept = accept
         self._waiting: dict[str, asyncio.Future[str]] = {}  # message id -> the sessions_send waiting for its answer
         self._sends: OrderedDict[str, int] = OrderedDict()  # turn -> the sessions_send calls it made so far
-        self.relay: AnswerRelay | None = None  # set by the gateway of a cluster: answers from other processes
+        self.relay = relay
         self._spawning = asyncio.Lock()
 
     @property
@@ -195,7 +212,7 @@ class Subagents:
                 run_id, run.session_key, key, child_agent, label, task, origin, journal_entry_of(message)
             )
         log.info("%s started subagent %s (%s) for: %s", run.session_key, run_id, child_agent, task[:80])
-        await self.intake.accept(inbound, message)
+        await self.accept(inbound, message)
         return {
             "status": "started",
             "run_id": run_id,
@@ -249,7 +266,7 @@ class Subagents:
         queued = [i for job in self.lanes.pending_items().get(record.child_key, []) for i in job.inbound_ids]
         await self.lanes.stop(record.child_key)  # a queued task or steer is dropped; a running turn is cancelled
         if busy:  # the turn, cancelled, ends the child; the steers it will not read are closed here
-            await self.intake.delivery.close(queued, session_key=record.child_key)
+            await self.delivery.close(queued, session_key=record.child_key)
         else:
             await self.end(killed, "killed", "", [*queued, *([record.inbound_id] if record.inbound_id else [])])
         log.info("subagent %s killed", record.id)
@@ -385,7 +402,7 @@ class Subagents:
         self.lanes.set_mode(record.child_key, None)
         ended = await self.store.subagent(record.id)
         log.info("subagent %s %s", record.id, ENDINGS[ended.status if ended else status])
-        await self.intake.accept(announced, InboundMessage.model_validate(announced.payload))
+        await self.accept(announced, InboundMessage.model_validate(announced.payload))
 
     async def end_stale(self, inbound: InboundRecord, why: str) -> None:
         """A child's task left unrun too long (bot.delivery.recovery): it ends as failed, and its parent hears of it."""
@@ -436,7 +453,7 @@ class Subagents:
                 reply = _written(job.message.target(), acting, name, text, answered.job, answered)
         if reply is not None:  # journaled before this turn is closed: a crash between them loses no answer
             await self._journal(reply)
-        await self.intake.delivery.close(inbound_ids, session_key=scheduled.session_key)
+        await self.delivery.close(inbound_ids, session_key=scheduled.session_key)
         waiter = self._waiting.get(scheduled.job)
         if waiter is not None and not waiter.done() and given is not None:
             waiter.set_result(given)
@@ -458,7 +475,7 @@ class Subagents:
             entry.channel, entry.account, entry.chat, entry.message_id, entry.payload
         )
         if record is not None:
-            await self.intake.accept(record, message)
+            await self.accept(record, message)
         return record is not None
 
     async def answer_arrived(self, job: str) -> None:

@@ -259,9 +259,7 @@ def _start_run(
     return _run_rows(connection, "WHERE id = ?", (run_id,))[0]
 
 
-def _claim_run(
-    connection: sqlite3.Connection, run_id: int, inbound: JournalEntry, now: float
-) -> JobRunRecord | None:
+def _claim_run(connection: sqlite3.Connection, run_id: int, inbound: JournalEntry, now: float) -> JobRunRecord | None:
     with write_transaction(connection):
         claimed = connection.execute(
             "UPDATE job_runs SET status = 'running', started = ? WHERE id = ? AND status = 'requested'", (now, run_id)

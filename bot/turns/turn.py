@@ -30,7 +30,6 @@ from bot.turns.streaming import StreamingReply
 from channels.base import ChatTarget, InboundMessage, Principal
 from tools.base import RunInfo
 from tools.clock import zone
-from tools.message import MessageTool
 
 if TYPE_CHECKING:
     from bot.runs.decisions import Decisions
@@ -132,7 +131,6 @@ class TurnStore(PreviewStore, InboxStore, Protocol):
     """What turns keep beyond the journal: the messages answers stream into, and where messages' files went."""
 
 
-
 class DerivedEnds(Protocol):
     """What ends a turn nobody typed, a subagent's or one another session's message started (bot.scheduled's
     Subagents): the child's record, its end announced, an answer taken back to the session that asked."""
@@ -156,17 +154,18 @@ class Turns:
         conversations: Conversations,
         delivery: Delivery,
         store: TurnStore,
-        message_tool: MessageTool | None,
         closing: Callable[[], bool],
+        subagents: DerivedEnds | None = None,
     ) -> None:
+        """`subagents` ends the turns of subagents and of messages between sessions (None where none run)."""
         self.decisions = decisions
         self.conversations = conversations
         self.delivery = delivery
         self.store = store
-        self.message_tool = message_tool
         self.closing = closing
         self.unfinished_previews: dict[int, PreviewRecord] = {}  # inbound id -> its half-written streamed answer
-        self.subagents: DerivedEnds | None = None  # set by the gateway: what ends subagents' and sessions' turns
+        self.subagents = subagents
+        self.sent = delivery.sent  # what the sessions' runs sent: forgotten as each turn starts, answers remembered
 
     async def keep_previews(self, leftovers: list[InboundRecord]) -> None:
         """Streamed messages of turns that run again are kept, for the new answer to be written into them; the
@@ -207,8 +206,7 @@ class Turns:
         newest = jobs[-1]
         inbound_ids = _ids(jobs)
         stream = self._streaming_reply(newest, inbound_ids)
-        if self.message_tool is not None:
-            self.message_tool.forget(key)
+        self.sent.forget(key)
         self.delivery.note_answer(newest.inbound_id, key)
         steered: list[Job] = []
         try:
@@ -296,8 +294,7 @@ class Turns:
         async def shown(message_id: str) -> None:
             where = target.model_dump(mode="json")
             await self.store.set_preview(newest.inbound_id, message.channel, message.account, where, message_id)
-            if self.message_tool is not None:
-                self.message_tool.remember(newest.session_key, target, message_id)
+            self.sent.remember(newest.session_key, target, message_id)
 
         return StreamingReply(
             self.delivery,
@@ -311,10 +308,10 @@ class Turns:
         )
 
     def _delivered_by_tool(self, key: str, target: ChatTarget, text: str) -> bool:
-        if self.message_tool is None or not text.strip():
+        if not text.strip():
             return False
-        sent = self.message_tool.sent_in(key)
-        self.message_tool.forget(key)
+        sent = self.sent.sent_in(key)
+        self.sent.forget(key)
         chat = (target.channel, target.account, target.peer)
         return any(
             (s.target.channel, s.target.account, s.target.peer) == chat and s.text.strip() == text.strip() for s in sent

@@ -26,7 +26,7 @@ from bot.config.settings import Config
 from bot.gateway.process import Gateway
 from bot.intake.access import MAX_PENDING_PAIRINGS
 from bot.intake.commands import HELP
-from bot.intake.entry import PAIR_MISS_WINDOW_SECONDS
+from bot.intake.handlers import PAIR_MISS_WINDOW_SECONDS
 from bot.store import SqliteStore
 from channels.base import Capabilities, ChannelAdapter, ChatTarget, OnAction, OnMessage, OutboundMessage
 from tools.base import Tool, ToolContext, ToolResult, json_result

@@ -518,7 +518,7 @@ async def test_reply_in_another_chat_needs_a_message_id(tool: MessageTool, messe
 
 
 async def test_a_platform_failure_is_an_error_result(tool: MessageTool, messenger: RecordingMessenger) -> None:
-    tool.remember(SESSION, HERE, "1")  # an answer the gateway delivered: this session's to edit or delete
+    tool.sent.remember(SESSION, HERE, "1")  # an answer the gateway delivered: this session's to edit or delete
     messenger.failure = RuntimeError("Bad Request: message to edit not found")
     for arguments in (
         {"action": "send", "text": "hi"},
@@ -529,7 +529,7 @@ async def test_a_platform_failure_is_an_error_result(tool: MessageTool, messenge
         error = error_of(await call(tool, arguments))
         assert "message to edit not found" in error
         assert error.startswith(f"{arguments['action']} failed")
-    assert tool.sent_in(SESSION) == []
+    assert tool.sent.sent_in(SESSION) == []
     messenger.failure = RuntimeError()
     assert "RuntimeError" in error_of(await call(tool, {"action": "send", "text": "hi"}))
 
@@ -541,15 +541,15 @@ async def test_deliveries_are_recorded_per_session(tool: MessageTool) -> None:
     await call(tool, {"action": "react", "message_id": "101", "emoji": "👍"})
     await call(tool, {"action": "delete", "message_id": "101"})
     slack_target = ChatTarget(channel="slack", account="default", peer=Peer("channel", "C1"))
-    assert tool.sent_in(SESSION) == [
+    assert tool.sent.sent_in(SESSION) == [
         SentMessage(target=HERE, message_id="101", text="first"),
         SentMessage(target=HERE, message_id="102", text="second"),
         SentMessage(target=slack_target, message_id="103", text="elsewhere"),
     ]
     await call(tool, {"action": "edit", "message_id": "102", "text": "second, corrected"})
-    tool.remember(SESSION, HERE, "999")  # the bot's answer in an earlier run of the session
+    tool.sent.remember(SESSION, HERE, "999")  # the bot's answer in an earlier run of the session
     await call(tool, {"action": "edit", "message_id": "999", "text": "an older one"})
-    assert [(sent.message_id, sent.text) for sent in tool.sent_in(SESSION)] == [
+    assert [(sent.message_id, sent.text) for sent in tool.sent.sent_in(SESSION)] == [
         ("101", "first"),
         ("102", "second, corrected"),
         ("103", "elsewhere"),
@@ -557,17 +557,17 @@ async def test_deliveries_are_recorded_per_session(tool: MessageTool) -> None:
     ]
     other = "agent:main:slack:channel:c1"
     await call(tool, {"action": "send", "text": "other"}, run_info(session_key=other))
-    assert [sent.text for sent in tool.sent_in(other)] == ["other"]
-    tool.forget(SESSION)
-    assert tool.sent_in(SESSION) == []
-    assert len(tool.sent_in(other)) == 1
-    tool.forget("never-seen")
+    assert [sent.text for sent in tool.sent.sent_in(other)] == ["other"]
+    tool.sent.forget(SESSION)
+    assert tool.sent.sent_in(SESSION) == []
+    assert len(tool.sent.sent_in(other)) == 1
+    tool.sent.forget("never-seen")
 
 
 async def test_recording_is_bounded(tool: MessageTool) -> None:
     for index in range(MAX_SENT_PER_SESSION + 10):
         await call(tool, {"action": "send", "text": f"m{index}"})
-    recorded = tool.sent_in(SESSION)
+    recorded = tool.sent.sent_in(SESSION)
     assert len(recorded) == MAX_SENT_PER_SESSION
     assert recorded[0].text == "m10"
     assert recorded[-1].text == f"m{MAX_SENT_PER_SESSION + 9}"
@@ -582,7 +582,7 @@ async def test_a_blank_to_means_this_chat(tool: MessageTool, messenger: Recordin
 async def test_an_edit_outside_the_thread_still_replaces_the_record(tool: MessageTool) -> None:
     await call(tool, {"action": "send", "text": "draft", "thread_id": "7"})
     await call(tool, {"action": "edit", "message_id": "101", "text": "final"})
-    [sent] = tool.sent_in(SESSION)
+    [sent] = tool.sent.sent_in(SESSION)
     assert (sent.message_id, sent.text, sent.target.thread_id) == ("101", "final", None)
 
 
@@ -689,7 +689,7 @@ async def test_a_stranger_may_name_its_own_chat_and_react_to_anyone_there(
 async def test_a_run_changes_only_messages_its_session_sent(
     tool: MessageTool, messenger: RecordingMessenger, action: str, message_id: str
 ) -> None:
-    tool.remember("agent:main:telegram:group:-100:thread:2", GROUP, "40")  # another session's answer in this chat
+    tool.sent.remember("agent:main:telegram:group:-100:thread:2", GROUP, "40")  # another session's answer in this chat
     for run in (stranger_run(), stranger_run(sender_is_owner=True)):  # owner or not
         error = error_of(await call(tool, {"action": action, "message_id": message_id, "text": "changed"}, run))
         assert NOT_OURS in error and f"message {message_id} in telegram:group:-100" in error
@@ -709,8 +709,8 @@ async def test_an_owners_run_cannot_touch_a_message_in_another_chat_it_did_not_s
 
 async def test_no_run_changes_an_approval_card(tool: MessageTool, messenger: RecordingMessenger) -> None:
     messenger.cards = {(HERE, "9"), (GROUP, "60")}
-    tool.remember(SESSION, HERE, "9")  # even one the session's record would claim
-    tool.remember(GROUP_SESSION, GROUP, "60")
+    tool.sent.remember(SESSION, HERE, "9")  # even one the session's record would claim
+    tool.sent.remember(GROUP_SESSION, GROUP, "60")
     attempts = [
         (stranger_run(), {"action": "delete", "message_id": "60"}),
         (stranger_run(), {"action": "edit", "message_id": "60", "text": "approved!"}),
@@ -732,8 +732,8 @@ async def test_a_stranger_edits_and_deletes_what_its_session_sent(
     sent = await call(tool, {"action": "send", "text": "draft"}, run)
     message_id = sent.details["message_id"]
     assert not (await call(tool, {"action": "edit", "message_id": message_id, "text": "final"}, run)).is_error
-    tool.remember(GROUP_SESSION, GROUP, "40")  # the bot's earlier answer to this session, sent by the gateway
-    tool.forget(GROUP_SESSION)  # a new run of the session: what it may change is kept
+    tool.sent.remember(GROUP_SESSION, GROUP, "40")  # the bot's earlier answer to this session, sent by the gateway
+    tool.sent.forget(GROUP_SESSION)  # a new run of the session: what it may change is kept
     assert not (await call(tool, {"action": "edit", "message_id": "40", "text": "corrected"}, run)).is_error
     assert not (await call(tool, {"action": "delete", "message_id": message_id}, run)).is_error
     assert NOT_OURS in error_of(await call(tool, {"action": "delete", "message_id": message_id}, run))  # gone
@@ -746,10 +746,10 @@ async def test_a_stranger_edits_and_deletes_what_its_session_sent(
 
 async def test_what_a_session_may_change_is_its_own(tool: MessageTool) -> None:
     await call(tool, {"action": "send", "text": "mine"}, stranger_run())
-    assert tool.sent_by(GROUP_SESSION, GROUP, "101")
-    assert tool.sent_by(GROUP_SESSION, GROUP.model_copy(update={"thread_id": "4"}), "101")  # same message
-    assert not tool.sent_by(SESSION, GROUP, "101")
-    assert not tool.sent_by(GROUP_SESSION, HERE, "101")  # the same id in another chat is another message
+    assert tool.sent.sent_by(GROUP_SESSION, GROUP, "101")
+    assert tool.sent.sent_by(GROUP_SESSION, GROUP.model_copy(update={"thread_id": "4"}), "101")  # same message
+    assert not tool.sent.sent_by(SESSION, GROUP, "101")
+    assert not tool.sent.sent_by(GROUP_SESSION, HERE, "101")  # the same id in another chat is another message
 
 
 async def test_an_owners_run_sends_elsewhere_by_default(tool: MessageTool, messenger: RecordingMessenger) -> None:
@@ -787,10 +787,10 @@ async def test_a_run_without_a_chat_that_may_not_leave_it_acts_nowhere(
 
 async def test_what_a_session_may_change_is_bounded(tool: MessageTool) -> None:
     for index in range(MAX_OWN_PER_SESSION + 5):
-        tool.remember(SESSION, HERE, str(index))
-    assert not tool.sent_by(SESSION, HERE, "4")
-    assert tool.sent_by(SESSION, HERE, "5")
-    assert tool.sent_by(SESSION, HERE, str(MAX_OWN_PER_SESSION + 4))
+        tool.sent.remember(SESSION, HERE, str(index))
+    assert not tool.sent.sent_by(SESSION, HERE, "4")
+    assert tool.sent.sent_by(SESSION, HERE, "5")
+    assert tool.sent.sent_by(SESSION, HERE, str(MAX_OWN_PER_SESSION + 4))
 
 
 def test_cross_chat_is_configured_per_agent() -> None:

@@ -8,26 +8,22 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
-    from agent.events import AssistantEvent, LifecycleEvent, RunEvent, ToolEvent
-    from agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, Usage, UserMessage
-    from agent.runner import Runner, RunOutcome, RunSpec
-
-__all__ = [
-    "AssistantEvent",
-    "AssistantMessage",
-    "LifecycleEvent",
-    "Message",
-    "RunEvent",
-    "RunOutcome",
-    "RunSpec",
-    "Runner",
-    "ToolCall",
-    "ToolEvent",
-    "ToolResultMessage",
-    "Usage",
-    "UserMessage",
-]
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
+    from agent.events import (
+        AssistantEvent as AssistantEvent,
+        LifecycleEvent as LifecycleEvent,
+        RunEvent as RunEvent,
+        ToolEvent as ToolEvent,
+    )
+    from agent.messages import (
+        AssistantMessage as AssistantMessage,
+        Message as Message,
+        ToolCall as ToolCall,
+        ToolResultMessage as ToolResultMessage,
+        Usage as Usage,
+        UserMessage as UserMessage,
+    )
+    from agent.runner import Runner as Runner, RunOutcome as RunOutcome, RunSpec as RunSpec
 
 # Where each public name is defined: imported when first asked for.
 _HOMES = {
@@ -47,5 +43,7 @@ _HOMES = {
 }
 
 # Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
+
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

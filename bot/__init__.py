@@ -8,24 +8,18 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
-    from bot.app import App
-    from bot.config import Config, ConfigError, ConfigIssue, load_config, parse_config, validate_config
-    from bot.gateway.process import Gateway
-    from bot.plugins import PluginError, Plugins
-
-__all__ = [
-    "App",
-    "Config",
-    "ConfigError",
-    "ConfigIssue",
-    "Gateway",
-    "PluginError",
-    "Plugins",
-    "load_config",
-    "parse_config",
-    "validate_config",
-]
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
+    from bot.app import App as App
+    from bot.config import (
+        Config as Config,
+        ConfigError as ConfigError,
+        ConfigIssue as ConfigIssue,
+        load_config as load_config,
+        parse_config as parse_config,
+        validate_config as validate_config,
+    )
+    from bot.gateway.process import Gateway as Gateway
+    from bot.plugins import PluginError as PluginError, Plugins as Plugins
 
 # Where each public name is defined: imported when first asked for.
 _HOMES = {
@@ -42,5 +36,7 @@ _HOMES = {
 }
 
 # Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
+
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

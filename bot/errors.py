@@ -7,25 +7,29 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
-    from agent.compaction import CompactionError
-    from agent.providers.base import ProviderError
-    from bot.cli.chat import ChatFailed
-    from bot.cli.init import TokenRefused
-    from bot.config.errors import ConfigError
-    from bot.delivery.outbox import SendFailed
-    from bot.plugins import PluginError
-    from bot.runs.assemble import SetupError
-    from bot.store.base import FencedOut, StoreError
-    from channels.discord import DiscordStartError
-    from channels.start_errors import StartError
-    from channels.telegram import TelegramSendError
-    from routing.errors import ChannelError, SwitchboardError, ToolError
-    from tools.fs import FsError, PathRefused
-    from tools.mcp.server import McpCallError
-    from tools.memory import MemoryToolError
-    from tools.provenance import ScopeError
-    from tools.web import FetchError, Refused, SearchError
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
+    from agent.compaction import CompactionError as CompactionError
+    from agent.providers.base import ProviderError as ProviderError
+    from bot.cli.chat import ChatFailed as ChatFailed
+    from bot.cli.init import TokenRefused as TokenRefused
+    from bot.config.errors import ConfigError as ConfigError
+    from bot.delivery.outbox import SendFailed as SendFailed
+    from bot.plugins import PluginError as PluginError
+    from bot.runs.assemble import SetupError as SetupError
+    from bot.store.base import FencedOut as FencedOut, StoreError as StoreError
+    from channels.discord import DiscordStartError as DiscordStartError
+    from channels.start_errors import StartError as StartError
+    from channels.telegram import TelegramSendError as TelegramSendError
+    from routing.errors import (
+        ChannelError as ChannelError,
+        SwitchboardError as SwitchboardError,
+        ToolError as ToolError,
+    )
+    from tools.fs import FsError as FsError, PathRefused as PathRefused
+    from tools.mcp.server import McpCallError as McpCallError
+    from tools.memory import MemoryToolError as MemoryToolError
+    from tools.provenance import ScopeError as ScopeError
+    from tools.web import FetchError as FetchError, Refused as Refused, SearchError as SearchError
 
 # Where each error is defined: imported when first asked for (a platform's SDK only with its own errors).
 _HOMES = {
@@ -55,32 +59,7 @@ _HOMES = {
     "SearchError": "tools.web",
 }
 
-__all__ = [
-    "ChannelError",
-    "ChatFailed",
-    "CompactionError",
-    "ConfigError",
-    "DiscordStartError",
-    "FencedOut",
-    "FetchError",
-    "FsError",
-    "McpCallError",
-    "MemoryToolError",
-    "PathRefused",
-    "PluginError",
-    "ProviderError",
-    "Refused",
-    "ScopeError",
-    "SearchError",
-    "SendFailed",
-    "SetupError",
-    "StartError",
-    "StoreError",
-    "SwitchboardError",
-    "TelegramSendError",
-    "TokenRefused",
-    "ToolError",
-]
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
 
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

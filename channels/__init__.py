@@ -8,51 +8,31 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
     from channels.base import (
-        AccountSettings,
-        ActionEvent,
-        Attachment,
-        Button,
-        Capabilities,
-        ChannelAdapter,
-        ChannelPlugin,
-        ChannelSetup,
-        ChatTarget,
-        InboundMessage,
-        OnAction,
-        OnMessage,
-        OutboundFile,
-        OutboundMessage,
-        Poll,
+        AccountSettings as AccountSettings,
+        ActionEvent as ActionEvent,
+        Attachment as Attachment,
+        Button as Button,
+        Capabilities as Capabilities,
+        ChannelAdapter as ChannelAdapter,
+        ChannelPlugin as ChannelPlugin,
+        ChannelSetup as ChannelSetup,
+        ChatTarget as ChatTarget,
+        InboundMessage as InboundMessage,
+        OnAction as OnAction,
+        OnMessage as OnMessage,
+        OutboundFile as OutboundFile,
+        OutboundMessage as OutboundMessage,
+        Poll as Poll,
     )
-    from channels.health import ChannelHealth, ChannelState, HealthSnapshot
-    from channels.memory import MemoryChannel, Sent
-    from routing.errors import ChannelError
-
-__all__ = [
-    "AccountSettings",
-    "ActionEvent",
-    "Attachment",
-    "Button",
-    "Capabilities",
-    "ChannelAdapter",
-    "ChannelError",
-    "ChannelHealth",
-    "ChannelPlugin",
-    "ChannelSetup",
-    "ChannelState",
-    "ChatTarget",
-    "HealthSnapshot",
-    "InboundMessage",
-    "MemoryChannel",
-    "OnAction",
-    "OnMessage",
-    "OutboundFile",
-    "OutboundMessage",
-    "Poll",
-    "Sent",
-]
+    from channels.health import (
+        ChannelHealth as ChannelHealth,
+        ChannelState as ChannelState,
+        HealthSnapshot as HealthSnapshot,
+    )
+    from channels.memory import MemoryChannel as MemoryChannel, Sent as Sent
+    from routing.errors import ChannelError as ChannelError
 
 # Where each public name is defined: imported when first asked for.
 _HOMES = {
@@ -80,5 +60,7 @@ _HOMES = {
 }
 
 # Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
+
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

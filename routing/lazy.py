@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(
-    package: str, homes: Mapping[str, str], public: Iterable[str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module `__getattr__` and `__dir__` of `package`: a name in `homes` is imported from its module when first
-    asked for (and kept in the package, so later look-ups do not come back here); any other is an AttributeError."""
-    names = sorted(public)
+def lazy_exports(package: str, homes: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The module `__getattr__` and `__dir__` of `package`: a name in `homes` (its public surface, which its
+    `__all__` lists) is imported from its module when first asked for (and kept in the package, so later look-ups do
+    not come back here); any other is an AttributeError."""
+    names = sorted(homes)
 
     def __getattr__(name: str) -> Any:
         home = homes.get(name)

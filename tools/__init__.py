@@ -7,38 +7,21 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
-    from routing.errors import ToolError
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
+    from routing.errors import ToolError as ToolError
     from tools.base import (
-        ImageBlock,
-        RunInfo,
-        TextBlock,
-        Tool,
-        ToolContext,
-        ToolResult,
-        error_result,
-        image_result,
-        json_result,
+        ImageBlock as ImageBlock,
+        RunInfo as RunInfo,
+        TextBlock as TextBlock,
+        Tool as Tool,
+        ToolContext as ToolContext,
+        ToolResult as ToolResult,
+        error_result as error_result,
+        image_result as image_result,
+        json_result as json_result,
     )
-    from tools.hooks import Hooks
-    from tools.registry import ToolFactory, ToolRegistry, ToolSetup
-
-__all__ = [
-    "Hooks",
-    "ImageBlock",
-    "RunInfo",
-    "TextBlock",
-    "Tool",
-    "ToolContext",
-    "ToolError",
-    "ToolFactory",
-    "ToolRegistry",
-    "ToolResult",
-    "ToolSetup",
-    "error_result",
-    "image_result",
-    "json_result",
-]
+    from tools.hooks import Hooks as Hooks
+    from tools.registry import ToolFactory as ToolFactory, ToolRegistry as ToolRegistry, ToolSetup as ToolSetup
 
 # Where each public name is defined: imported when first asked for.
 _HOMES = {
@@ -59,5 +42,7 @@ _HOMES = {
 }
 
 # Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
+
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -8,41 +8,30 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
     from agent.providers.base import (
-        Completed,
-        ModelRequest,
-        Provider,
-        ProviderError,
-        StreamEvent,
-        TextDelta,
-        ToolCallStarted,
-        ToolSpec,
+        Completed as Completed,
+        ModelRequest as ModelRequest,
+        Provider as Provider,
+        ProviderError as ProviderError,
+        StreamEvent as StreamEvent,
+        TextDelta as TextDelta,
+        ToolCallStarted as ToolCallStarted,
+        ToolSpec as ToolSpec,
     )
-    from agent.providers.builtins import build_provider
-    from agent.providers.config import ModelOptions, ProviderConfig, ProviderPlugin, split_model
-    from agent.providers.scripted import Scripted, ScriptedProvider, ScriptedSettings
-    from tools.schema import SchemaDialect
-
-__all__ = [
-    "Completed",
-    "ModelOptions",
-    "ModelRequest",
-    "Provider",
-    "ProviderConfig",
-    "ProviderError",
-    "ProviderPlugin",
-    "SchemaDialect",
-    "Scripted",
-    "ScriptedProvider",
-    "ScriptedSettings",
-    "StreamEvent",
-    "TextDelta",
-    "ToolCallStarted",
-    "ToolSpec",
-    "build_provider",
-    "split_model",
-]
+    from agent.providers.builtins import build_provider as build_provider
+    from agent.providers.config import (
+        ModelOptions as ModelOptions,
+        ProviderConfig as ProviderConfig,
+        ProviderPlugin as ProviderPlugin,
+        split_model as split_model,
+    )
+    from agent.providers.scripted import (
+        Scripted as Scripted,
+        ScriptedProvider as ScriptedProvider,
+        ScriptedSettings as ScriptedSettings,
+    )
+    from tools.schema import SchemaDialect as SchemaDialect
 
 # Where each public name is defined: imported when first asked for.
 _HOMES = {
@@ -66,5 +55,7 @@ _HOMES = {
 }
 
 # Hidden from mypy, which reads the imports above (given a module __getattr__ it would accept any name at all).
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
+
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -23,8 +23,7 @@ from bot.approvals.text import shown_command
 from bot.config.checks import bot_folders, own_files
 from bot.config.owners_file import owner_key
 from bot.gateway.state import open_state, transcripts_for
-from bot.intake.commands import BY_NAME, Command, parse_command
-from bot.intake.commands import HELP as COMMANDS_HELP
+from bot.intake.commands import BY_NAME, HELP as COMMANDS_HELP, Command, parse_command
 from bot.intake.handlers import use_skill
 from bot.intake.session_commands import model_command, status_lines, think_command, usage_command
 from bot.runs.assemble import SetupError, candidates

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 from routing.lazy import lazy_exports
 
-if TYPE_CHECKING:
-    from bot.config.errors import ConfigError, ConfigIssue
-    from bot.config.loading import load_config, parse_config, validate_config
-    from bot.config.settings import Config
-
-__all__ = ["Config", "ConfigError", "ConfigIssue", "load_config", "parse_config", "validate_config"]
+if TYPE_CHECKING:  # what type checkers read; at run time each name is imported from _HOMES on first use
+    from bot.config.errors import ConfigError as ConfigError, ConfigIssue as ConfigIssue
+    from bot.config.loading import (
+        load_config as load_config,
+        parse_config as parse_config,
+        validate_config as validate_config,
+    )
+    from bot.config.settings import Config as Config
 
 _HOMES = {
     "Config": "bot.config.settings",
@@ -23,5 +25,7 @@ _HOMES = {
     "ConfigIssue": "bot.config.errors",
 }
 
+__all__ = list(_HOMES)  # the public surface: written once, in the table above
+
 if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

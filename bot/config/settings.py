@@ -25,8 +25,8 @@ from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
 from bot.config.errors import ConfigIssue, Loc
 from bot.config.schedules import CronJob, HeartbeatConfig, duration_seconds
-from routing import Binding as RoutingBinding
 from routing import (
+    Binding as RoutingBinding,
     DmScope,
     Peer,
     Router,

@@ -24,8 +24,7 @@ from tools.sandbox import BotFolders, shield_problem
 if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.client.session import IncomingMessage
-    from mcp.types import CallToolResult
-    from mcp.types import Tool as ListedTool
+    from mcp.types import CallToolResult, Tool as ListedTool
 
     from tools.mcp.connection import StderrTail
 

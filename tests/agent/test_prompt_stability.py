@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_of
 from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import FakeClock
 
@@ -28,11 +29,8 @@ def config(
 ) -> Config:
     """A bot on the fake LLM with `ann` as its owner; `settings` go to `defaults`, except `models` (the provider's)."""
     base_url = llm.openai_base_url if kind == "openai" else llm.url
-    models = settings.pop("models", {})
-    provider = {"kind": kind, "base_url": base_url, "models": models}
-    defaults = {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), **settings}
-    data = {"defaults": defaults, "providers": {"fake": provider}, "owners": ["memory:ann"], "agents": agents or []}
-    return parse_config(json.dumps(data))
+    provider = {"providers": {"fake": {"kind": kind, "models": settings.pop("models", {})}}}
+    return config_of(tmp_path, base_url, provider, defaults=settings, owners=["memory:ann"], agents=agents or [])
 
 
 @pytest.fixture

@@ -149,9 +149,7 @@ def sent_key(request: RecordedRequest) -> str | None:
 async def h(fake_llm: FakeLLM) -> AsyncIterator[Harness]:
     clock, timers = FakeClock(), Timers()
     pool = KeyPool(clock=clock)
-    runner = Runner(
-        key_pool=pool, sleep=timers.sleep, server_retry_delay=0, cancel_grace_seconds=GRACE
-    )
+    runner = Runner(key_pool=pool, sleep=timers.sleep, server_retry_delay=0, cancel_grace_seconds=GRACE)
     try:
         yield Harness(fake_llm, clock, timers, pool, runner)
     finally:

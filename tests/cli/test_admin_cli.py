@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually
@@ -138,14 +139,8 @@ def test_config_show_refuses_a_broken_config_like_config_check(tmp_path: Path) -
 
 
 def pairing_config(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off", "dm_policy": "pairing",
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming="off", dm_policy="pairing")
+    return config_dict(tmp_path, llm, account, owners=[f"telegram:{OWNER}"])
 
 
 def pairing_code(text: str) -> str:
@@ -197,14 +192,7 @@ async def test_a_revoked_pairing_makes_the_sender_a_stranger_again_on_the_runnin
 
 
 def approvals_config(llm: FakeLLM, tg: FakeTelegram, tmp_path: Path) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off", "dm_policy": "open",
-        }}}},
-    }  # fmt: skip
+    return config_dict(tmp_path, llm, telegram(tg, streaming="off", dm_policy="open"), owners=[f"telegram:{OWNER}"])
 
 
 def cards(tg: FakeTelegram) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import eventually, unstamped
 
@@ -20,11 +21,8 @@ SECRET = "sk-test-0123456789abcdef"
 
 def write_config(path: Path, llm: FakeLLM, kind: str, **extra: Any) -> Path:
     base_url = llm.openai_base_url if kind == "openai" else llm.url
-    config = {
-        "defaults": {"model": "fake/model-a", "workspace_root": str(path / "ws")},
-        "providers": {"fake": {"kind": kind, "base_url": base_url, "api_key": SECRET, "timeout_seconds": 60}},
-        **extra,
-    }
+    provider = {"providers": {"fake": {"kind": kind, "api_key": SECRET, "timeout_seconds": 60}}}
+    config = config_dict(path, base_url, provider, defaults={"model": "fake/model-a"}) | extra  # `extra` replaces
     file = path / "bindings.yaml"
     file.write_text(json.dumps(config))  # JSON is YAML
     return file

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
+from configs import config_dict
 
 from bot.cli.main import cli
 from bot.store import ApprovalRecord, PairingRecord
@@ -16,7 +17,8 @@ from bot.store.postgres import PostgresStore
 
 def bindings(tmp_path: Path, url: str) -> Path:
     path = tmp_path / "bindings.yaml"
-    path.write_text(json.dumps({"defaults": {"model": "fake/m"}, "state": {"backend": "postgres", "url": url}}))
+    config = config_dict(tmp_path, "http://127.0.0.1:9/v1", state={"backend": "postgres", "url": url})  # no model call
+    path.write_text(json.dumps(config))
     return path
 
 

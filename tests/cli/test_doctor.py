@@ -12,36 +12,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, discord, slack, telegram
 from fakes.discord import FakeDiscord
 from fakes.llm import FakeLLM, Reply, refusing_port
 from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
 
-from bot.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
-from bot.store.postgres import PostgresStore
+from bot.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION, PostgresStore
 
 LLM_KEY = "sk-doctor-test-key-0123456789"
 
 
-def config(tmp_path: Path, llm: FakeLLM, **channels: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}, {"id": "ops", "fallbacks": ["fake/m2"]}],
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url, "api_key": LLM_KEY}},
-        "channels": {name: {"accounts": accounts} for name, accounts in channels.items()},
-    }
-
-
-def telegram(tg: FakeTelegram, **settings: Any) -> dict[str, Any]:
-    return {"main": {"token": tg.token, "api_base_url": tg.url, **settings}}
-
-
-def discord(server: FakeDiscord) -> dict[str, Any]:
-    return {"main": {"token": server.token, **server.urls}}
-
-
-def slack(server: FakeSlack) -> dict[str, Any]:
-    return {"main": {"bot_token": server.bot_token, "app_token": server.app_token, "api_base_url": server.url}}
+def config(tmp_path: Path, llm: FakeLLM, *channels: dict[str, Any], **sections: Any) -> dict[str, Any]:
+    """Two agents, `ops` with a fallback model, the provider with a key written into the file, and `channels`."""
+    agents = [{"id": "main", "default": True}, {"id": "ops", "fallbacks": ["fake/m2"]}]
+    key = {"providers": {"fake": {"api_key": LLM_KEY}}}
+    return config_dict(tmp_path, llm, key, *channels, agents=agents, **sections)
 
 
 async def doctor(
@@ -93,10 +79,9 @@ async def test_all_green_exits_0_and_prints_no_token(
     db.close()
     # Every secret as a ${VAR}, as it should be (a secret written into the file is a warning).
     settings = config(
-        tmp_path, fake_llm, telegram=telegram(fake_telegram, token="${DOC_TELEGRAM_TOKEN}"),
-        discord={"main": {**discord(fake_discord)["main"], "token": "${DOC_DISCORD_TOKEN}"}},
-        slack={"main": {"bot_token": "${DOC_SLACK_BOT_TOKEN}", "app_token": "${DOC_SLACK_APP_TOKEN}",
-                        "api_base_url": fake_slack.url}},
+        tmp_path, fake_llm, telegram(fake_telegram, token="${DOC_TELEGRAM_TOKEN}"),
+        discord(fake_discord, token="${DOC_DISCORD_TOKEN}"),
+        slack(fake_slack, bot_token="${DOC_SLACK_BOT_TOKEN}", app_token="${DOC_SLACK_APP_TOKEN}"),
     )  # fmt: skip
     settings["providers"]["fake"]["api_key"] = "${DOC_LLM_KEY}"
     env = {
@@ -129,12 +114,12 @@ async def test_a_refused_telegram_token_a_wrong_url_and_an_unreachable_server_fa
 ) -> None:
     wrong = "999999:wrong-secret-token-abc"
     with refusing_port() as port:
-        accounts = {
-            "main": {"token": wrong, "api_base_url": fake_telegram.url},
-            "moved": {"token": fake_telegram.token, "api_base_url": fake_telegram.url + "/nothing-here"},
-            "away": {"token": fake_telegram.token, "api_base_url": f"http://127.0.0.1:{port}"},
-        }
-        code, out = await doctor(tmp_path, config(tmp_path, fake_llm, telegram=accounts))
+        accounts = (
+            telegram(fake_telegram, token=wrong),
+            telegram(fake_telegram, account="moved", api_base_url=fake_telegram.url + "/nothing-here"),
+            telegram(fake_telegram, account="away", api_base_url=f"http://127.0.0.1:{port}"),
+        )
+        code, out = await doctor(tmp_path, config(tmp_path, fake_llm, *accounts))
     assert code == 1, out
     refused = line(out, "FAIL  telegram/main ")
     assert "token 9999… refused (HTTP 401)" in refused and "get a new one from @BotFather" in refused
@@ -145,7 +130,7 @@ async def test_a_refused_telegram_token_a_wrong_url_and_an_unreachable_server_fa
 
 async def test_discord_without_the_message_content_intent_fails_naming_it(tmp_path: Path, fake_llm: FakeLLM) -> None:
     async with FakeDiscord(message_content_intent=False) as server:
-        code, out = await doctor(tmp_path, config(tmp_path, fake_llm, discord=discord(server)))
+        code, out = await doctor(tmp_path, config(tmp_path, fake_llm, discord(server)))
     assert code == 1, out
     assert line(out, "ok    discord/main ")
     failed = line(out, "FAIL  discord/main intent")
@@ -155,8 +140,8 @@ async def test_discord_without_the_message_content_intent_fails_naming_it(tmp_pa
 
 
 async def test_a_refused_discord_token_fails(tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> None:
-    account = {"main": {**discord(fake_discord)["main"], "token": "not-the-discord-token-at-all"}}
-    code, out = await doctor(tmp_path, config(tmp_path, fake_llm, discord=account))
+    account = discord(fake_discord, token="not-the-discord-token-at-all")
+    code, out = await doctor(tmp_path, config(tmp_path, fake_llm, account))
     assert code == 1, out
     assert "refused (HTTP 401)" in line(out, "FAIL  discord/main ")
     assert_no_secrets(out, "not-the-discord-token-at-all")
@@ -167,7 +152,7 @@ async def test_slack_missing_a_scope_or_with_a_wrong_token_fails_naming_it(
 ) -> None:
     fake_slack.scopes.remove("chat:write")
     fake_slack.scopes.remove("reactions:write")
-    code, out = await doctor(tmp_path, config(tmp_path, fake_llm, slack=slack(fake_slack)))
+    code, out = await doctor(tmp_path, config(tmp_path, fake_llm, slack(fake_slack)))
     assert code == 1, out
     scopes = line(out, "FAIL  slack/main scopes")
     assert "missing scopes: chat:write (and for some features reactions:write)" in scopes
@@ -175,9 +160,9 @@ async def test_slack_missing_a_scope_or_with_a_wrong_token_fails_naming_it(
     assert line(out, "ok    slack/main socket")
 
     fake_slack.scopes.append("chat:write")
-    accounts = {"main": {**slack(fake_slack)["main"], "app_token": "xapp-wrong-app-token-1234"}}
-    accounts["other"] = {**slack(fake_slack)["main"], "bot_token": "xoxb-wrong-bot-token-5678"}
-    code, out = await doctor(tmp_path, config(tmp_path, fake_llm, slack=accounts))
+    wrong_app = slack(fake_slack, app_token="xapp-wrong-app-token-1234")
+    wrong_bot = slack(fake_slack, account="other", bot_token="xoxb-wrong-bot-token-5678")
+    code, out = await doctor(tmp_path, config(tmp_path, fake_llm, wrong_app, wrong_bot))
     assert code == 1, out
     assert "missing scopes some features need: reactions:write" in line(out, "warn  slack/main scopes")
     assert "app token xapp… refused (not_allowed_token_type)" in line(out, "FAIL  slack/main socket")
@@ -188,8 +173,7 @@ async def test_slack_missing_a_scope_or_with_a_wrong_token_fails_naming_it(
 async def test_an_unset_variable_fails_naming_it(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    accounts = {"main": {"token": "${DOCTOR_TEST_TELEGRAM_TOKEN}", "api_base_url": fake_telegram.url}}
-    settings = config(tmp_path, fake_llm, telegram=accounts)
+    settings = config(tmp_path, fake_llm, telegram(fake_telegram, token="${DOCTOR_TEST_TELEGRAM_TOKEN}"))
     code, out = await doctor(tmp_path, settings)
     assert code == 1, out
     unset = line(out, "FAIL  env telegram/main")
@@ -241,7 +225,7 @@ async def test_models_each_get_one_tiny_request_and_a_refused_key_fails(tmp_path
 async def test_the_postgresql_state_database_is_checked_instead_of_state_db(
     tmp_path: Path, fake_llm: FakeLLM, postgres_url: str
 ) -> None:
-    settings = {**config(tmp_path, fake_llm), "state": {"backend": "postgres", "url": postgres_url}}
+    settings = config(tmp_path, fake_llm, state={"backend": "postgres", "url": postgres_url})
     code, out = await doctor(tmp_path, settings)
     assert code == 0, out
     assert "made at the first start" in line(out, "ok    state database")

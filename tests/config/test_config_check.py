@@ -15,6 +15,8 @@ from bot.config.settings import Match
 from routing import Peer, RoutingInput
 
 ROOT = Path(__file__).parent.parent.parent
+
+
 def test_a_local_provider_needs_no_key(tmp_path: Path) -> None:
     path = write(tmp_path, "defaults: {model: ollama/llama3.1}\nproviders:\n  ollama:\n    kind: openai\n"
                  "    base_url: http://localhost:11434/v1\n")  # fmt: skip

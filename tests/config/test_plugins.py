@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import channel, config_dict
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import bot_run, eventually
 
@@ -43,11 +44,7 @@ def bot(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def config(tmp_path: Path, account: dict[str, Any], llm_url: str = "http://127.0.0.1:9") -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm_url}},
-        "channels": {"filechat": {"accounts": {"main": account}}},
-    }
+    return config_dict(tmp_path, llm_url, channel("filechat", account))
 
 
 def write(tmp_path: Path, data: dict[str, Any]) -> Path:

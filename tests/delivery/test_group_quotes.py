@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, discord, telegram
 from fakes.discord import CHANNEL_ID, FakeDiscord
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
@@ -25,16 +26,14 @@ WAIT = 30.0
 
 
 def telegram_config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, streaming: str) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": streaming,
-        }}}},
-        "session": {"queue": {"mode": "followup"}},
-    }  # fmt: skip
+    return config_dict(
+        tmp_path,
+        llm,
+        telegram(tg, streaming=streaming),
+        agents=[{"id": "main", "default": True}],
+        owners=[f"telegram:{OWNER}"],
+        session={"queue": {"mode": "followup"}},
+    )
 
 
 def quotes(call: dict[str, Any]) -> int | None:
@@ -87,16 +86,13 @@ async def test_discord_guild_answers_reference_the_message_dm_answers_do_not(
     tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
 ) -> None:
     dc = fake_discord
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"discord:{dc.alice.id}"],
-        "channels": {"discord": {"accounts": {"main": {
-            "token": dc.token, "api_base_url": dc.root, "gateway_url": dc.gateway_url,
-            "guild_ready_timeout": 0.05, "streaming": "off",
-        }}}},
-    }  # fmt: skip
+    config = config_dict(
+        tmp_path,
+        fake_llm,
+        discord(dc, streaming="off"),
+        agents=[{"id": "main", "default": True}],
+        owners=[f"discord:{dc.alice.id}"],
+    )
     fake_llm.script("Hello owner.", "Guild here.")
     owner_dm = dc.dm_channel_id(dc.alice)
     async with bot_run(config, tmp_path, "channel discord account main started"):

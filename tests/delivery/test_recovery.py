@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_of
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import FakeClock, eventually, read_state
 
-from bot import App, parse_config
+from bot import App
 from bot.config.settings import Config
 from bot.delivery.recovery import OFFLINE
 from bot.store import SqliteStore
@@ -25,13 +26,7 @@ OWNER = "ann"
 
 
 def config(llm: FakeLLM, tmp_path: Path, **extra: Any) -> Config:
-    data = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"memory:{OWNER}"],
-        **extra,
-    }
-    return parse_config(json.dumps(data))
+    return config_of(tmp_path, llm, owners=[f"memory:{OWNER}"], **extra)
 
 
 @pytest.fixture
@@ -111,8 +106,7 @@ async def test_a_subagent_whose_task_went_stale_ends_as_failed_and_its_parent_is
     fake_llm: FakeLLM, chat: MemoryChannel, tmp_path: Path
 ) -> None:
     clock = FakeClock(1_800_000_000.0)
-    settings = config(fake_llm, tmp_path, defaults={"model": "fake/m", "workspace_root": str(tmp_path / "ws"),
-                                                    "max_concurrent": 1})  # fmt: skip
+    settings = config(fake_llm, tmp_path, defaults={"max_concurrent": 1})
     app = App(settings, tmp_path / "state", adapters=[chat], clock=clock)
     spawn = ToolCallSpec("sessions_spawn", {"task": "STALE-TASK"})
     fake_llm.script_for("research", Reply.tool_calls(spawn), Reply.held("Started."))  # the child waits for the slot

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import EchoLLM, PollWatch, eventually, launch_bot
@@ -37,17 +38,13 @@ BURST_WAIT = 600.0  # generous: reached only when something is broken (or the ma
 
 def config(folder: Path, llm: FakeLLM, tg: FakeTelegram, url: str, **extra: Any) -> dict[str, Any]:
     """One process's bindings.yaml: its own workspace and state folder, the shared database, token and model."""
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(folder / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{owner}" for owner in OWNERS],
-        "state": {"backend": "postgres", "url": url},
-        "session": {"queue": {"mode": "followup"}},  # every DM its own turn and its own answer
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off", "dm_policy": "open",
-        }}}},
+    return config_dict(
+        folder, llm, telegram(tg, streaming="off", dm_policy="open"),
+        owners=[f"telegram:{owner}" for owner in OWNERS],
+        state={"backend": "postgres", "url": url},
+        session={"queue": {"mode": "followup"}},  # every DM its own turn and its own answer
         **extra,
-    }  # fmt: skip
+    )  # fmt: skip
 
 
 # --- the three processes ------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, launch_bot, read_state, write_state
@@ -23,16 +24,8 @@ DM = f"telegram/main:direct:{OWNER}"
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram, **cron: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1,
-        }}}},
-        "cron": cron,
-    }  # fmt: skip
+    agents = [{"id": "main", "default": True}]
+    return config_dict(tmp_path, fake_llm, telegram(tg), agents=agents, owners=[f"telegram:{OWNER}"], cron=cron)
 
 
 def soon(seconds: float) -> str:

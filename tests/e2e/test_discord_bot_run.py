@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from configs import config_dict, discord
 from fakes.discord import CHANNEL_ID, GUILD_ID, OTHER_CHANNEL_ID, ROLE_ID, THREAD_ID, FakeDiscord
 from fakes.llm import FakeLLM, Reply
 from helpers import asked, bot_run, eventually, settled
@@ -24,23 +25,17 @@ STARTED = "channel discord account main started"
 @pytest.fixture
 async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord) -> AsyncIterator[Path]:
     main = {"channel": "discord", "account": "main"}
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}, {"id": "team"}, {"id": "general"}],
-        "bindings": [
+    config = config_dict(
+        tmp_path, fake_llm, discord(fake_discord, streaming="off"),
+        agents=[{"id": "main", "default": True}, {"id": "team"}, {"id": "general"}],
+        bindings=[
             # the account is named: a binding without one matches only the account called `default`
             {"agent": "team", "match": {**main, "guild": GUILD_ID, "roles": [ROLE_ID]}},
             {"agent": "general", "match": {**main, "peer": {"kind": "channel", "id": CHANNEL_ID}}},
         ],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"discord:{fake_discord.alice.id}"],
-        "channels": {"discord": {"accounts": {"main": {
-            "token": fake_discord.token, "api_base_url": fake_discord.root, "gateway_url": fake_discord.gateway_url,
-            # A short guild_ready_timeout only makes start quick: the fake sends the guild before anything needs it.
-            "guild_ready_timeout": 0.05, "streaming": "off",
-        }}}},
-        "session": {"queue": {"mode": "followup"}},
-    }  # fmt: skip
+        owners=[f"discord:{fake_discord.alice.id}"],
+        session={"queue": {"mode": "followup"}},
+    )  # fmt: skip
     async with bot_run(config, tmp_path, "channel discord account main started") as path:
         yield path
 
@@ -137,15 +132,11 @@ async def test_a_streamed_answer_arrives_as_one_message_edited_to_the_final_text
     tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
 ) -> None:
     dc = fake_discord
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"discord:{dc.alice.id}"],
-        "channels": {"discord": {"accounts": {"main": {
-            "token": dc.token, "api_base_url": dc.root, "gateway_url": dc.gateway_url, "guild_ready_timeout": 0.05,
-        }}}},  # streaming: partial is the default
-        "bindings": [{"agent": "main", "match": {"channel": "discord", "account": "main"}}],
-    }  # fmt: skip
+    config = config_dict(
+        tmp_path, fake_llm, discord(dc),  # streaming: partial is the default
+        owners=[f"discord:{dc.alice.id}"],
+        bindings=[{"agent": "main", "match": {"channel": "discord", "account": "main"}}],
+    )  # fmt: skip
     beginning = " ".join(f"word{number}" for number in range(30))
     answer = beginning + "".join(f" word{number}" for number in range(30, 60))
     # The model writes the first half, then waits for the test before it writes the rest.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually
@@ -20,16 +21,11 @@ GROUPS = (-1001, -1002, -1003)
 
 
 def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, max_concurrent: int) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "max_concurrent": max_concurrent},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "session": {"queue": {"mode": "followup"}},
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-            "dm_policy": "open", "group_policy": "open", "require_mention": False,
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming="off", dm_policy="open", group_policy="open", require_mention=False)
+    return config_dict(
+        tmp_path, llm, account, defaults={"max_concurrent": max_concurrent}, owners=[f"telegram:{OWNER}"],
+        session={"queue": {"mode": "followup"}},
+    )  # fmt: skip
 
 
 async def test_the_owner_is_answered_while_a_strangers_runs_hold_every_other_slot(

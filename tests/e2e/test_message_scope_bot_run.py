@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually
@@ -21,16 +22,8 @@ ONLY_HERE = "may only act in the chat it was started from"
 
 
 def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, streaming: str = "off", **agent: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", **agent}],
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": streaming,
-            "dm_policy": "open", "group_policy": "open",
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming=streaming, dm_policy="open", group_policy="open")
+    return config_dict(tmp_path, llm, account, agents=[{"id": "main", **agent}], owners=[f"telegram:{OWNER}"])
 
 
 def message_calls(*calls: dict[str, Any]) -> Reply:

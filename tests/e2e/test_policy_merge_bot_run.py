@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run
@@ -20,17 +21,11 @@ DENIED_BY_DEFAULT = {"cron", "exec", "process", "sessions_list", "sessions_histo
 
 
 def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, non_owner: dict[str, Any], **agent: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "agents": [{"id": "main", **agent}],
-        "tools": {"non_owner": non_owner},
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-            "dm_policy": "open", "group_policy": "open", "require_mention": False,
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming="off", dm_policy="open", group_policy="open", require_mention=False)
+    return config_dict(
+        tmp_path, llm, account, owners=[f"telegram:{OWNER}"], agents=[{"id": "main", **agent}],
+        tools={"non_owner": non_owner},
+    )  # fmt: skip
 
 
 def offered(llm: FakeLLM, request: int) -> set[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, launch_bot
@@ -21,15 +22,10 @@ STARTED = "channel telegram account main started"
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram, url: str) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "state": {"backend": "postgres", "url": url},
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-        }}}},
-    }  # fmt: skip
+    return config_dict(
+        tmp_path, fake_llm, telegram(tg, streaming="off"), owners=[f"telegram:{OWNER}"],
+        state={"backend": "postgres", "url": url},
+    )  # fmt: skip
 
 
 def journal(url: str) -> list[tuple[str, str]]:

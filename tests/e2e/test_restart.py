@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, loopback
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import asked, bot_run, eventually, launch_bot
@@ -20,12 +21,11 @@ BOB = "question from bob, sent while the bot was down"
 
 
 def bot_config(path: Path, llm: FakeLLM, bridge: FakeBridge) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/model-a", "workspace_root": str(path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url, "timeout_seconds": 60}},
-        "channels": {"loopback": {"accounts": {"default": {"url": bridge.url, "poll_timeout": 1}}}},
-        "session": {"queue": {"debounce_ms": 0}},
-    }
+    timeout = {"providers": {"fake": {"timeout_seconds": 60}}}
+    return config_dict(
+        path, llm, loopback(bridge, poll_timeout=1), timeout, defaults={"model": "fake/model-a"},
+        session={"queue": {"debounce_ms": 0}},
+    )  # fmt: skip
 
 
 def replies_per_chat(bridge: FakeBridge) -> Counter[str]:

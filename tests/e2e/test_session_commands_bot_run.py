@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, finished, launch_bot
@@ -17,18 +18,14 @@ STARTED = "channel telegram account main started"
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "timezone": "UTC"},
-        "agents": [{"id": "main", "default": True, "models": ["fake/big"]}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url, "models": {
-            "m": {"price": {"input": 1, "output": 2}},
-            "big": {"price": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}},
-        }}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": fake_telegram.token, "api_base_url": fake_telegram.url, "poll_timeout": 1, "streaming": "off",
-        }}}},
-    }  # fmt: skip
+    prices = {"providers": {"fake": {"models": {
+        "m": {"price": {"input": 1, "output": 2}},
+        "big": {"price": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}},
+    }}}}  # fmt: skip
+    return config_dict(
+        tmp_path, fake_llm, prices, telegram(fake_telegram, streaming="off"), defaults={"timezone": "UTC"},
+        agents=[{"id": "main", "default": True, "models": ["fake/big"]}], owners=[f"telegram:{OWNER}"],
+    )  # fmt: skip
 
 
 async def test_a_sessions_model_and_thinking_survive_a_crash_and_usage_prices_what_the_model_reported(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, slack as slack_account
 from fakes.llm import FakeLLM, Reply
 from fakes.slack import BOT_USER_ID, TEAM_ID, USER_ID, FakeSlack, dm_channel
 from helpers import asked, bot_run, eventually, read_state, settled
@@ -24,21 +25,16 @@ WAIT = 30.0  # generous: only ever reached when something is broken
 
 @pytest.fixture
 async def bot(tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack) -> AsyncIterator[Path]:
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}, {"id": "team"}],
-        "bindings": [
+    config = config_dict(
+        tmp_path, fake_llm, slack_account(fake_slack, streaming="off"),
+        agents=[{"id": "main", "default": True}, {"id": "team"}],
+        bindings=[
             # the account is named: a binding without one matches only the account called `default`
             {"agent": "team", "match": {"channel": "slack", "account": "main", "team": TEAM_ID}}
         ],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"slack:{OWNER}"],
-        "channels": {"slack": {"accounts": {"main": {
-            "bot_token": fake_slack.bot_token, "app_token": fake_slack.app_token, "api_base_url": fake_slack.url,
-            "streaming": "off",
-        }}}},
-        "session": {"queue": {"mode": "followup"}},
-    }  # fmt: skip
+        owners=[f"slack:{OWNER}"],
+        session={"queue": {"mode": "followup"}},
+    )  # fmt: skip
     async with bot_run(config, tmp_path, "channel slack account main started") as path:
         yield path
 
@@ -137,16 +133,10 @@ async def test_a_long_answer_arrives_in_chunks_and_a_streamed_one_as_one_message
     tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack
 ) -> None:
     slack = fake_slack
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"slack:{OWNER}"],
-        "channels": {"slack": {"accounts": {"main": {
-            "bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url,
-            "streaming": "partial",
-        }}}},
-        "bindings": [{"agent": "main", "match": {"channel": "slack", "account": "main"}}],
-    }  # fmt: skip
+    config = config_dict(
+        tmp_path, fake_llm, slack_account(slack, streaming="partial"), owners=[f"slack:{OWNER}"],
+        bindings=[{"agent": "main", "match": {"channel": "slack", "account": "main"}}],
+    )  # fmt: skip
     long_answer = "\n\n".join(f"Paragraph {number}: " + "word " * 120 for number in range(12))  # ~7,400 characters
     beginning = " ".join(f"word{number}" for number in range(30))
     streamed = beginning + "".join(f" word{number}" for number in range(30, 60))

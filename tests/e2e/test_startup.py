@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from configs import channel, config_dict
 from fakes.discord import FakeDiscord
 from fakes.llm import FakeLLM, refusing_port
 from fakes.slack import FakeSlack
@@ -198,15 +199,11 @@ async def test_telegram_tells_a_refused_token_from_a_wrong_url_and_an_unreachabl
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, accounts: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {
-            name: {"poll_timeout": 1} | settings for name, settings in accounts.items()
-        }}},
-    }  # fmt: skip
+    """Telegram `accounts` (name: settings) that need not point at the fake: a wrong token, a URL that refuses."""
+    parts = [channel("telegram", {"poll_timeout": 1} | settings, account=name) for name, settings in accounts.items()]
+    return config_dict(
+        tmp_path, fake_llm, *parts, agents=[{"id": "main", "default": True}], owners=[f"telegram:{OWNER}"]
+    )
 
 
 async def run_until_exit(tmp_path: Path, settings: dict[str, Any], *args: str) -> tuple[int, str]:

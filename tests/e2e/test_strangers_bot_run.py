@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import asked, bot_run, eventually
@@ -18,16 +19,8 @@ OWNER_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "skills/deploy/SKI
 
 
 def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, **tools: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        **({"tools": tools} if tools else {}),
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-            "dm_policy": "open", "group_policy": "open", "require_mention": False,
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming="off", dm_policy="open", group_policy="open", require_mention=False)
+    return config_dict(tmp_path, llm, account, owners=[f"telegram:{OWNER}"], **({"tools": tools} if tools else {}))
 
 
 def offered(llm: FakeLLM, request: int) -> set[str]:

@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, launch_bot, read_state, settled
@@ -22,16 +23,9 @@ TASK = "CHILD-TASK: compare the five libraries"
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram, **extra: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}", f"telegram:{OTHER_OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1,
-        }}}},
-        **extra,
-    }  # fmt: skip
+    owners = [f"telegram:{OWNER}", f"telegram:{OTHER_OWNER}"]
+    base = {"agents": [{"id": "main", "default": True}], "owners": owners}  # `extra` may replace the agents
+    return config_dict(tmp_path, fake_llm, telegram(tg), base, **extra)
 
 
 def spawn(**args: Any) -> Reply:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import asked, bot_run, launch_bot, read_state
@@ -21,20 +22,16 @@ STARTED = "channel telegram account main started"
 
 def config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, streaming: str) -> dict[str, Any]:
     gid = str(fake_telegram.group_id)
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}, {"id": "team"}],
-        "bindings": [
+    return config_dict(
+        tmp_path, fake_llm, telegram(fake_telegram, streaming=streaming),
+        agents=[{"id": "main", "default": True}, {"id": "team"}],
+        bindings=[
             # the account is named: a binding without one matches only the account called `default`
             {"agent": "team", "match": {"channel": "telegram", "account": "main", "peer": {"kind": "group", "id": gid}}}
         ],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": fake_telegram.token, "api_base_url": fake_telegram.url, "poll_timeout": 1, "streaming": streaming,
-        }}}},
-        "session": {"queue": {"mode": "followup"}},
-    }  # fmt: skip
+        owners=[f"telegram:{OWNER}"],
+        session={"queue": {"mode": "followup"}},
+    )  # fmt: skip
 
 
 def journal(tmp_path: Path, update: dict[str, Any]) -> tuple[str, str | None]:
@@ -69,8 +66,8 @@ async def test_owner_dm_group_mentions_topics_and_chunks(
     await tg.wait_sent(tg.group_id, 2)
     assert tg.sent[tg.group_id] == ["Team here.", "Topic answer."]
     assert asked(fake_llm)[1:] == [
-        "\"Bo\": @switchboard_test_bot what's up?",
-        "\"Bo\": @switchboard_test_bot in the topic",
+        '"Bo": @switchboard_test_bot what\'s up?',
+        '"Bo": @switchboard_test_bot in the topic',
     ]
     systems = [request.body["messages"][0]["content"] for request in fake_llm.requests]
     assert [system.split(",")[0] for system in systems] == ["You are main", "You are team", "You are team"]

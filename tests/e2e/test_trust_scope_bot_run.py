@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run
@@ -21,17 +22,11 @@ FENCE = re.compile(r'<<<EXTERNAL_UNTRUSTED_CONTENT id="[0-9a-f]{12}" source="([^
 
 
 def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, **agent: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "agents": [{"id": "main", **agent}],
-        "tools": {"non_owner": {"allow": ["write", "edit", "memory_write"]}},  # files and notes, not commands
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-            "dm_policy": "open", "group_policy": "open", "require_mention": False,
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming="off", dm_policy="open", group_policy="open", require_mention=False)
+    return config_dict(
+        tmp_path, llm, account, owners=[f"telegram:{OWNER}"], agents=[{"id": "main", **agent}],
+        tools={"non_owner": {"allow": ["write", "edit", "memory_write"]}},  # files and notes, not commands
+    )  # fmt: skip
 
 
 def system_prompt(llm: FakeLLM, request: int) -> str:

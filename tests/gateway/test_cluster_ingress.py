@@ -4,20 +4,19 @@ of them is answered once (the journal drops the second)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+from configs import config_of, slack as slack_account, telegram
 from fakes.llm import FakeLLM
 from fakes.slack import FakeSlack
 from fakes.telegram import FakeTelegram
 from helpers import eventually
 
 from bot.app import App
-from bot.config.loading import parse_config
 from bot.gateway.process import Gateway
 from channels.telegram import TelegramAdapter
 
@@ -25,16 +24,11 @@ SECRET = "s3cret"
 
 
 def webhook_app(folder: Path, llm: FakeLLM, tg: FakeTelegram, url: str) -> App:
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(folder.parent / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "state": {"backend": "postgres", "url": url},
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "dm_policy": "open", "streaming": "off", "mode": "webhook",
-            "webhook_url": "https://bot.example.invalid/tg", "webhook_secret": SECRET, "webhook_port": 0,
-        }}}},
-    }  # fmt: skip
-    return App(parse_config(json.dumps(config)), folder / "state")
+    account = telegram(
+        tg, dm_policy="open", streaming="off", mode="webhook",
+        webhook_url="https://bot.example.invalid/tg", webhook_secret=SECRET, webhook_port=0,
+    )  # fmt: skip
+    return App(config_of(folder.parent, llm, account, state={"backend": "postgres", "url": url}), folder / "state")
 
 
 def update(update_id: int, user: int, text: str) -> dict[str, Any]:
@@ -86,16 +80,8 @@ async def test_webhooks_reach_either_process_and_an_update_posted_to_both_is_ans
 
 
 def slack_app(folder: Path, llm: FakeLLM, slack: FakeSlack, url: str) -> App:
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(folder.parent / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "state": {"backend": "postgres", "url": url},
-        "channels": {"slack": {"accounts": {"main": {
-            "bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url,
-            "streaming": "off", "dm_policy": "open",
-        }}}},
-    }  # fmt: skip
-    return App(parse_config(json.dumps(config)), folder / "state")
+    account = slack_account(slack, streaming="off", dm_policy="open")
+    return App(config_of(folder.parent, llm, account, state={"backend": "postgres", "url": url}), folder / "state")
 
 
 async def test_slack_socket_mode_connects_from_every_process_and_a_redelivered_event_is_answered_once(

@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from configs import config_of
 from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import eventually
 
 from bot.app import App
-from bot.config.loading import parse_config
 from bot.gateway.process import Gateway
 from bot.store import OutboxEntry
 from bot.store.base import Fence, FencedOut, fenced
@@ -28,13 +28,8 @@ from routing import Peer
 
 
 def make_app(tmp_path: Path, llm: FakeLLM, chat: MemoryChannel, url: str, **extra: Any) -> App:
-    config = {
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "state": {"backend": "postgres", "url": url},
-        **extra,
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), **extra.get("defaults", {})},
-    }
-    return App(parse_config(json.dumps(config)), tmp_path / "state", adapters=[chat])
+    config = config_of(tmp_path, llm, state={"backend": "postgres", "url": url}, **extra)
+    return App(config, tmp_path / "state", adapters=[chat])
 
 
 @asynccontextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_of, loopback
 from fakes.bridge import FakeBridge
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import WAIT, FakeClock, eventually, read_state, unstamped
@@ -21,7 +22,6 @@ from agent.messages import AssistantMessage, UserMessage
 from agent.runner import Runner, RunOutcome, RunSpec
 from agent.sessions import read_transcript, transcript_for
 from bot.app import App
-from bot.config.loading import parse_config
 from bot.config.settings import Config
 from bot.gateway.process import Gateway
 from bot.intake.access import MAX_PENDING_PAIRINGS
@@ -38,23 +38,11 @@ DM_KEY = "agent:main:loopback:direct:{}"
 # --- helpers ----------------------------------------------------------------------------------------------------
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        merged[key] = (
-            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-        )
-    return merged
-
-
 def make_config(llm: FakeLLM, bridge: FakeBridge, tmp_path: Path, **extra: Any) -> Config:
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url, "timeout_seconds": 60}},
-        "channels": {"loopback": {"accounts": {"default": {"url": bridge.url, "poll_timeout": 0.5}}}},
-        "session": {"queue": {"mode": "followup", "debounce_ms": 50}},
-    }
-    return parse_config(json.dumps(_merge(config, extra)))
+    """The loopback account on `bridge`, one turn per message; `extra` merged over it, key by key."""
+    timeout = {"providers": {"fake": {"timeout_seconds": 60}}}
+    session = {"session": {"queue": {"mode": "followup", "debounce_ms": 50}}}
+    return config_of(tmp_path, llm, loopback(bridge), timeout, session, **extra)
 
 
 async def acknowledged(bridge: FakeBridge, update: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import eventually, launch_bot
@@ -24,17 +25,13 @@ RELOADED = "reloaded: it applies from the next message"
 
 def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram, dm_agent: str, **account: Any) -> dict[str, Any]:
     """Two agents on their own models (the fake LLM's recorded request says which answered); DMs go to `dm_agent`."""
-    return {
-        "defaults": {"model": "fake/main-model", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}, {"id": "ops", "model": "fake/ops-model"}],
-        "bindings": [{"agent": dm_agent, "match": {"channel": "telegram", "account": "main",
-                                                   "peer": {"kind": "direct", "id": "*"}}}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, **account,
-        }}}},
-    }  # fmt: skip
+    return config_dict(
+        tmp_path, fake_llm, telegram(tg, **account), defaults={"model": "fake/main-model"},
+        agents=[{"id": "main", "default": True}, {"id": "ops", "model": "fake/ops-model"}],
+        bindings=[{"agent": dm_agent, "match": {"channel": "telegram", "account": "main",
+                                                "peer": {"kind": "direct", "id": "*"}}}],
+        owners=[f"telegram:{OWNER}"],
+    )  # fmt: skip
 
 
 async def answered_by(llm: FakeLLM, tg: FakeTelegram, text: str) -> str:

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from configs import config_dict, config_of, telegram
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import FakeClock, eventually, launch_bot
 
-from bot import App, parse_config
+from bot import App
 from bot.cli.main import cli
 from bot.config.settings import Config
 from bot.gateway.status import (
@@ -44,14 +45,10 @@ OWNER = "ann"
 
 
 def config(llm: FakeLLM, tmp_path: Path, **extra: Any) -> Config:
-    data = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "timezone": "UTC"},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"memory:{OWNER}", "memory:cat", "slack:U1"],
-        "session": {"queue": {"mode": "followup", "debounce_ms": 0}},
-        **extra,
-    }
-    return parse_config(json.dumps(data))
+    return config_of(
+        tmp_path, llm, defaults={"timezone": "UTC"}, owners=[f"memory:{OWNER}", "memory:cat", "slack:U1"],
+        session={"queue": {"mode": "followup", "debounce_ms": 0}}, **extra,
+    )  # fmt: skip
 
 
 class Unreachable(MemoryChannel):
@@ -269,15 +266,10 @@ async def bot_status(folder: Path) -> tuple[int, dict[str, Any]]:
 async def test_bot_status_beside_a_running_a_stopped_and_a_killed_bot(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    settings = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{TG_OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": fake_telegram.token, "api_base_url": fake_telegram.url, "poll_timeout": 1,
-        }}}},
-    }  # fmt: skip
+    settings = config_dict(
+        tmp_path, fake_llm, telegram(fake_telegram), agents=[{"id": "main", "default": True}],
+        owners=[f"telegram:{TG_OWNER}"],
+    )  # fmt: skip
     seen: list[tuple[int, dict[str, Any]]] = []
 
     async def running_and_connected() -> bool:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner, Result
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import FakeClock, eventually, launch_bot
@@ -228,10 +229,7 @@ class FakeCluster:
 
 
 def gateway_settings(llm: FakeLLM, tmp_path: Path) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "timezone": "UTC"},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-    }
+    return config_dict(tmp_path, llm, defaults={"timezone": "UTC"})
 
 
 async def test_a_gateway_in_a_cluster_publishes_its_status_and_holdings_and_removes_them_at_a_clean_stop(
@@ -319,15 +317,10 @@ async def test_bot_status_shows_two_real_processes_and_what_they_hold_then_one_s
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, postgres_url: str
 ) -> None:
     def settings(folder: Path) -> dict[str, Any]:
-        return {
-            "defaults": {"model": "fake/m", "workspace_root": str(folder / "ws")},
-            "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-            "owners": ["telegram:4242"],
-            "state": {"backend": "postgres", "url": postgres_url},
-            "channels": {"telegram": {"accounts": {"main": {
-                "token": fake_telegram.token, "api_base_url": fake_telegram.url, "poll_timeout": 1,
-            }}}},
-        }  # fmt: skip
+        return config_dict(
+            folder, fake_llm, telegram(fake_telegram), owners=["telegram:4242"],
+            state={"backend": "postgres", "url": postgres_url},
+        )  # fmt: skip
 
     folders = [tmp_path / "one", tmp_path / "two"]
     for folder in folders:

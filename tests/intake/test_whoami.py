@@ -10,10 +10,10 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from configs import config_dict, config_of, telegram
 from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, read_state
@@ -37,12 +37,7 @@ EXAMPLE_ENV = {
 
 
 def config(llm: FakeLLM, tmp_path: Path) -> Config:
-    data = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": ["memory:ann"],
-    }
-    return parse_config(json.dumps(data))
+    return config_of(tmp_path, llm, owners=["memory:ann"])
 
 
 def journal(state: Path) -> list[tuple[str, str | None]]:
@@ -128,14 +123,7 @@ async def test_whoami_on_telegram_before_and_after_the_pairing_code(
 ) -> None:
     tg = fake_telegram
     owner, stranger = 4242, 555
-    settings: dict[str, Any] = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{owner}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-        }}}},
-    }  # fmt: skip
+    settings = config_dict(tmp_path, fake_llm, telegram(tg, streaming="off"), owners=[f"telegram:{owner}"])
     async with bot_run(settings, tmp_path, STARTED):
         menu = [command["command"] for command in (await tg.wait_calls("setMyCommands", 1))[-1]["commands"]]
         assert "whoami" in menu
@@ -156,14 +144,7 @@ async def test_a_stranger_made_an_owner_with_bot_owners_add_is_one_from_the_next
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
     tg = fake_telegram
-    settings: dict[str, Any] = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": ["telegram:4242"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-        }}}},
-    }  # fmt: skip
+    settings = config_dict(tmp_path, fake_llm, telegram(tg, streaming="off"), owners=["telegram:4242"])
     fake_llm.script("Hello, owner.")
     async with bot_run(settings, tmp_path, STARTED) as path:
         await tg.private_message("/whoami", user_id=555, name="Eve")

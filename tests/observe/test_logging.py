@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, read_state, settled
@@ -28,22 +29,15 @@ TRANSCRIPTION_KEY = "whisper-secret-1122334455"
 
 
 def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {
-            "kind": "openai", "base_url": fake_llm.openai_base_url,
-            "api_key": "${SWITCHBOARD_LOG_TEST_KEY}", "api_keys": [SECOND_KEY],
-        }},
-        "media": {"transcription": {
+    keys = {"providers": {"fake": {"api_key": "${SWITCHBOARD_LOG_TEST_KEY}", "api_keys": [SECOND_KEY]}}}
+    return config_dict(
+        tmp_path, fake_llm, keys, telegram(tg, token="${TELEGRAM_BOT_TOKEN}", webhook_secret=WEBHOOK_SECRET),
+        agents=[{"id": "main", "default": True}],
+        media={"transcription": {
             "base_url": fake_llm.openai_base_url, "model": "whisper-1", "api_key": TRANSCRIPTION_KEY,
         }},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": "${TELEGRAM_BOT_TOKEN}", "api_base_url": tg.url, "poll_timeout": 1,
-            "webhook_secret": WEBHOOK_SECRET,
-        }}}},
-    }  # fmt: skip
+        owners=[f"telegram:{OWNER}"],
+    )  # fmt: skip
 
 
 def secrets(tg: FakeTelegram) -> list[str]:

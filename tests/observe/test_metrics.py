@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
+from configs import config_dict
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import eventually
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,13 +38,8 @@ class Shout(Tool):
 
 
 def make_app(tmp_path: Path, llm: FakeLLM, chat: MemoryChannel, **extra: Any) -> App:
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": ["memory:alice"],
-        "admin": {"listen": "127.0.0.1:0"},
-        **extra,
-    }
+    # `extra` replaces whole sections: `admin={}` is an admin section without `listen`
+    config = config_dict(tmp_path, llm, owners=["memory:alice"], admin={"listen": "127.0.0.1:0"}) | extra
     return App(parse_config(json.dumps(config)), tmp_path / "state", tools=[Shout()], adapters=[chat])
 
 

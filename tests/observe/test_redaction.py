@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, settled
@@ -85,13 +86,8 @@ async def test_bot_run_verbose_logs_neither_the_token_nor_the_model_key(
     tg = fake_telegram
     # The second reply is a 401 whose body repeats the key the bot sent, as a real provider's does.
     fake_llm.script("Hello.", Reply.error(401))
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url, "api_key": "${SB_MODEL}"}},
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": "${SB_TELEGRAM}", "api_base_url": tg.url, "poll_timeout": 1, "dm_policy": "open",
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, token="${SB_TELEGRAM}", dm_policy="open")
+    config = config_dict(tmp_path, fake_llm, {"providers": {"fake": {"api_key": "${SB_MODEL}"}}}, account)
     env = {"SB_TELEGRAM": tg.token, "SB_MODEL": KEY}  # names that do not look secret: the config says they are
     async with bot_run(config, tmp_path, "channel telegram account main started", "-v", env=env):
         await tg.private_message("hi")

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from configs import config_of
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import eventually
 from pydantic import BaseModel
 
-from bot import App, parse_config
+from bot import App
 from bot.runs.principal import EARLIER, SHELL, job_maker, lesser, principal_of, session_principal
 from channels import AccountSettings, MemoryChannel
 from channels.base import OWNERS, InboundMessage, Principal, Scheduled
@@ -111,15 +112,12 @@ def probe(label: str) -> Reply:
 
 
 def app(llm: FakeLLM, chat: MemoryChannel, tmp_path: Path, tool: Probe, **extra: Any) -> App:
-    data = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
+    base = {
         "owners": [f"memory:{OWNER}"],
         "session": {"queue": {"debounce_ms": 0}},
         "tools": {"non_owner": {"allow": ["cron", "group:sessions"]}},  # strangers may reach them: their limits show
-        **extra,
     }
-    return App(parse_config(json.dumps(data)), tmp_path / "state", adapters=[chat], tools=[tool])
+    return App(config_of(tmp_path, llm, base, **extra), tmp_path / "state", adapters=[chat], tools=[tool])
 
 
 @pytest.fixture

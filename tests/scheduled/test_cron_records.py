@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from configs import config_of
 from fakes.llm import FakeLLM, Reply
 from helpers import eventually
 
-from bot import App, parse_config
+from bot import App
 from bot.runs.principal import SHELL
 from channels import MemoryChannel
 
@@ -21,12 +22,9 @@ SESSION = f"agent:main:memory:direct:{OWNER}"  # the DM's, where a `session: mai
 async def test_a_tick_folded_into_a_persons_turn_is_recorded_with_the_answer_that_went_out(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    config = parse_config(json.dumps({
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"memory:{OWNER}"],
-        "session": {"queue": {"mode": "collect", "debounce_ms": 0}},
-    }))  # fmt: skip
+    config = config_of(
+        tmp_path, fake_llm, owners=[f"memory:{OWNER}"], session={"queue": {"mode": "collect", "debounce_ms": 0}}
+    )
     chat = MemoryChannel()
     fake_llm.script(Reply.held("First."), "The reminder, and your answer.")
     async with App(config, tmp_path / "state", adapters=[chat]).running(grace_seconds=0.1) as gateway:

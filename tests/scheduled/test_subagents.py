@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_of
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import eventually, read_state
 
-from bot import App, ConfigError, parse_config
+from bot import App, ConfigError
 from bot.config.settings import Config
 from channels import AccountSettings, MemoryChannel
 
@@ -20,13 +21,7 @@ OWNER = "ann"
 
 
 def config(llm: FakeLLM, tmp_path: Path, **extra: Any) -> Config:
-    data = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"memory:{OWNER}", "memory:cat"],
-        **extra,
-    }
-    return parse_config(json.dumps(data))
+    return config_of(tmp_path, llm, owners=[f"memory:{OWNER}", "memory:cat"], **extra)
 
 
 @pytest.fixture
@@ -177,8 +172,7 @@ def test_subagent_settings_are_checked_with_file_and_line(fake_llm: FakeLLM, tmp
 async def test_a_child_killed_before_it_ran_is_announced_as_killed_and_never_runs(
     fake_llm: FakeLLM, chat: MemoryChannel, tmp_path: Path
 ) -> None:
-    defaults = {"model": "fake/m", "workspace_root": str(tmp_path / "ws"), "max_concurrent": 1}
-    settings = config(fake_llm, tmp_path, defaults=defaults)
+    settings = config(fake_llm, tmp_path, defaults={"max_concurrent": 1})
     # The parent keeps the only run slot while its answer is held: the child waits for it, never running.
     fake_llm.script_for("start", Reply.tool_calls(spawn("NEVER-RUN")), Reply.held("Started."), "It never ran.")
     async with App(settings, tmp_path / "state", adapters=[chat]).running():

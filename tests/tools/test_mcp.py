@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import WAIT, bot_run, eventually
@@ -482,14 +483,9 @@ async def test_bot_mcp_list_and_bot_tools(tmp_path: Path) -> None:
 
 def bot_config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -> dict[str, Any]:
     python = sys.executable
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": "${TG_TOKEN}", "api_base_url": fake_telegram.url, "poll_timeout": 1,
-        }}}},
-        "mcp": {"servers": {
+    return config_dict(
+        tmp_path, fake_llm, telegram(fake_telegram, token="${TG_TOKEN}"), owners=[f"telegram:{OWNER}"],
+        mcp={"servers": {
             # never answers while starting: the bot serves its chats all the same
             "silent": {"command": python, "args": [str(SERVERS / "silent.py")], "startup_timeout_seconds": 600},
             "broken": {"command": python, "args": [str(SERVERS / "broken.py")]},
@@ -497,7 +493,7 @@ def bot_config(tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram) -
                 "command": python, "args": ["everything.py"], "cwd": str(SERVERS), "env": {"GREETING": "hi"},
             },
         }},
-    }  # fmt: skip
+    )  # fmt: skip
 
 
 async def test_a_tool_called_in_a_real_bot_run_turn(

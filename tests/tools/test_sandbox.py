@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually
@@ -574,16 +575,11 @@ STARTED = "channel telegram account main started"
 
 
 def bot_config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram) -> dict[str, Any]:
-    return {
-        "agents": [{"id": "main", "exec": {"security": "full", "ask": "off"}}],
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-            "dm_policy": "open", "group_policy": "open", "require_mention": False,
-        }}}},
-    }  # fmt: skip
+    account = telegram(tg, streaming="off", dm_policy="open", group_policy="open", require_mention=False)
+    return config_dict(
+        tmp_path, llm, account, agents=[{"id": "main", "exec": {"security": "full", "ask": "off"}}],
+        owners=[f"telegram:{OWNER}"],
+    )  # fmt: skip
 
 
 def exec_results(llm: FakeLLM) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from breakout import breakout_script, got_through
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import bot_run, eventually, read_state
@@ -172,15 +173,10 @@ async def test_an_owners_command_in_a_real_bot_cannot_reach_the_bot(
         "while [ ! -s daemon.pid ]; do :; done; echo done"
     )
     fake_llm.script(Reply.tool_calls(ToolCallSpec("exec", {"command": probe})), "Looked.")
-    config = {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "exec": {"security": "full"}}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-        }}}},
-    }  # fmt: skip
+    config = config_dict(
+        tmp_path, fake_llm, telegram(tg, streaming="off"), agents=[{"id": "main", "exec": {"security": "full"}}],
+        owners=[f"telegram:{OWNER}"],
+    )  # fmt: skip
     async with bot_run(config, tmp_path, STARTED, env={"SHIELD_BOT_SECRET": SECRET}):
         await tg.private_message("look around", user_id=OWNER, name="Owner")
         await tg.wait_sent(OWNER, 1)

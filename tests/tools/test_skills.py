@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict
 from fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from helpers import unstamped
 
@@ -48,13 +49,7 @@ def real(path: Path) -> str:
 
 def config_data(llm: FakeLLM, tmp_path: Path, **extra: Any) -> dict[str, Any]:
     """A bot on the fake LLM, `ann` its owner, the workspace under tmp_path/ws, the shared skills in tmp_path/shared."""
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": ["memory:ann"],
-        "skills": {"dirs": [str(tmp_path / "shared")]},
-        **extra,
-    }
+    return config_dict(tmp_path, llm, owners=["memory:ann"], skills={"dirs": [str(tmp_path / "shared")]}, **extra)
 
 
 def bot_config(llm: FakeLLM, tmp_path: Path, **extra: Any) -> Config:

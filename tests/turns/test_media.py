@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_of
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from helpers import FakeClock, eventually, finished, tool_result, user_images, user_text
 
-from bot import App, Config, parse_config
+from bot import App, Config
 from bot.turns.media import safe_name
 from channels import AccountSettings, Attachment, Capabilities, MemoryChannel, Poll
 from channels.base import MediaLimits
@@ -25,13 +26,8 @@ PHOTO = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # JPEG-ish bytes, 10 KiB
 
 
 def config(llm: FakeLLM, tmp_path: Path, model: str = "gpt-4o", **media: Any) -> Config:
-    data = {
-        "defaults": {"model": f"fake/{model}", "workspace_root": str(tmp_path / "ws"), "timezone": "UTC"},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": ["memory:ann"],
-        "media": media,
-    }
-    return parse_config(json.dumps(data))
+    defaults = {"model": f"fake/{model}", "timezone": "UTC"}
+    return config_of(tmp_path, llm, defaults=defaults, owners=["memory:ann"], media=media)
 
 
 def chat(**limits: int) -> MemoryChannel:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -141,14 +142,15 @@ class Delivery:
         self.sent = sent or SentLog()
         self.metrics = metrics or Metrics()  # each entry sent is counted (a gateway's, shared)
         self._wake = asyncio.Event()
-        self._flush_lock = asyncio.Lock()  # one flush at a time: two would send the same entry twice
+        self._flush_lock = asyncio.Lock()  # one look at the outbox at a time: two would start a chat twice
+        self._chats: dict[str, asyncio.Task[None]] = {}  # chat -> its sender, while it sends (one per chat)
         self._task: asyncio.Task[None] | None = None
         # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
         self._answer_sessions: OrderedDict[int, str] = OrderedDict()
         self._waiting: dict[int, asyncio.Future[str | None]] = {}  # outbox id -> the `send` waiting for it
         self.cluster = chat_locks
         self._mine: set[int] = set()  # in a cluster: the pending entries this process recorded
-        self._elsewhere = False  # the last flush met a chat another process was sending
+        self._elsewhere: dict[str, float] = {}  # in a cluster: chat -> when to look again (another process sent it)
         self.wait_seconds = SEND_WAIT_SECONDS  # how long `send` waits behind the chat's earlier messages
         self._sending: set[int] = set()  # the entries being carried out right now
         self._withdrawn: set[int] = set()  # entries taken back while still queued: never sent, whatever was read
@@ -382,10 +384,9 @@ class Delivery:
         self._wake.set()
 
     async def stop(self) -> None:
-        """Stop the sender between two sends, then send once more what is due."""
+        """Stop looking for due entries, let each chat's sender finish, then send once more what is due."""
         if self._task is not None:
-            async with self._flush_lock:  # not in the middle of a send
-                self._task.cancel()
+            self._task.cancel()  # it never sends itself: the chats' senders do
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.flush()
@@ -394,13 +395,14 @@ class Delivery:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            await self.flush()
+            await self._start_due()
             await self._settle_waiting()
-            due = await self.store.unsent_outbox()
-            if due:  # what arrived meanwhile goes at once; what failed waits for its retry time
-                wait = min(self._due_at(record) for record in due) - self.clock()
-                if self._elsewhere:
-                    wait = max(wait, ELSEWHERE_SECONDS)
+            # What arrived meanwhile goes at once; what failed waits for its retry time; a chat being sent now is
+            # looked at again when its sender is done (it wakes this loop).
+            chats = _by_chat(await self.store.unsent_outbox())
+            due = [self._due_for(chat, records) for chat, records in chats.items() if chat not in self._chats]
+            if due:
+                wait = min(due) - self.clock()
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
@@ -408,24 +410,48 @@ class Delivery:
                 self._wake.set()
 
     async def flush(self) -> None:
-        """Send every due entry: chats in parallel, each chat in order; a failure waits with backoff, and the
-        chat's later entries wait behind it."""
+        """Send every due entry, and return once each chat has sent what was due: chats in parallel, each chat in
+        order; a failure waits with backoff, and the chat's later entries wait behind it."""
+        await self._start_due()
+        while self._chats:
+            await asyncio.gather(*self._chats.values(), return_exceptions=True)
+
+    async def _start_due(self) -> None:
+        """Start a sender for each chat with a due entry and none at work already. A chat's sender holds only that
+        chat: one slow chat (a large upload, a platform that answers slowly) does not hold the others back."""
         async with self._flush_lock:
             now = self.clock()
-            self._elsewhere = False
-            chats: dict[str, list[OutboxRecord]] = {}
+            busy = set(self._chats)  # a sender that ends during the read below may have sent what it returns
             unsent = await self.store.unsent_outbox()
             self._withdrawn &= {record.id for record in unsent}  # the rest are recorded as dead: never read again
-            for record in unsent:
-                chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+            chats = _by_chat(unsent)
+            self._elsewhere = {chat: at for chat, at in self._elsewhere.items() if chat in chats}
             if self._mine:  # forget what another process sent meanwhile (ids recorded since the read are newer)
                 newest = max((record.id for record in unsent), default=0)
                 pending = {record.id for record in unsent}
                 self._mine = {entry for entry in self._mine if entry in pending or entry > newest}
-            due = [records for records in chats.values() if any(self._due_at(r) <= now for r in records)]
-            await asyncio.gather(*(self._send_chat(records, now) for records in due))
+            for chat, records in chats.items():
+                if chat in busy or chat in self._chats or self._due_for(chat, records) > now:
+                    continue
+                self._elsewhere.pop(chat, None)
+                task = asyncio.create_task(self._send_chat(chat, records, now), name=f"outbox {chat}")
+                self._chats[chat] = task
+                task.add_done_callback(functools.partial(self._chat_sent, chat))
 
-    async def _send_chat(self, records: list[OutboxRecord], now: float) -> None:
+    def _due_for(self, chat: str, records: list[OutboxRecord]) -> float:
+        """When to send `chat` (its pending `records`): its first due entry's time, but not before another process
+        that holds the chat has had ELSEWHERE_SECONDS."""
+        return max(min(self._due_at(record) for record in records), self._elsewhere.get(chat, float("-inf")))
+
+    def _chat_sent(self, chat: str, task: asyncio.Task[None]) -> None:
+        """A chat's sender is done: what the chat got meanwhile is looked at now."""
+        if self._chats.get(chat) is task:
+            del self._chats[chat]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sending to %s failed", chat, exc_info=task.exception())
+        self._wake.set()
+
+    async def _send_chat(self, chat: str, records: list[OutboxRecord], now: float) -> None:
         """Send a chat's entries in order; in a cluster, holding the chat (or leaving it to the process that does),
         and sending every pending entry of it as it stands now, whoever recorded it."""
         if self.cluster is None:
@@ -433,7 +459,7 @@ class Delivery:
             return
         async with self.cluster.sending(records[0]) as current:
             if current is None:
-                self._elsewhere = True
+                self._elsewhere[chat] = self.clock() + ELSEWHERE_SECONDS
                 return
             await self._send_in_order(current, now)
 
@@ -501,6 +527,14 @@ class Delivery:
         if session_key is not None and message_id is not None:
             self.sent.remember(session_key, ChatTarget.model_validate(record.target), message_id)
         return True
+
+
+def _by_chat(records: Sequence[OutboxRecord]) -> dict[str, list[OutboxRecord]]:
+    """Outbox entries by the chat they go to (entries of one chat are sent in order, one at a time), in order."""
+    chats: dict[str, list[OutboxRecord]] = {}
+    for record in records:
+        chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+    return chats
 
 
 def _in_order(outcomes: Sequence[asyncio.Future[str | None]]) -> list[str | None]:

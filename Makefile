@@ -62,8 +62,11 @@ RUNS ?= 5
 flaky: $(VENV)/.installed-dev
 	$(BIN)/python tests/flake_hunt.py --runs $(RUNS) -- $(PARALLEL)
 
+# The speed guard: the pipeline, start-up, idle-memory and Telegram figures beside bench/baseline.json, in under a
+# minute (`$(BIN)/python bench/guard.py --save` records a new baseline, `--readme` rewrites README.md's table). The
+# other benchmarks run on their own: bench/routing.py alone takes longer than all of these.
 bench: $(VENV)/.installed
-	$(BIN)/python bench/routing.py
+	$(BIN)/python bench/guard.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -25,6 +25,12 @@ def rss_kib(pid: int, field: str) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/<pid>/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def telegram_config(
     telegram: FakeTelegram, llm: FakeLLM, folder: Path, *, limiter: bool, concurrent: int = 4
 ) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
@@ -27,8 +28,26 @@ from bot.plugins import Plugins  # noqa: E402
 from channels.base import CONSOLE, AccountSettings  # noqa: E402
 from channels.memory import MemoryChannel  # noqa: E402
 
+SIZES = ((1, 300), (1_000, 3_000))  # (sessions, messages): one message at a time, then 1,000 at once
+HEADER = f"{'sessions':>9} {'messages':>9} {'messages/s':>11} {'p50 ms':>9} {'p99 ms':>9}"
 
-async def measure(sessions: int, messages: int, folder: Path) -> str:
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One run's figures: its size, messages per second, and the framework's latency (p50, p99) in milliseconds."""
+
+    sessions: int
+    messages: int
+    rate: float
+    p50_ms: float
+    p99_ms: float
+
+    def row(self) -> str:
+        return f"{self.sessions:>9,} {self.messages:>9,} {self.rate:>11,.0f} {self.p50_ms:>9.2f} {self.p99_ms:>9.2f}"
+
+
+async def measure(sessions: int, messages: int, folder: Path) -> Pipeline:
+    """`messages` messages from `sessions` users, `sessions` at a time, each batch awaited until all are answered."""
     model = ScriptedProvider(default=Scripted.text("ok"), record=False)  # answers at once, without a network
     plugins = Plugins(providers={"scripted": model.plugin()})
     config = parse_config(
@@ -61,15 +80,15 @@ async def measure(sessions: int, messages: int, folder: Path) -> str:
     latencies.sort()
     p50 = statistics.median(latencies) * 1000
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
-    return f"{sessions:>9,} {messages:>9,} {messages / elapsed:>11,.0f} {p50:>9.2f} {p99:>9.2f}"
+    return Pipeline(sessions, messages, messages / elapsed, p50, p99)
 
 
 async def main() -> None:
     print(f"Python {sys.version.split()[0]}; instant model, in-process channel, SQLite in a temporary folder")
-    print(f"{'sessions':>9} {'messages':>9} {'messages/s':>11} {'p50 ms':>9} {'p99 ms':>9}")
-    for sessions, messages in ((1, 300), (1_000, 3_000)):
+    print(HEADER)
+    for sessions, messages in SIZES:
         with tempfile.TemporaryDirectory() as folder:
-            print(await measure(sessions, messages, Path(folder)))
+            print((await measure(sessions, messages, Path(folder))).row())
 
 
 if __name__ == "__main__":

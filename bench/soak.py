@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import FakeLLM, FakeTelegram, bot_process, rss_kib, telegram_config  # noqa: E402
+from bench.harness import FakeLLM, FakeTelegram, bot_process, cpu_seconds, rss_kib, telegram_config  # noqa: E402
 from bot.gateway.retention import DAY, prune_once  # noqa: E402
 from bot.store import SqliteStore  # noqa: E402
 
@@ -78,12 +78,6 @@ def folder_size(folder: Path) -> int:
     with contextlib.suppress(FileNotFoundError):
         return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
     return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def soak(messages: int, users: int, step: int = 10_000, *, echo: bool = False) -> Soak:

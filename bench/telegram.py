@@ -18,18 +18,53 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.harness import FakeLLM, FakeTelegram, bot_process, rss_kib, telegram_config  # noqa: E402
+from bench.harness import FakeLLM, FakeTelegram, bot_process, cpu_seconds, rss_kib, telegram_config  # noqa: E402
 
 FIRST_USER = 70_000
+HEADER = (
+    f"{'limiter':>7} {'DMs/users':<10} {'msg/s':>9} {'p50':>8} {'p95':>8} {'p99':>8} {'start':>8}"
+    f" {'idle':>8} {'peak':>8} {'lost':>5} {'dupes':>5} {'429s':>5}"
+)
 
 
-async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -> str:
+@dataclass(frozen=True)
+class Batch:
+    """One batch's figures: replies per second, latency percentiles (s), start → first getUpdates (s), idle RSS one
+    second after that and peak RSS (MiB), replies lost and duplicated, 429s, and the bot's CPU ms per reply."""
+
+    limiter: bool
+    messages: int
+    users: int
+    rate: float
+    p50: float
+    p95: float
+    p99: float
+    first_poll: float
+    idle_mib: float
+    peak_mib: float
+    lost: int
+    duplicates: int
+    rate_limited: int
+    cpu_ms: float
+
+    def row(self) -> str:
+        return (
+            f"{'on' if self.limiter else 'off':>7} {self.messages:>5,}/{self.users:<4} {self.rate:>9.1f}"
+            f" {self.p50:>8.2f} {self.p95:>8.2f} {self.p99:>8.2f} {self.first_poll:>8.2f} {self.idle_mib:>8.1f}"
+            f" {self.peak_mib:>8.1f} {self.lost:>5} {self.duplicates:>5} {self.rate_limited:>5}"
+        )
+
+
+async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4, settle: float = 2.0) -> Batch:
+    """A fresh `bot run` answers `messages` DMs from `users` users, all sent at once; `settle` seconds after the last
+    reply, late duplicates are counted."""
     async with FakeTelegram() as telegram, FakeLLM() as llm:
         telegram.max_per_second = 30 if limiter else None
         llm.script(*(["ok"] * (messages + 50)))
@@ -43,6 +78,7 @@ async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -
                 await asyncio.sleep(1.0)
                 idle = rss_kib(bot.pid, "VmRSS")
                 sent_at: dict[int, list[float]] = defaultdict(list)
+                cpu = cpu_seconds(bot.pid)
                 began = time.monotonic()
                 for number in range(messages):
                     user = FIRST_USER + number % users
@@ -54,7 +90,8 @@ async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -
 
                 with contextlib.suppress(TimeoutError):  # what never arrives is counted as lost below
                     await telegram.wait_for(lambda: replies() >= messages, timeout=600)
-                await asyncio.sleep(2.0)  # late duplicates, if any, show up here
+                cpu_ms = (cpu_seconds(bot.pid) - cpu) * 1000 / max(1, replies())
+                await asyncio.sleep(settle)  # late duplicates, if any, show up here
                 peak = rss_kib(bot.pid, "VmHWM")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -78,22 +115,30 @@ async def batch(messages: int, users: int, limiter: bool, concurrent: int = 4) -
             return latencies[min(len(latencies) - 1, int(len(latencies) * share))] if latencies else float("nan")
 
         p50 = statistics.median(latencies) if latencies else float("nan")
-        return (
-            f"{'on' if limiter else 'off':>7} {messages:>5,}/{users:<4} {rate:>9.1f} {p50:>8.2f}"
-            f" {percentile(0.95):>8.2f} {percentile(0.99):>8.2f} {first_poll:>8.2f} {idle / 1024:>8.1f}"
-            f" {peak / 1024:>8.1f} {lost:>5} {duplicates:>5} {telegram.rate_limited:>5}"
+        return Batch(
+            limiter=limiter,
+            messages=messages,
+            users=users,
+            rate=rate,
+            p50=p50,
+            p95=percentile(0.95),
+            p99=percentile(0.99),
+            first_poll=first_poll,
+            idle_mib=idle / 1024,
+            peak_mib=peak / 1024,
+            lost=lost,
+            duplicates=duplicates,
+            rate_limited=telegram.rate_limited,
+            cpu_ms=cpu_ms,
         )
 
 
 async def main() -> None:
     print(f"Python {sys.version.split()[0]}; latency in seconds, RSS in MiB")
-    print(
-        f"{'limiter':>7} {'DMs/users':<10} {'msg/s':>9} {'p50':>8} {'p95':>8} {'p99':>8} {'start':>8}"
-        f" {'idle':>8} {'peak':>8} {'lost':>5} {'dupes':>5} {'429s':>5}"
-    )
+    print(HEADER)
     for limiter in (False, True):
         for messages, users in ((200, 20), (1_000, 100)):
-            print(await batch(messages, users, limiter), flush=True)
+            print((await batch(messages, users, limiter)).row(), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""The benchmarks still run: each is driven once with tiny sizes (their figures are not checked here)."""
+"""The benchmarks run (once, tiny, figures unchecked), and the guard's comparison holds on fixed numbers."""
 
 from __future__ import annotations
 
+import json
 import random
 import runpy
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 BENCH = Path(__file__).resolve().parent.parent.parent / "bench"
 
@@ -15,15 +18,16 @@ def load(name: str) -> dict[str, Any]:
 
 
 async def test_the_pipeline_benchmark_runs(tmp_path: Path) -> None:
-    row = await load("pipeline.py")["measure"](2, 6, tmp_path)
-    assert row.split()[:2] == ["2", "6"]
+    result = await load("pipeline.py")["measure"](2, 6, tmp_path)
+    assert (result.sessions, result.messages) == (2, 6)
+    assert result.row().split()[:2] == ["2", "6"]
 
 
 async def test_the_telegram_benchmark_runs() -> None:
-    row = await load("telegram.py")["batch"](6, 2, False)
-    columns = row.split()
-    assert columns[0] == "off"
-    assert columns[-3:] == ["0", "0", "0"]  # nothing lost, nothing duplicated, no 429
+    result = await load("telegram.py")["batch"](6, 2, False)
+    assert result.row().split()[0] == "off"
+    assert (result.lost, result.duplicates, result.rate_limited) == (0, 0, 0)
+    assert result.cpu_ms > 0 and 0 < result.idle_mib <= result.peak_mib
 
 
 async def test_the_soak_benchmark_runs_and_the_database_shrinks_after_pruning() -> None:
@@ -65,3 +69,106 @@ async def test_the_cluster_benchmark_runs(postgres_server: Any) -> None:
     columns = row.split()
     assert columns[:2] == ["1", "6/2"]
     assert columns[6:9] == ["0", "0", "0"]  # nothing lost, duplicated or out of order
+
+
+def test_the_guard_marks_a_figure_more_than_15_percent_worse_in_its_direction() -> None:
+    guard = load("guard.py")
+    figure, comparison = guard["Figure"], guard["Comparison"]
+    rate = figure("rate", "throughput", "msg/s", True, 0)
+    latency = figure("p50", "latency", "ms", False, 2)
+    marks = {(rate.key, now): comparison(rate, now, 100.0).mark for now in (80.0, 85.0, 86.0, 100.0, 114.0, 120.0)} | {
+        (latency.key, now): comparison(latency, now, 100.0).mark for now in (80.0, 90.0, 115.0, 116.0, 200.0)
+    }
+    assert marks == {
+        ("rate", 80.0): "WORSE >15%",
+        ("rate", 85.0): "",  # exactly 15 % is not more than 15 %
+        ("rate", 86.0): "",
+        ("rate", 100.0): "",
+        ("rate", 114.0): "",
+        ("rate", 120.0): "better >15%",
+        ("p50", 80.0): "better >15%",
+        ("p50", 90.0): "",
+        ("p50", 115.0): "",
+        ("p50", 116.0): "WORSE >15%",
+        ("p50", 200.0): "WORSE >15%",
+    }
+    assert comparison(rate, 80.0, 100.0).ratio == 0.8 and comparison(rate, 80.0, 100.0).worse == 0.2
+    assert comparison(latency, 80.0, 100.0).worse == -0.2
+    assert comparison(rate, 80.0, None).mark == "no baseline" and comparison(rate, 80.0, None).ratio is None
+    assert comparison(rate, 80.0, 0.0).ratio is None and comparison(rate, float("nan"), 1.0).mark == "n/a"
+
+
+def test_the_guard_compares_a_run_with_its_baseline_and_sums_it_up() -> None:
+    guard = load("guard.py")
+    run = {"pipeline_1_rate": 100.0, "pipeline_1_p50_ms": 3.0, "startup_s": 0.6, "idle_rss_mib": 70.0}
+    baseline = {
+        "date": "2026-11-28",
+        "commit": "abc1234",
+        "figures": {"pipeline_1_rate": 200.0, "pipeline_1_p50_ms": 3.1, "startup_s": 0.5},
+    }
+    comparisons = guard["compare"](run, baseline)
+    assert [(item.figure.key, item.baseline, item.mark) for item in comparisons] == [
+        ("pipeline_1_rate", 200.0, "WORSE >15%"),
+        ("pipeline_1_p50_ms", 3.1, ""),
+        ("startup_s", 0.5, "WORSE >15%"),
+        ("idle_rss_mib", None, "no baseline"),
+    ]
+    printed = guard["table"](comparisons).splitlines()
+    assert len(printed) == 5 and printed[1].split()[-5:] == ["100", "200", "0.50", "WORSE", ">15%"]
+    summary = guard["summary"](comparisons, baseline)
+    assert summary.startswith(
+        "guard: 2 of 4 figures more than 15 % worse than the baseline of 2026-11-28 (commit abc1234)"
+    )
+    assert "1 without a comparison" in summary and summary.endswith("start-up: `bot run` → first getUpdates")
+    assert "no figure more than 15 % worse" in guard["summary"](guard["compare"](run, {"figures": run}), baseline)
+    assert "no baseline" in guard["summary"](guard["compare"](run, None), None)
+
+
+def test_the_guard_writes_and_reads_its_baseline(tmp_path: Path) -> None:
+    guard = load("guard.py")
+    path = tmp_path / "baseline.json"
+    assert guard["read_baseline"](path) is None
+    run = {"idle_rss_mib": 70.123456, "pipeline_1_rate": 250.0, "not_a_figure": 1.0}
+    machine = {"cores": 2, "python": "3.11.7"}
+    record = guard["record"](run, date="2026-11-29", revision="abc1234", on=machine)
+    guard["write_baseline"](path, record)
+    assert json.loads(path.read_text()) == {
+        "date": "2026-11-29",
+        "commit": "abc1234",
+        "machine": machine,
+        "figures": {"pipeline_1_rate": 250.0, "idle_rss_mib": 70.1235},  # FIGURES' order, known figures only
+    }
+    assert guard["read_baseline"](path) == record
+    assert [item.mark for item in guard["compare"](run, record)] == ["", ""]
+
+
+def test_the_committed_baseline_holds_every_figure_of_the_guard() -> None:
+    guard = load("guard.py")
+    baseline = guard["read_baseline"](BENCH / "baseline.json")
+    assert baseline is not None
+    assert list(baseline["figures"]) == [figure.key for figure in guard["FIGURES"]]
+    assert set(baseline) == {"date", "commit", "machine", "figures"} and set(baseline["machine"]) == {"cores", "python"}
+
+
+def test_the_guard_rewrites_only_the_readme_block_between_its_markers() -> None:
+    guard = load("guard.py")
+    start, end = guard["START_MARKER"], guard["END_MARKER"]
+    record = {"date": "2026-11-29", "commit": "abc1234", "machine": {"cores": 2, "python": "3.11.7"}}
+    block = guard["readme_block"]({"pipeline_1_rate": 250.4, "startup_s": 0.512}, record)
+    assert block.splitlines()[:4] == [
+        "| figure | value | better |",
+        "|---|---:|---|",
+        "| pipeline, 1 session, 300 messages: throughput | 250 msg/s | higher |",
+        "| start-up: `bot run` → first getUpdates | 0.51 s | lower |",
+    ]
+    assert "Measured 2026-11-29 by `bench/guard.py --readme` (commit abc1234; 2 cores, Python 3.11.7)" in block
+    text = f"## Performance\n\nIntro.\n{start}\nold table\n{end}\n\nThe rest.\n"
+    assert (
+        guard["rewrite_readme"](text, "new table")
+        == f"## Performance\n\nIntro.\n{start}\nnew table\n{end}\n\nThe rest.\n"
+    )
+    with pytest.raises(ValueError, match="no <!-- bench:guard:start -->"):
+        guard["rewrite_readme"]("## Performance\n", "new table")
+    readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")
+    assert readme.count(start) == 1 and readme.count(end) == 1
+    assert readme.index("## Performance") < readme.index(start) < readme.index(end)

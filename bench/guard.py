@@ -1,0 +1,274 @@
+"""The speed guard (`make bench`): the pipeline, start-up, idle-memory and Telegram figures beside bench/baseline.json.
+
+Run with `make bench` or `.venv/bin/python bench/guard.py` (under a minute). It measures, each as its own benchmark
+does: bench/pipeline.py's two runs (300 messages from 1 session, 3,000 from 1,000 sessions; messages/s, p50 and p99
+in ms), a real `bot run` on the fake Telegram (bench/telegram.py: start → first getUpdates and the idle RSS one second
+later, the median of three starts) and its batch of 200 DMs from 20 users with the limiter off (replies/s and the
+bot's CPU ms per DM). Each figure is printed beside the committed baseline with the ratio now/baseline, and marked
+where it is more than 15 % worse in its direction (lower messages/s; higher latency, start-up, RSS or CPU). A
+benchmark is not a test: the exit status is 0 whatever the figures, unless a benchmark crashed.
+
+`--save` writes the run as the new baseline (with the date, the commit and the machine); `--readme` rewrites the
+figures table in README.md's "## Performance" section, between its bench:guard markers, from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this file's folder comes first on sys.path and its name would shadow the package.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != ROOT / "bench"]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BASELINE = ROOT / "bench" / "baseline.json"
+README = ROOT / "README.md"
+THRESHOLD = 0.15  # more than this share worse than the baseline, in the figure's direction, is marked
+WORSE_MARK = "WORSE >15%"
+BETTER_MARK = "better >15%"
+START_MARKER = "<!-- bench:guard:start -->"
+END_MARKER = "<!-- bench:guard:end -->"
+TELEGRAM_DMS, TELEGRAM_USERS = 200, 20
+STARTS = 3  # start-up and idle RSS: the median of this many `bot run` starts (the batch's own and two more)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure the guard keeps: its key in baseline.json, what it is, its unit, which way is better, its decimals."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    decimals: int
+
+    def format(self, value: float | None) -> str:
+        return "-" if value is None else f"{value:,.{self.decimals}f}"
+
+
+FIGURES = (
+    Figure("pipeline_1_rate", "pipeline, 1 session, 300 messages: throughput", "msg/s", True, 0),
+    Figure("pipeline_1_p50_ms", "pipeline, 1 session: latency p50", "ms", False, 2),
+    Figure("pipeline_1_p99_ms", "pipeline, 1 session: latency p99", "ms", False, 2),
+    Figure("pipeline_1000_rate", "pipeline, 1,000 sessions, 3,000 messages: throughput", "msg/s", True, 0),
+    Figure("pipeline_1000_p50_ms", "pipeline, 1,000 sessions: latency p50", "ms", False, 1),
+    Figure("pipeline_1000_p99_ms", "pipeline, 1,000 sessions: latency p99", "ms", False, 1),
+    Figure("startup_s", "start-up: `bot run` → first getUpdates", "s", False, 2),
+    Figure("idle_rss_mib", "idle RSS, 1 s after the first getUpdates", "MiB", False, 1),
+    Figure("telegram_rate", "Telegram, 200 DMs from 20 users, limiter off: throughput", "msg/s", True, 1),
+    Figure("cpu_ms_per_dm", "Telegram: the bot's CPU per DM (user + system)", "ms", False, 2),
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure now beside its baseline (None: the baseline has no value for it)."""
+
+    figure: Figure
+    now: float
+    baseline: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """now / baseline; None without a usable baseline or figure."""
+        if self.baseline is None or not (math.isfinite(self.now) and math.isfinite(self.baseline)):
+            return None
+        if self.baseline == 0:
+            return None
+        return self.now / self.baseline
+
+    @property
+    def worse(self) -> float | None:
+        """How much worse than the baseline, as a share of it, in the figure's direction (negative: better)."""
+        ratio = self.ratio
+        if ratio is None:
+            return None
+        return round(1 - ratio if self.figure.higher_is_better else ratio - 1, 9)  # so that exactly 15 % is not over
+
+    @property
+    def mark(self) -> str:
+        worse = self.worse
+        if worse is None:
+            return "no baseline" if self.baseline is None else "n/a"
+        if worse > THRESHOLD:
+            return WORSE_MARK
+        if worse < -THRESHOLD:
+            return BETTER_MARK
+        return ""
+
+
+def compare(figures: dict[str, float], baseline: dict[str, Any] | None) -> list[Comparison]:
+    """Every figure of the run, in FIGURES' order, beside the value in `baseline` (a baseline.json record), if any."""
+    values = (baseline or {}).get("figures", {})
+    return [
+        Comparison(figure, figures[figure.key], values.get(figure.key)) for figure in FIGURES if figure.key in figures
+    ]
+
+
+def table(comparisons: list[Comparison]) -> str:
+    """The printed table: figure, unit, now, baseline, now/baseline and the mark."""
+    width = max(len(item.figure.label) for item in comparisons)
+    lines = [f"{'figure':<{width}} {'unit':<5} {'now':>9} {'baseline':>9} {'now/base':>8}  mark"]
+    for item in comparisons:
+        figure = item.figure
+        ratio = "-" if item.ratio is None else f"{item.ratio:.2f}"
+        lines.append(
+            f"{figure.label:<{width}} {figure.unit:<5} {figure.format(item.now):>9} {figure.format(item.baseline):>9}"
+            f" {ratio:>8}  {item.mark}".rstrip()
+        )
+    return "\n".join(lines)
+
+
+def summary(comparisons: list[Comparison], baseline: dict[str, Any] | None) -> str:
+    """One line: how many figures are more than 15 % worse (and which), against which baseline."""
+    if baseline is None:
+        return f"guard: no baseline to compare with ({len(comparisons)} figures; `--save` records one)"
+    source = f"the baseline of {baseline.get('date', '?')} (commit {baseline.get('commit', '?')})"
+    worse = [item.figure.label for item in comparisons if item.mark == WORSE_MARK]
+    better = sum(item.mark == BETTER_MARK for item in comparisons)
+    missing = sum(item.ratio is None for item in comparisons)
+    extra = "".join(
+        [f", {better} more than 15 % better" if better else "", f", {missing} without a comparison" if missing else ""]
+    )
+    if not worse:
+        return f"guard: no figure more than 15 % worse than {source}; {len(comparisons)} figures{extra}"
+    listed = "; ".join(worse)
+    return f"guard: {len(worse)} of {len(comparisons)} figures more than 15 % worse than {source}{extra}: {listed}"
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    return {"cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def commit() -> str:
+    """The short hash of HEAD (read only), or "unknown" outside a git checkout."""
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return found.stdout.strip() or "unknown"
+
+
+def record(figures: dict[str, float], *, date: str, revision: str, on: dict[str, Any]) -> dict[str, Any]:
+    """The baseline.json record of a run: its figures (in FIGURES' order), date, commit and machine."""
+    known = [figure.key for figure in FIGURES if figure.key in figures]
+    ordered = {key: round(figures[key], 4) for key in known}
+    return {"date": date, "commit": revision, "machine": on, "figures": ordered}
+
+
+def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
+    path.write_text(json.dumps(baseline, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_baseline(path: Path) -> dict[str, Any] | None:
+    """The baseline record, or None when there is none yet."""
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+
+
+def readme_block(figures: dict[str, float], baseline: dict[str, Any]) -> str:
+    """The README's figures table from a run (`baseline` is its record: the date, commit and machine)."""
+    lines = ["| figure | value | better |", "|---|---:|---|"]
+    for figure in FIGURES:
+        if figure.key in figures:
+            better = "higher" if figure.higher_is_better else "lower"
+            lines.append(f"| {figure.label} | {figure.format(figures[figure.key])} {figure.unit} | {better} |")
+    on = baseline["machine"]
+    lines += [
+        "",
+        f"Measured {baseline['date']} by `bench/guard.py --readme` (commit {baseline['commit']}; {on['cores']} cores,"
+        f" Python {on['python']}); start-up and idle RSS\nare the median of three starts, the other figures one run's.",
+    ]
+    return "\n".join(lines)
+
+
+def rewrite_readme(text: str, block: str) -> str:
+    """`text` with what lies between the bench:guard markers replaced by `block`; ValueError without the markers."""
+    start, end = text.find(START_MARKER), text.find(END_MARKER)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {START_MARKER} … {END_MARKER} block")
+    return f"{text[: start + len(START_MARKER)]}\n{block}\n{text[end:]}"
+
+
+async def run() -> dict[str, float]:
+    """Run the benchmarks once; each figure by its key in FIGURES."""
+    from bench.pipeline import HEADER, SIZES, measure  # here, so that loading this file for its logic stays light
+    from bench.telegram import HEADER as TELEGRAM_HEADER, batch
+
+    figures: dict[str, float] = {}
+    print(HEADER)
+    for sessions, messages in SIZES:
+        with tempfile.TemporaryDirectory(prefix="switchboard-bench-") as folder:
+            result = await measure(sessions, messages, Path(folder))
+        print(result.row(), flush=True)
+        figures[f"pipeline_{sessions}_rate"] = result.rate
+        figures[f"pipeline_{sessions}_p50_ms"] = result.p50_ms
+        figures[f"pipeline_{sessions}_p99_ms"] = result.p99_ms
+    print()
+    print(f"{TELEGRAM_HEADER} {'cpu ms':>7}")
+    telegram = await batch(TELEGRAM_DMS, TELEGRAM_USERS, False, settle=0.5)
+    print(f"{telegram.row()} {telegram.cpu_ms:>7.2f}", flush=True)
+    if telegram.lost or telegram.duplicates:
+        print(f"note: {telegram.lost} replies lost and {telegram.duplicates} duplicated in the Telegram batch")
+    starts = [telegram] + [await batch(0, 1, False, settle=0) for _ in range(STARTS - 1)]
+    print(f"starts: {', '.join(f'{start.first_poll:.2f} s / {start.idle_mib:.1f} MiB' for start in starts)}")
+    figures["startup_s"] = statistics.median(start.first_poll for start in starts)
+    figures["idle_rss_mib"] = statistics.median(start.idle_mib for start in starts)
+    figures["telegram_rate"] = telegram.rate
+    figures["cpu_ms_per_dm"] = telegram.cpu_ms
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--save", action="store_true", help="write this run as the baseline")
+    parser.add_argument("--readme", action="store_true", help="rewrite README.md's figures table from this run")
+    parser.add_argument("--baseline", type=Path, default=BASELINE, help="the baseline file (default: %(default)s)")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    print(f"Python {platform.python_version()}, {os.cpu_count()} cores; pipeline latency in ms, start-up in s")
+    figures = asyncio.run(run())
+    baseline = read_baseline(args.baseline)
+    comparisons = compare(figures, baseline)
+    print()
+    if baseline is not None:
+        on = baseline.get("machine", {})
+        print(
+            f"baseline: {args.baseline.name} of {baseline.get('date')}, commit {baseline.get('commit')},"
+            f" {on.get('cores')} cores, Python {on.get('python')}"
+        )
+    print(table(comparisons))
+    print(summary(comparisons, baseline))
+    now = record(figures, date=datetime.date.today().isoformat(), revision=commit(), on=machine())
+    if args.save:
+        write_baseline(args.baseline, now)
+        print(f"saved as the baseline: {args.baseline}")
+    if args.readme:
+        text = rewrite_readme(README.read_text(encoding="utf-8"), readme_block(figures, now))
+        README.write_text(text, encoding="utf-8")
+        print(f"rewrote the figures table in {README}")
+    print(f"({time.monotonic() - began:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

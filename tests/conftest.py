@@ -1,6 +1,7 @@
-"""Shared pytest setup: the fake servers in tests/fakes are available as fixtures everywhere, the leak check
-(tests/leaks.py) fails the run if the suite leaves a process or a temporary file behind, and the hang guard
-(tests/hangs.py) fails a test that hangs instead of letting it hold the run."""
+"""Shared pytest setup: the fake servers in tests/fakes are available as fixtures everywhere (and `platform`, each of
+the three chat platforms in turn: tests/platforms.py), the leak check (tests/leaks.py) fails the run if the suite
+leaves a process or a temporary file behind, and the hang guard (tests/hangs.py) fails a test that hangs instead of
+letting it hold the run."""
 
 import os
 
@@ -12,6 +13,7 @@ pytest_plugins = [
     "fakes.slack",
     "fakes.telegram",
     "fakes.discord",
+    "platforms",
     "leaks",
     "hangs",
     "postgres",

@@ -1,5 +1,5 @@
 """The approval gate on its own: the real SQLite store and a messenger that records what would be shown (the adapters
-behind it are proven end to end in test_approvals_telegram.py and test_approvals_discord_slack.py)."""
+behind it are proven end to end in test_approvals_every_platform.py and test_approvals_telegram.py)."""
 
 from __future__ import annotations
 

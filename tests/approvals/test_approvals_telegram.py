@@ -1,6 +1,8 @@
 """Exec approvals through a real `bot run` on Telegram (python-telegram-bot against the fake Bot API, the fake LLM
-scripting exec calls): the buttons, who may press them, what runs, what the model hears. Expiry, restarts and asking
-in the approvers' DMs: test_approvals_telegram_where_and_when.py."""
+scripting exec calls): deny, allow always, `/approve` as the text fallback, the agent's own buttons, the CLI, an answer
+the message tool sent already, a command too long for one message. The buttons and who may press them, and hidden
+characters, on every platform: test_approvals_every_platform.py. Expiry, restarts and asking in the approvers' DMs:
+test_approvals_telegram_where_and_when.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import asked, bot_run, eventually
@@ -23,17 +26,18 @@ STARTED = "channel telegram account main started"
 
 
 def config(tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, **approvals: Any) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "tools": {"non_owner": {"allow": ["*"]}},  # strangers may ask for commands here: an approver decides
-        "approvals": approvals,
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off",
-            "dm_policy": "open", "group_policy": "open", "require_mention": False,
-        }}}},
-    }  # fmt: skip
+    account: dict[str, Any] = {
+        "streaming": "off",
+        "dm_policy": "open",
+        "group_policy": "open",
+        "require_mention": False,
+    }
+    return config_dict(
+        tmp_path, llm, telegram(tg, **account),
+        owners=[f"telegram:{OWNER}"],
+        tools={"non_owner": {"allow": ["*"]}},  # strangers may ask for commands here: an approver decides
+        approvals=approvals,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -102,43 +106,6 @@ def edited_to(tg: FakeTelegram, message_id: int, chat: int = OWNER) -> Callable[
         return not stored.reply_markup and "Approval required" not in stored.visible
 
     return check
-
-
-async def test_only_an_approver_can_allow_and_then_the_command_runs(
-    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    made = tmp_path / "ws" / "main" / "made.txt"
-    fake_llm.script(exec_call("touch made.txt && echo created"), "Made the file.")
-    buttons = await ask_for(tg, "make a file please", 1)
-    assert [label for label, _ in buttons] == ["Allow once", "Allow always", "Deny"]
-    assert all(data.startswith("ap:") and len(data.encode()) <= 64 for _, data in buttons)
-    request_text = approval_messages(tg, OWNER)[0]["text"]
-    assert "Approval required" in request_text and "touch made.txt &amp;&amp; echo created" in request_text
-    message_id = card_of(tg, buttons)
-
-    # Someone who is not an approver taps Allow: an alert, and nothing runs.
-    stranger = await tg.callback_query(
-        buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=STRANGER, name="Stranger"
-    )
-    refusal = await click_answer(tg, stranger)
-    assert refusal["text"] == "You are not authorized to approve this." and refusal["show_alert"] in (True, "true")
-    assert not made.exists() and len(fake_llm.requests) == 1
-
-    # The owner taps Allow once: the request was still pending (the stranger's click changed nothing), so it
-    # counts; it runs, the model reads its output, the card shows that the owner allowed it.
-    owner = await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER, name="Owner")
-    assert "text" not in await click_answer(tg, owner)  # no notice: the click counted
-    await eventually(lambda: "Made the file." in tg.sent[OWNER], "the final answer")
-    assert made.exists()
-    result = tool_result(fake_llm, 1)
-    assert result["status"] == "ok" and "created" in result["output"]
-    await eventually(edited_to(tg, message_id), "the approval message edited")
-    assert "Allowed (once) by Owner" in tg.messages[(OWNER, message_id)].visible
-
-    # The same button again (a replay) does nothing.
-    replay = await tg.callback_query(buttons[0][1], message_id=message_id, chat_id=OWNER, user_id=OWNER, name="Owner")
-    assert "no longer pending" in (await click_answer(tg, replay))["text"]
 
 
 async def test_deny_runs_nothing_and_the_model_hears_it(
@@ -274,29 +241,6 @@ async def test_an_answer_already_sent_with_the_message_tool_is_not_sent_again(
     await tg.private_message("and now?", user_id=OWNER, name="Owner")
     await eventually(lambda: "Next." in tg.sent.get(OWNER, []), "the next answer")
     assert tg.sent[OWNER] == ["The answer is 42.", "Next."]  # once, not twice
-
-
-HOSTILE = "touch \u202eevil.txt\x1b[2K\r && echo ok"
-HOSTILE_SHOWN = "touch \\u202eevil.txt\\x1b[2K\\x0d && echo ok"
-HIDDEN = "\u202e\x1b\r"
-
-
-async def test_hidden_characters_reach_the_card_and_its_outcome_escaped_with_a_warning(
-    bot: Path, tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    fake_llm.script(exec_call(HOSTILE), "Not run.")
-    buttons = await ask_for(tg, "do it", 1)
-    message_id = card_of(tg, buttons)
-    card = tg.messages[(OWNER, message_id)].visible
-    assert HOSTILE_SHOWN in card and not any(char in card for char in HIDDEN)
-    assert "⚠ This command holds invisible or control characters, shown escaped (\\u202e, \\x1b, \\x0d)" in card
-    await tg.callback_query(buttons[-1][1], message_id=message_id, chat_id=OWNER, user_id=OWNER, name="Owner")
-    await eventually(lambda: "Not run." in tg.sent.get(OWNER, []), "the final answer")
-    assert tool_result(fake_llm, 1)["status"] == "denied"
-    await eventually(edited_to(tg, message_id), "the card edited to the outcome")
-    outcome = tg.messages[(OWNER, message_id)].visible
-    assert "Denied by Owner" in outcome and HOSTILE_SHOWN in outcome and "⚠" in outcome
 
 
 async def test_a_command_too_long_for_one_message_is_refused_and_one_that_fits_exactly_is_shown_and_runs(

@@ -1,5 +1,6 @@
 """The Discord adapter on the real discord.py Client against FakeDiscord (REST + gateway WebSocket on 127.0.0.1),
-then end to end through a real Gateway with the fake LLM and a SQLite store."""
+then end to end through a real Gateway with the fake LLM and a SQLite store. A streamed reply, on every platform:
+test_streaming_every_platform.py."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from fakes.discord import (
     THREAD_ID,
     FakeDiscord,
 )
-from fakes.llm import FakeLLM, Reply
+from fakes.llm import FakeLLM
 from helpers import eventually
+from platforms import Inbox
 
 from bot.app import App
 from bot.config.loading import parse_config
@@ -31,11 +33,9 @@ from bot.delivery.outbox import Delivery
 from bot.gateway.process import Gateway
 from bot.store import SqliteStore
 from channels.base import (
-    ActionEvent,
     Attachment,
     Button,
     ChatTarget,
-    InboundMessage,
     OutboundFile,
     OutboundMessage,
     Poll,
@@ -44,7 +44,6 @@ from channels.chunking import chunk_text
 from channels.discord import (
     CAPABILITIES,
     CDN_HOSTS,
-    DOWNLOAD_CHUNK,
     DiscordAccount,
     DiscordAdapter,
     DiscordStartError,
@@ -54,24 +53,6 @@ from routing import Peer
 from routing.errors import ChannelError
 
 CDN, MEDIA = sorted(CDN_HOSTS)  # Discord's CDN hosts, as the adapter names them
-
-
-class Inbox:
-    """What the adapter delivered."""
-
-    def __init__(self) -> None:
-        self.messages: list[InboundMessage] = []
-        self.actions: list[ActionEvent] = []
-
-    async def on_message(self, message: InboundMessage) -> None:
-        self.messages.append(message)
-
-    async def on_action(self, event: ActionEvent) -> None:
-        self.actions.append(event)
-
-    async def message(self, count: int = 1) -> InboundMessage:
-        await eventually(lambda: len(self.messages) >= count, f"{count} inbound messages")
-        return self.messages[count - 1]
 
 
 def account(server: FakeDiscord, **extra: Any) -> DiscordAccount:
@@ -477,22 +458,6 @@ async def test_a_voice_message_is_a_voice_note_with_its_duration(
     assert b"".join(await fetched(adapter, voice)) == b"OggS voice"
 
 
-async def test_a_download_streams_a_multi_mib_file_in_chunks_without_the_token(
-    fake_discord: FakeDiscord,
-    started: tuple[DiscordAdapter, Inbox],
-) -> None:
-    adapter, inbox = started
-    data = some_bytes(5 * 1024 * 1024 + 123)
-    await fake_discord.message_with_files([fake_discord.attachment(data, "big.bin", "application/zip")], "take it")
-    [attachment] = (await inbox.message()).attachments
-    chunks = await fetched(adapter, attachment)
-    assert b"".join(chunks) == data
-    assert len(chunks) > 1 and max(map(len, chunks)) <= DOWNLOAD_CHUNK
-    [download] = fake_discord.downloads
-    assert download.status == 200
-    assert "Authorization" not in download.headers  # the CDN never sees the bot token
-
-
 async def test_a_failed_download_is_a_channel_error_that_names_no_token(
     fake_discord: FakeDiscord,
     started: tuple[DiscordAdapter, Inbox],
@@ -742,14 +707,14 @@ async def serve(
 ) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     running: list[Served] = []
 
-    async def start(streaming: str = "off", **extra: Any) -> Served:
+    async def start(**extra: Any) -> Served:
         config = {
             "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
             "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url, "timeout_seconds": 60}},
             "session": {"queue": {"mode": "followup", "debounce_ms": 10}},
             **extra,
         }
-        adapter = DiscordAdapter("default", account(fake_discord, dm_policy="open", streaming=streaming))
+        adapter = DiscordAdapter("default", account(fake_discord, dm_policy="open", streaming="off"))
         store = await SqliteStore.open(tmp_path / "state")
         gateway = Gateway(App(parse_config(json.dumps(config)), tmp_path / "state"), store, [adapter])
         await gateway.start()
@@ -763,25 +728,6 @@ async def serve(
         for served in running:
             await served.gateway.stop(1.0)
             await served.store.close()
-
-
-async def test_end_to_end_a_dm_gets_a_streamed_reply(
-    serve: Callable[..., Awaitable[Served]],
-    fake_discord: FakeDiscord,
-    fake_llm: FakeLLM,
-) -> None:
-    # The model writes its answer and never finishes while the test runs: what shows was streamed.
-    fake_llm.script(Reply.held("Hello from Switchboard!"))
-    await serve(streaming="partial")
-    await fake_discord.dm("hi there")
-    dm_channel = fake_discord.dm_channel_id(fake_discord.alice)
-    await eventually(
-        lambda: [m["content"] for m in fake_discord.messages.values()] == ["Hello from Switchboard!"],
-        "the streamed message to show the answer",
-    )
-    await eventually(lambda: bool(fake_discord.calls("POST", f"/channels/{dm_channel}/typing")), "typing")
-    assert len(fake_discord.posts(dm_channel)) == 1
-    assert len(fake_llm.requests) == 1
 
 
 async def test_end_to_end_a_long_answer_arrives_in_2000_character_chunks_in_order(

@@ -1,5 +1,6 @@
 """The Slack adapter on the real slack-bolt AsyncApp and slack_sdk clients against FakeSlack (Web API + Socket Mode
-on 127.0.0.1), then end to end through a real Gateway with the fake LLM and a SQLite state directory."""
+on 127.0.0.1), then end to end through a real Gateway with the fake LLM and a SQLite state directory. A reply to a DM
+(streamed, in mrkdwn, into the DM's channel), on every platform: test_streaming_every_platform.py."""
 
 from __future__ import annotations
 
@@ -34,8 +35,7 @@ from bot.gateway.process import Gateway
 from bot.store import SqliteStore
 from channels.base import ActionEvent, Button, ChatTarget, InboundMessage, OutboundMessage
 from channels.markup_slack import markdown_to_mrkdwn
-from channels.slack import CAPABILITIES, SlackAccount, SlackAdapter, build_blocks
-from channels.slack import inbound as slack_inbound
+from channels.slack import CAPABILITIES, SlackAccount, SlackAdapter, build_blocks, inbound as slack_inbound
 from routing import Peer
 
 
@@ -474,21 +474,6 @@ async def serve(
         for gateway, store in running:
             await gateway.stop(0.5)
             await store.close()
-
-
-async def test_end_to_end_a_dm_gets_a_reply(
-    serve: Callable[..., Awaitable[Gateway]], fake_slack: FakeSlack, fake_llm: FakeLLM, tmp_path: Path
-) -> None:
-    fake_llm.script("Hello **Ann**!")
-    await serve()
-    envelope = await fake_slack.dm("hi there")
-    await fake_slack.wait_for_ack(envelope)
-    await fake_slack.wait_for_calls("chat.postMessage", 1)
-    (posted,) = fake_slack.posted
-    assert posted["channel"] == dm_channel(USER_ID)  # the adapter remembered the DM's channel
-    assert posted["text"] == "Hello *Ann*!"
-    assert "thread_ts" not in posted
-    assert list(sessions(tmp_path / "state").values()) == ["main"]
 
 
 async def test_end_to_end_a_thread_reply_stays_in_the_thread_and_a_double_delivery_runs_once(

@@ -1,7 +1,8 @@
 """Slack files on the real slack_sdk client against FakeSlack: attachments of every kind from file_share messages,
-downloads of url_private (streamed, the token only for Slack's file host, redirects judged hop by hop, the sign-in
-page as a files:read error), uploads through the external upload flow (bytes streamed from disk, the text as the
-comment or before the files, the share's ts from files.info), no polls, and threads."""
+downloads of url_private (the token only for Slack's file host, redirects judged hop by hop, the sign-in page as a
+files:read error; streamed, on every platform: test_media_every_platform.py), uploads through the external upload
+flow (bytes streamed from disk, the text as the comment or before the files, the share's ts from files.info), no
+polls, and threads."""
 
 from __future__ import annotations
 
@@ -18,9 +19,15 @@ from helpers import FakeClock
 from test_slack import Inbox, account
 
 from channels.base import Attachment, Button, ChatTarget, OutboundFile, OutboundMessage, Poll
-from channels.slack import CAPABILITIES, DEFAULT_API_BASE_URL, SLACK_FILE_HOST, SlackAdapter, file_origins
-from channels.slack import files as slack_files
-from channels.slack import sending as slack_sending
+from channels.slack import (
+    CAPABILITIES,
+    DEFAULT_API_BASE_URL,
+    SLACK_FILE_HOST,
+    SlackAdapter,
+    file_origins,
+    files as slack_files,
+    sending as slack_sending,
+)
 from routing import Peer
 from routing.errors import ChannelError
 
@@ -108,18 +115,16 @@ async def test_a_file_share_without_text_is_a_message_with_an_attachment_of_each
 # --- download -----------------------------------------------------------------------------------------------------
 
 
-async def test_a_download_streams_the_exact_bytes_with_the_bot_token(fake_slack: FakeSlack) -> None:
+async def test_url_private_download_serves_the_same_bytes_to_an_adapter_not_started(fake_slack: FakeSlack) -> None:
     adapter = SlackAdapter("default", account(fake_slack))  # downloads need no connection, only the token
     data = some_bytes(5 * MiB + 123)
     file = fake_slack.add_file(data, "big.bin")
-    chunks = await collect(adapter, Attachment(ref=file["url_private"], name="big.bin", size=len(data)))
+    chunks = await collect(adapter, Attachment(ref=file["url_private_download"], name="big.bin", size=len(data)))
     assert b"".join(chunks) == data
     assert len(chunks) > 1 and max(map(len, chunks)) <= slack_files.CHUNK_BYTES  # streamed, never whole
     (request,) = fake_slack.file_requests
     assert request.authorization == f"Bearer {fake_slack.bot_token}"
-
-    # url_private_download serves the same bytes.
-    assert b"".join(await collect(adapter, Attachment(ref=file["url_private_download"]))) == data
+    # url_private itself, the ordinary way in on every platform: test_media_every_platform.py
 
 
 async def test_redirects_keep_the_token_on_slacks_host_and_drop_it_elsewhere(fake_slack: FakeSlack) -> None:

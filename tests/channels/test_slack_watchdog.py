@@ -3,7 +3,8 @@ stalled once, replaced by a fresh one (apps.connections.open again) and closed f
 once; new connections that stay silent each get their full `stall_seconds`; the account recovers on a hello. A socket
 that drops without a close frame makes the account degraded, and reconnects that keep failing wait longer each time,
 with jitter, until one holds. First on the adapter against the fake Slack, then through a real `bot run` that answers
-what was said during the outage."""
+what was said while the socket was dropped (while it was silent, on every platform:
+test_watchdog_every_platform.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import configs
 import pytest
 from fakes.llm import FakeLLM
 from fakes.slack import FakeSlack, dm_channel
@@ -160,47 +162,12 @@ async def test_the_reconnect_waits_stop_growing_at_the_cap(fake_slack: FakeSlack
         await adapter.stop()
 
 
-def bot_config(tmp_path: Path, llm: FakeLLM, slack: FakeSlack) -> dict[str, Any]:
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"slack:{OWNER}"],
-        "channels": {"slack": {"accounts": {"main": {
-            "bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.url,
-            # A real socket left silent by the fake: the bot's watchdog waits through stall_seconds in real time. Short,
-            # yet long enough that pongs 0.5 s apart never look like a stall on a loaded machine.
-            "streaming": "off", "stall_seconds": 3, "ping_interval": 0.5,
-        }}}},
-        "bindings": [{"agent": "main", "match": {"channel": "slack", "account": "main"}}],
-    }  # fmt: skip
-
-
-async def test_a_bot_whose_socket_goes_silent_reconnects_and_answers_what_was_said_meanwhile(
-    tmp_path: Path, fake_llm: FakeLLM, fake_slack: FakeSlack
-) -> None:
-    slack = fake_slack
-    chat = dm_channel(OWNER)
-    fake_llm.script("Before the outage.", "After the outage.")
-    async with bot_run(bot_config(tmp_path, fake_llm, slack), tmp_path, "channel slack account main started") as path:
-        state, log = path.parent / "state", tmp_path / "bot.log"
-        await slack.dm("hello", user=OWNER)
-        await eventually(lambda: said(slack, chat) == ["Before the outage."], "the first answer")
-
-        slack.go_deaf()  # the bot's socket stays open but says nothing more, not even a pong
-        during = await slack.dm("are you there?", user=OWNER)  # held by the fake for the next connection
-        await eventually(lambda: "channel slack account main is stalled" in log.read_text(), "the stall reported")
-        await slack.wait_for_ack(during)  # delivered on the new connection and acked there
-        await eventually(lambda: len(said(slack, chat)) == 2, "the answer to what was said during the outage")
-        await eventually(lambda: "channel slack account main recovered" in log.read_text(), "the recovery reported")
-        await finished(state)
-
-        text = log.read_text()
-        assert text.count("is stalled") == 1 and text.count("recovered (was stalled)") == 1
-        assert text.index("is stalled") < text.index("recovered (was stalled)")
-        assert said(slack, chat) == ["Before the outage.", "After the outage."]  # answered once
-        assert asked(fake_llm) == ["hello", "are you there?"]
-        assert slack.connections >= 2 and slack.max_open_sockets == 2
-        await eventually(lambda: slack.open_sockets == 1, "the silent socket closed for good")
+def bot_config(tmp_path: Path, llm: FakeLLM, fake: FakeSlack) -> dict[str, Any]:
+    # The socket's watchdog as in a bot that notices a silent connection soon: short, yet long enough that pongs
+    # 0.5 s apart never look like a stall on a loaded machine.
+    account = configs.slack(fake, streaming="off", stall_seconds=3, ping_interval=0.5)
+    binding = {"agent": "main", "match": {"channel": "slack", "account": "main"}}
+    return configs.config_dict(tmp_path, llm, account, owners=[f"slack:{OWNER}"], bindings=[binding])
 
 
 async def test_a_bot_whose_socket_drops_reconnects_and_answers_what_was_said_meanwhile_once(

@@ -1,5 +1,6 @@
 """The Telegram adapter on the real python-telegram-bot against a fake Bot API server on 127.0.0.1, alone and end to
-end through a real Gateway (fake LLM, SQLite store in a temporary directory)."""
+end through a real Gateway (fake LLM, SQLite store in a temporary directory). A streamed reply, on every platform:
+test_streaming_every_platform.py."""
 
 from __future__ import annotations
 
@@ -503,18 +504,6 @@ async def gateway(
         for entry in running:
             await entry.gateway.stop(0.5)
             await entry.store.close()
-
-
-async def test_end_to_end_a_dm_gets_a_reply(
-    tg: FakeTelegram, fake_llm: FakeLLM, gateway: Callable[[], Awaitable[Running]]
-) -> None:
-    fake_llm.script(Reply.held("Hello, **Ann**!"))  # a model that takes its time: until the test releases it
-    await gateway()
-    await tg.private_message("hi bot")
-    await tg.wait_calls("sendChatAction", 1)  # typing while the model answers
-    fake_llm.release()
-    assert await tg.wait_texts(tg.user_id, lambda texts: texts == ["Hello, Ann!"]) == ["Hello, Ann!"]
-    assert tg.chat_texts(tg.user_id, visible=False) == ["Hello, <b>Ann</b>!"]
 
 
 async def test_end_to_end_a_long_answer_arrives_in_chunks(

@@ -1,6 +1,7 @@
 """Files on Telegram, on the real python-telegram-bot against the fake Bot API: what comes with a message (each kind,
-albums merged into one message and confirmed only once recorded), downloads streamed from the file server, uploads
-(one file, albums, text before or as the caption), polls and forum topics."""
+albums merged into one message and confirmed only once recorded), downloads that fail (an expired path, a file over
+20 MB), uploads (one file, albums, text before or as the caption), polls and forum topics. A download streamed from
+the file server, on every platform: test_media_every_platform.py."""
 
 from __future__ import annotations
 
@@ -206,19 +207,6 @@ async def test_in_webhook_mode_each_part_of_an_album_is_a_message_of_its_own(tg:
 
 
 # --- downloads -----------------------------------------------------------------------------------------------------
-
-
-async def test_a_download_streams_exactly_the_files_bytes_in_chunks(
-    tg: FakeTelegram, started: tuple[TelegramAdapter, Inbox]
-) -> None:
-    adapter, _ = started
-    data = os.urandom(5 * 1024 * 1024 + 123)
-    stored = tg.add_file(data, "documents", ".bin")
-    chunks = await fetched(adapter, Attachment(kind="document", ref=stored.file_id))
-    assert b"".join(chunks) == data
-    assert len(chunks) > 1 and max(map(len, chunks)) <= 64 * 1024
-    assert tg.downloads == [stored.path]
-    assert tg.calls("getFile") == [{"file_id": stored.file_id}]
 
 
 async def test_a_failed_download_is_a_channel_error_without_the_token(

@@ -1,23 +1,19 @@
 """The Telegram watchdogs. Polling: a getUpdates that hangs without an error (the fake's `go_silent`) is given up
 after `stall_seconds`, the poller gets a new HTTP session and asks again from the stored offset, and the account's
 health says stalled, then connected, with one log line each way; decided on a fake clock, then on the real adapter
-against the fake Bot API, then through a real `bot run`. A `stall_seconds` shorter than a long poll is refused by
-`bot config check` and `bot run`, with its line. Webhook: after `stall_seconds` without a post, Telegram is asked
-whether it holds updates (getWebhookInfo); if it does, the account is degraded and the webhook set again."""
+against the fake Bot API (through a real `bot run`, with `bot status`, on every platform:
+test_watchdog_every_platform.py). A `stall_seconds` shorter than a long poll is refused by `bot config check` and
+`bot run`, with its line. Webhook: after `stall_seconds` without a post, Telegram is asked whether it holds updates
+(getWebhookInfo); if it does, the account is degraded and the webhook set again."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fakes.llm import FakeLLM
 from fakes.telegram import FakeTelegram
-from helpers import LOCAL, FakeClock, bot, bot_run, eventually, settled, status_file_shows, write
+from helpers import LOCAL, FakeClock, bot, eventually, write
 from pydantic import ValidationError
 
 from channels.accounts import STALL_MARGIN
@@ -25,7 +21,6 @@ from channels.base import ActionEvent, InboundMessage
 from channels.telegram import PollWatchdog, TelegramAccount, TelegramAdapter
 
 OWNER = 4242
-STARTED = "channel telegram account main started"
 STALLED = "channel telegram account main is stalled"
 RECOVERED = "channel telegram account main recovered (was stalled)"
 
@@ -196,72 +191,3 @@ async def test_a_webhook_telegram_holds_updates_for_is_reported_and_set_again_an
         "channel telegram account main recovered (was degraded)",
     ]
     assert received == ["hello", "are you there?"]  # once each
-
-
-# --- through a real `bot run` ------------------------------------------------------------------------------------
-
-
-def config(tmp_path: Path, fake_llm: FakeLLM, tg: FakeTelegram) -> dict[str, Any]:
-    # stall_seconds 3 is the shortest the config takes with a 1 s long poll (poll_timeout + STALL_MARGIN). The stall
-    # is a real getUpdates held open by the fake, so the test waits through it in real time (twice: the new session's
-    # first request is held too); the decision itself is proven on a fake clock above.
-    return {
-        "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
-        "agents": [{"id": "main", "default": True}],
-        "providers": {"fake": {"kind": "openai", "base_url": fake_llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": {
-            "token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "stall_seconds": 3,
-        }}}},
-    }  # fmt: skip
-
-
-async def telegram_state(folder: Path, state: str, *, exit_status: int) -> bool:
-    """Whether `bot status --json` beside the running bot exits with `exit_status` and shows telegram/main `state`."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "status", "--json", "--config", str(folder / "bindings.yaml"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, _ = await process.communicate()
-    report = json.loads(out)
-    shown = [channel["state"] for channel in report.get("channels", []) if channel["channel"] == "telegram"]
-    return process.returncode == exit_status and shown == [state]
-
-
-async def test_bot_run_heals_a_silent_poller_and_answers_the_dm_sent_meanwhile_once(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    log_path, state = tmp_path / "bot.log", tmp_path / "state"
-
-    def logged() -> str:
-        return log_path.read_text(errors="replace")
-
-    fake_llm.script("Hello.", "Back again.")
-    async with bot_run(config(tmp_path, fake_llm, tg), tmp_path, STARTED):
-        await tg.private_message("hi", user_id=OWNER, name="Owner")
-        assert await tg.wait_sent(OWNER, 1) == ["Hello."]
-
-        tg.go_silent()
-        await eventually(lambda: tg.hung >= 1, "a getUpdates held by the silence")
-        await tg.private_message("are you there?", user_id=OWNER, name="Owner")
-        await eventually(lambda: STALLED in logged(), "the stall in the log")
-        await eventually(lambda: tg.hung >= 2, "a getUpdates on the new session, held too")
-        await eventually(
-            lambda: status_file_shows(state, "telegram", "main", "stalled"), "`bot status` to show the stall"
-        )
-        assert await telegram_state(tmp_path, "stalled", exit_status=1)  # and `bot status` says so
-        tg.resume()
-
-        assert await tg.wait_sent(OWNER, 2) == ["Hello.", "Back again."]
-        await eventually(lambda: RECOVERED in logged(), "the recovery in the log")
-        await eventually(
-            lambda: status_file_shows(state, "telegram", "main", "connected"), "`bot status` to show it healed"
-        )
-        assert await telegram_state(tmp_path, "connected", exit_status=0)  # and `bot status` says so
-        await eventually(lambda: settled(state), "the bot to have nothing left to do")
-        assert tg.sent[OWNER] == ["Hello.", "Back again."]  # the DM sent during the outage, answered once
-        assert len(fake_llm.requests) == 2
-    text = logged()
-    assert text.count(STALLED) == 1 and text.count(RECOVERED) == 1  # one incident, one line each way
-    assert text.index(STALLED) < text.index(RECOVERED)

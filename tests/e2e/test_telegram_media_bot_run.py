@@ -1,21 +1,20 @@
-"""Files, albums, polls and topics on Telegram through a real `bot run` process (issue 15): the real adapter on the
-fake Bot API (and its file server), a model that can see on the fake LLM. What a person on Telegram sees and what the
-agent gets: a photo (its largest size) reaches the model as an image and lands in the workspace's inbox, an album is
-one message, hostile names stay inside the inbox, a voice note is transcribed, a file over the account's limit is
-refused with a word to the person and never fetched, a turn run again after a SIGKILL takes its files from the inbox
-(and refuses once), and the agent uploads files of its workspace, makes a forum topic and posts a native poll.
-tests/turns/test_media.py proves the same behaviours on the in-memory channel,
+"""Albums, uploads, polls and topics on Telegram through a real `bot run` process (issue 15): the real adapter on the
+fake Bot API (and its file server), a model that can see on the fake LLM. What only Telegram has: an album is one
+message, a turn run again after a SIGKILL takes its files from the inbox (and refuses once), and the agent uploads a
+picture and a document of its workspace (each by its own method), makes a forum topic and posts a native poll. What
+every platform does with the files a person sends (a photo, hostile names, a voice note, a file over the limit) is in
+tests/e2e/test_media_bot_run.py; tests/turns/test_media.py proves the same behaviours on the in-memory channel,
 tests/channels/test_telegram_media.py the adapter's own download, upload, poll and topic paths."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from configs import config_dict, telegram
 from fakes.llm import FakeLLM, Reply, ToolCallSpec
 from fakes.telegram import FakeTelegram
 from helpers import (
@@ -36,8 +35,6 @@ STARTED = "channel telegram account main started"
 
 OWNER = 1001  # the fake's default private sender (tg.user_id): its DM chat has the same id
 PHOTO = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # JPEG-ish bytes, 10,244 of them: "10.2 KB"
-RECORDING = b"OggS\x00\x02" + bytes(range(98))  # an Ogg-ish voice note, 104 bytes
-TRANSCRIBE_KEY = "sk-transcribe-fake-key"
 # A PNG: its signature, an IHDR chunk for a 1x1 picture, and bytes enough that it is clearly not the thumbnail.
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00" + bytes(range(200))
 
@@ -46,17 +43,13 @@ def config(
     tmp_path: Path, llm: FakeLLM, tg: FakeTelegram, *, limits: dict[str, int] | None = None, **media: Any
 ) -> dict[str, Any]:
     """A bot with one Telegram account (`limits` as its `media`), an agent on a model that can see, days in UTC."""
-    account: dict[str, Any] = {"token": tg.token, "api_base_url": tg.url, "poll_timeout": 1, "streaming": "off"}
-    if limits is not None:
-        account["media"] = limits
-    return {
-        "defaults": {"model": "fake/gpt-4o", "workspace_root": str(tmp_path / "ws"), "timezone": "UTC"},
-        "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
-        "owners": [f"telegram:{OWNER}"],
-        "channels": {"telegram": {"accounts": {"main": account}}},
-        "bindings": [{"agent": "main", "match": {"channel": "telegram", "account": "main"}}],
-        "media": media,
-    }
+    account: dict[str, Any] = {"streaming": "off"} | ({"media": limits} if limits is not None else {})
+    binding = {"agent": "main", "match": {"channel": "telegram", "account": "main"}}
+    defaults = {"model": "fake/gpt-4o", "timezone": "UTC"}
+    owners = [f"telegram:{OWNER}"]
+    return config_dict(
+        tmp_path, llm, telegram(tg, **account), defaults=defaults, owners=owners, bindings=[binding], media=media
+    )
 
 
 @contextlib.asynccontextmanager
@@ -75,47 +68,6 @@ def served_path(tg: FakeTelegram, update: dict[str, Any], kind: str) -> str:
     """Where the fake's file server serves the file an update carries (a photo's largest size)."""
     item = update["message"][kind]
     return tg.files[(item[-1] if kind == "photo" else item)["file_id"]].path
-
-
-async def test_a_photo_without_a_caption_reaches_the_model_as_its_largest_size_and_a_file_in_the_inbox(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    fake_llm.script("A test pattern.")
-    async with running(config(tmp_path, fake_llm, tg), tmp_path) as state:
-        update = await tg.media_message("photo", PHOTO)
-        [answer] = await wait_said(tg, OWNER, 1)
-        await finished(state)
-        day = inbox_of(state)
-
-    assert answer == "A test pattern."
-    workspace = tmp_path / "ws" / "main"
-    # Telegram names no photo: it is named for its kind, with its type's extension
-    assert files_under(workspace / "inbox") == {f"{day.removeprefix('inbox/')}/photo.jpg": PHOTO}
-    assert len(fake_llm.requests) == 1
-    assert user_images(fake_llm) == [PHOTO]  # the largest size, not the 100-byte thumbnail the fake also offers
-    assert user_text(fake_llm) == f"[image (10.2 KB), saved as {day}/photo.jpg]"
-    largest = update["message"]["photo"][-1]
-    assert tg.calls("getFile") == [{"file_id": largest["file_id"]}]  # looked up once, by the largest size's id
-    assert tg.downloads == [served_path(tg, update, "photo")]  # and fetched once from the file server
-
-
-async def test_a_photo_with_a_caption_carries_the_caption_the_line_and_the_image(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    fake_llm.script("A fine cat.")
-    async with running(config(tmp_path, fake_llm, tg), tmp_path) as state:
-        await tg.media_message("photo", PHOTO, caption="look at my cat")
-        [answer] = await wait_said(tg, OWNER, 1)
-        await finished(state)
-        day = inbox_of(state)
-
-    assert answer == "A fine cat."
-    assert (tmp_path / "ws" / "main" / day / "photo.jpg").read_bytes() == PHOTO
-    assert [part["type"] for part in user_parts(fake_llm)] == ["text", "image_url"]
-    assert user_text(fake_llm) == f"look at my cat\n[image (10.2 KB), saved as {day}/photo.jpg]"
-    assert user_images(fake_llm) == [PHOTO]
 
 
 async def test_an_album_is_one_message_to_the_model_with_both_images_and_both_lines(
@@ -147,101 +99,6 @@ async def test_an_album_is_one_message_to_the_model_with_both_images_and_both_li
         f"[image (10.2 KB), saved as {day}/photo (2).jpg]",
     ]
     assert sorted(tg.downloads) == sorted(served_path(tg, part, "photo") for part in album)
-
-
-async def test_hostile_document_names_land_inside_the_inbox_and_nowhere_else(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    fake_llm.script("Got them.")
-    async with running(config(tmp_path, fake_llm, tg), tmp_path) as state:
-        # Documents sent together come as an album of documents, each with the sender's own name.
-        await tg.media_group([
-            ("document", b"one", "files", {"name": "../../x"}),
-            ("document", b"two", "", {"name": ".bashrc"}),
-            ("document", b"three", "", {"name": "x"}),  # the name the first one was given: a suffix
-        ])  # fmt: skip
-        await wait_said(tg, OWNER, 1)
-        await finished(state)
-        day = inbox_of(state)
-
-    assert tg.chat_texts(OWNER) == ["Got them."]  # every file taken: no refusal
-    folder = day.removeprefix("inbox/")
-    assert files_under(tmp_path / "ws" / "main" / "inbox") == {
-        f"{folder}/x": b"one",
-        f"{folder}/bashrc": b"two",
-        f"{folder}/x (2)": b"three",
-    }
-    landed = [path for path in tmp_path.rglob("*") if path.name in ("x", "bashrc", ".bashrc", "x (2)")]
-    assert sorted(path.relative_to(tmp_path).as_posix() for path in landed) == [
-        f"ws/main/{day}/bashrc",
-        f"ws/main/{day}/x",
-        f"ws/main/{day}/x (2)",
-    ]
-    assert user_text(fake_llm).splitlines() == [
-        "files",
-        f'[file "../../x" (3 bytes), saved as {day}/x]',  # the sender's name, quoted as data
-        f'[file ".bashrc" (3 bytes), saved as {day}/bashrc]',
-        f'[file "x" (5 bytes), saved as {day}/x (2)]',
-    ]
-    assert user_images(fake_llm) == []
-
-
-async def test_a_voice_note_is_transcribed_and_the_transcript_follows_its_line(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    fake_llm.script("Milk it is.")
-    fake_llm.transcribe_as("Please buy milk.")
-    transcription = {"base_url": fake_llm.openai_base_url, "model": "whisper-1", "api_key": "${SB_TRANSCRIBE_KEY}"}
-    settings = config(tmp_path, fake_llm, tg, transcription=transcription)
-    async with running(settings, tmp_path, env={"SB_TRANSCRIBE_KEY": TRANSCRIBE_KEY}) as state:
-        await tg.media_message("voice", RECORDING, duration=4)
-        [answer] = await wait_said(tg, OWNER, 1)
-        await finished(state)
-        day = inbox_of(state)
-
-    assert answer == "Milk it is."
-    [upload] = fake_llm.transcriptions  # Telegram names no voice note: it is named for its kind and type
-    assert (upload.model, upload.file_name, upload.content_type, upload.data, upload.authorization) == (
-        "whisper-1", "voice.oga", "audio/ogg", RECORDING, f"Bearer {TRANSCRIBE_KEY}"
-    )  # fmt: skip
-    assert (tmp_path / "ws" / "main" / day / "voice.oga").read_bytes() == RECORDING
-    assert user_text(fake_llm) == (
-        f"[voice note (104 bytes, 4 s), saved as {day}/voice.oga; its transcript:]\nPlease buy milk."
-    )
-    assert user_images(fake_llm) == []
-    # the key went to the transcription endpoint only: never to the model
-    assert all(TRANSCRIBE_KEY not in json.dumps(request.headers) for request in fake_llm.requests)
-
-
-async def test_a_file_over_the_account_limit_is_refused_with_a_word_to_the_person_and_never_fetched(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    tg = fake_telegram
-    fake_llm.script("The big one did not come through.")
-    async with running(config(tmp_path, fake_llm, tg, limits={"max_bytes": 1000}), tmp_path) as state:
-        big, small = await tg.media_group([
-            ("document", b"x" * 5000, "here", {"name": "big.bin"}),
-            ("document", b"small", "", {"name": "small.txt", "mime_type": "text/plain"}),
-        ])  # fmt: skip
-        notice, answer = await wait_said(tg, OWNER, 2)
-        await finished(state)
-        day = inbox_of(state)
-
-    assert notice == 'I could not take the file "big.bin": larger than the limit of 1.0 KB (it is 5.0 KB).'
-    assert answer == "The big one did not come through."
-    assert len(tg.chat_texts(OWNER)) == 2
-    assert user_text(fake_llm).splitlines() == [
-        "here",
-        '[file "big.bin" (5.0 KB): not fetched, larger than the limit of 1.0 KB (it is 5.0 KB)]',
-        f'[file "small.txt" (5 bytes), saved as {day}/small.txt]',
-    ]
-    assert files_under(tmp_path / "ws" / "main" / "inbox") == {f"{day.removeprefix('inbox/')}/small.txt": b"small"}
-    # the big one was never looked up nor fetched: Telegram said its size, and that was enough
-    assert tg.calls("getFile") == [{"file_id": small["message"]["document"]["file_id"]}]
-    assert tg.downloads == [served_path(tg, small, "document")]
-    assert served_path(tg, big, "document") not in tg.downloads
 
 
 async def test_the_agent_uploads_a_picture_and_a_document_of_its_workspace_with_the_text_as_the_caption(

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, BinaryIO, Literal
+from typing import Annotated, BinaryIO, Literal, NamedTuple
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
@@ -59,9 +59,10 @@ async def read_transcript(path: Path) -> list[Message]:
     return await asyncio.to_thread(load_transcript, path)
 
 
-async def append_transcript(path: Path, messages: Sequence[Message]) -> None:
-    """Append messages, one JSON object per line, in a single write; cost does not grow with the file."""
-    await _append_lines(path, messages)
+async def append_transcript(path: Path, messages: Sequence[Message]) -> Appended | None:
+    """Append messages, one JSON object per line, in a single write; cost does not grow with the file. What was
+    written (None for nothing), for a reader that keeps the history it parsed (agent.transcripts)."""
+    return await _append_lines(path, messages)
 
 
 async def append_compaction(path: Path, summary: str, kept: Sequence[Message]) -> None:
@@ -95,10 +96,21 @@ def decode_line(line: bytes | str) -> Message | Compaction:
     return _LINE.validate_json(line)
 
 
-async def _append_lines(path: Path, lines: Sequence[Message | Compaction]) -> None:
-    if lines:
-        data = b"".join(encode_line(line) + b"\n" for line in lines)
-        await asyncio.to_thread(_append, path, data)
+class Appended(NamedTuple):
+    """One write to a transcript: the file's size before and after it, and the records written, as parsing their
+    lines gives them back."""
+
+    before: int
+    after: int
+    records: list[Message | Compaction]
+
+
+async def _append_lines(path: Path, lines: Sequence[Message | Compaction]) -> Appended | None:
+    if not lines:
+        return None
+    encoded = [encode_line(line) for line in lines]
+    before, after = await asyncio.to_thread(_append, path, b"".join(line + b"\n" for line in encoded))
+    return Appended(before, after, [decode_line(line) for line in encoded])
 
 
 def _read(path: Path) -> bytes:
@@ -151,7 +163,8 @@ def _is_compaction(line: bytes) -> bool:
         return False
 
 
-def _append(path: Path, data: bytes) -> None:
+def _append(path: Path, data: bytes) -> tuple[int, int]:
+    """Write `data` at the end of the file; its size before and after."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as handle:
         size = handle.seek(0, os.SEEK_END)
@@ -160,6 +173,7 @@ def _append(path: Path, data: bytes) -> None:
             if handle.read(1) != b"\n":
                 data = b"\n" + data  # never glue a new line onto a torn one: both would be lost
         handle.write(data)  # append mode: lands at the end wherever the read left the position
+    return size, size + len(data)
 
 
 def _parse(path: Path, data: bytes, offset: int = 0) -> list[Message | Compaction]:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from agent.messages import Message
-from agent.sessions import append_compaction, append_transcript, load_history, read_transcript, transcript_for
+from agent.sessions import (
+    append_compaction,
+    append_transcript,
+    as_messages,
+    load_history,
+    read_transcript,
+    transcript_for,
+)
 
 __all__ = ["FileTranscripts", "Transcripts"]
 
@@ -36,24 +44,67 @@ class Transcripts(Protocol):
         ...
 
 
+HISTORIES_KEPT = 64  # sessions whose parsed history FileTranscripts keeps, the most recently used
+
+
 class FileTranscripts:
-    """Transcripts as files: `state_dir/transcripts/<session_id>.jsonl` (agent.sessions), a torn line skipped."""
+    """Transcripts as files: `state_dir/transcripts/<session_id>.jsonl` (agent.sessions), a torn line skipped.
+
+    The histories of the most recently used sessions are kept parsed, each with the file size it stands for, and
+    extended by what this object appends: a run reads its history without parsing the file again. A file of another
+    size than the one kept (written by someone else, or compacted) is read anew."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        self._histories: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()  # id -> (size, history)
 
     def path(self, session_id: str) -> Path:
         """The session's file (ValueError for anything that is not a session id)."""
         return transcript_for(self.state_dir, session_id)
 
     async def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        await append_transcript(self.path(session_id), messages)
+        appended = await append_transcript(self.path(session_id), messages)
+        kept = self._histories.get(session_id)
+        if appended is None or kept is None:
+            return
+        if kept[0] == appended.before:  # what is kept is the file up to this write: it goes on with what was written
+            self._keep(session_id, appended.after, kept[1] + as_messages(appended.records))
+        else:
+            del self._histories[session_id]
 
     async def append_compaction(self, session_id: str, summary: str, kept: Sequence[Message]) -> None:
+        self._histories.pop(session_id, None)  # the history starts at the new record: read it anew
         await append_compaction(self.path(session_id), summary, kept)
 
     async def history(self, session_id: str) -> list[Message]:
-        return await asyncio.to_thread(load_history, self.path(session_id))
+        path = self.path(session_id)
+        kept = self._histories.get(session_id)
+        if kept is not None and kept[0] == _size(path):
+            self._histories.move_to_end(session_id)
+            return list(kept[1])
+        size, history = await asyncio.to_thread(_sized_history, path)
+        self._keep(session_id, size, history)
+        return list(history)
 
     async def read(self, session_id: str) -> list[Message]:
         return await read_transcript(self.path(session_id))
+
+    def _keep(self, session_id: str, size: int, history: list[Message]) -> None:
+        self._histories[session_id] = (size, history)
+        self._histories.move_to_end(session_id)
+        while len(self._histories) > HISTORIES_KEPT:
+            self._histories.popitem(last=False)
+
+
+def _size(path: Path) -> int:
+    """The file's size (0 when there is none yet: the same empty history)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _sized_history(path: Path) -> tuple[int, list[Message]]:
+    """The history and the file size it was read at (taken first: a write meanwhile only makes it read anew)."""
+    size = _size(path)
+    return size, load_history(path)

@@ -395,14 +395,12 @@ class Delivery:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            await self._start_due()
+            later = await self._start_due()
             await self._settle_waiting()
-            # What arrived meanwhile goes at once; what failed waits for its retry time; a chat being sent now is
-            # looked at again when its sender is done (it wakes this loop).
-            chats = _by_chat(await self.store.unsent_outbox())
-            due = [self._due_for(chat, records) for chat, records in chats.items() if chat not in self._chats]
-            if due:
-                wait = min(due) - self.clock()
+            # What is recorded from now on wakes this loop, and so does each chat's sender when it is done (its chat
+            # may have more by then); what is left waits for its retry time.
+            if later is not None:
+                wait = later - self.clock()
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
@@ -416,9 +414,10 @@ class Delivery:
         while self._chats:
             await asyncio.gather(*self._chats.values(), return_exceptions=True)
 
-    async def _start_due(self) -> None:
-        """Start a sender for each chat with a due entry and none at work already. A chat's sender holds only that
-        chat: one slow chat (a large upload, a platform that answers slowly) does not hold the others back."""
+    async def _start_due(self) -> float | None:
+        """Start a sender for each chat with a due entry and none at work already; when the first of the others is
+        due (None: none waits). A chat's sender holds only that chat: one slow chat (a large upload, a platform that
+        answers slowly) does not hold the others back."""
         async with self._flush_lock:
             now = self.clock()
             busy = set(self._chats)  # a sender that ends during the read below may have sent what it returns
@@ -430,13 +429,19 @@ class Delivery:
                 newest = max((record.id for record in unsent), default=0)
                 pending = {record.id for record in unsent}
                 self._mine = {entry for entry in self._mine if entry in pending or entry > newest}
+            later: float | None = None
             for chat, records in chats.items():
-                if chat in busy or chat in self._chats or self._due_for(chat, records) > now:
+                if chat in busy or chat in self._chats:
+                    continue
+                due = self._due_for(chat, records)
+                if due > now:
+                    later = due if later is None else min(later, due)
                     continue
                 self._elsewhere.pop(chat, None)
                 task = asyncio.create_task(self._send_chat(chat, records, now), name=f"outbox {chat}")
                 self._chats[chat] = task
                 task.add_done_callback(functools.partial(self._chat_sent, chat))
+            return later
 
     def _due_for(self, chat: str, records: list[OutboxRecord]) -> float:
         """When to send `chat` (its pending `records`): its first due entry's time, but not before another process

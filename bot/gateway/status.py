@@ -193,7 +193,7 @@ class StatusWriter:
         channels = self.channels()
         unsent = await store.unsent_outbox()
         today = start_of_day(now, config.timezone_for(config.default_agent))
-        rows = await store.usage_since(today)
+        models = await store.usage_by_model(today)
         return StatusReport(
             pid=os.getpid(),
             started_at=self._started_at,
@@ -210,11 +210,11 @@ class StatusWriter:
             ),
             usage_today=UsageToday(
                 since=today,
-                runs=len(rows),
-                input_tokens=sum(row.input_tokens for row in rows),
-                output_tokens=sum(row.output_tokens for row in rows),
-                cache_read_tokens=sum(row.cache_read_tokens for row in rows),
-                cache_write_tokens=sum(row.cache_write_tokens for row in rows),
+                runs=sum(model.runs for model in models),
+                input_tokens=sum(model.input_tokens for model in models),
+                output_tokens=sum(model.output_tokens for model in models),
+                cache_read_tokens=sum(model.cache_read_tokens for model in models),
+                cache_write_tokens=sum(model.cache_write_tokens for model in models),
             ),
         )
 

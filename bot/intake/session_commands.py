@@ -13,7 +13,7 @@ from agent.providers.config import THINKING_LEVELS, ModelPrice
 from bot.config.settings import CommandAccess, Config
 from bot.runs.assemble import SetupError, choose_model, model_refs, session_models, session_refs
 from bot.store import SessionRecord, SessionStore
-from bot.store.sessions import UsageRow
+from bot.store.sessions import ModelUsage, UsageRow
 from bot.turns.turn import Job
 from channels.health import UNHEALTHY, HealthSnapshot
 from tools.clock import zone
@@ -238,17 +238,18 @@ class UsageTotal:
     unpriced: tuple[str, ...] = ()
 
 
-def cost_of(row: UsageRow, price: ModelPrice) -> float:
-    """Dollars for one run's row at `price`."""
+def cost_of(row: UsageRow | ModelUsage, price: ModelPrice) -> float:
+    """Dollars for one run's row (or one model's runs added up) at `price`."""
     return price.cost(row.input_tokens, row.output_tokens, row.cache_read_tokens, row.cache_write_tokens)
 
 
-def total_usage(rows: Sequence[UsageRow], price_of: Callable[[str], ModelPrice | None]) -> UsageTotal:
-    """The rows added up; `price_of(model ref)` gives each model's price (None: none configured)."""
+def total_usage(rows: Sequence[UsageRow | ModelUsage], price_of: Callable[[str], ModelPrice | None]) -> UsageTotal:
+    """The rows (each a run, or a model's runs added up) added up; `price_of(model ref)` gives each model's price
+    (None: none configured)."""
     total = UsageTotal()
     unpriced: dict[str, None] = {}
     for row in rows:
-        total.runs += 1
+        total.runs += row.runs
         total.input_tokens += row.input_tokens
         total.output_tokens += row.output_tokens
         total.cache_read_tokens += row.cache_read_tokens
@@ -258,7 +259,7 @@ def total_usage(rows: Sequence[UsageRow], price_of: Callable[[str], ModelPrice |
             unpriced[row.model or "an unknown model"] = None
             continue
         total.cost += cost_of(row, price)
-        total.priced += 1
+        total.priced += row.runs
     total.unpriced = tuple(unpriced)
     return total
 
@@ -306,11 +307,11 @@ async def usage_command(store: SessionStore, config: Config, job: Job, now: floa
     also today's across every session (today in the agent's time zone)."""
     session = await store.get_session(job.session_key)
     price_of = _price_of(config)
-    rows = await store.usage_since(session.created, job.session_key) if session else []
+    rows = await store.usage_by_model(session.created, job.session_key) if session else []
     lines = ["This conversation: " + "\n".join(_describe(total_usage(rows, price_of)))]
     if job.owner:
         timezone = config.timezone_for(job.agent)
-        today = total_usage(await store.usage_since(start_of_day(now, timezone)), price_of)
+        today = total_usage(await store.usage_by_model(start_of_day(now, timezone)), price_of)
         lines.append(f"Today ({timezone or 'host time'}), all conversations: " + "\n".join(_describe(today)))
     return "\n".join(lines)
 

@@ -112,7 +112,23 @@ def policy_for(
         depth=run.depth,
         max_depth=config.subagents.max_depth,
     )
-    return select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
+    if config.tools is None or not config.tools.by_group:  # only `tools.by_group` tells one chat from another
+        selection = selection.model_copy(update={"peer_id": None})
+    key = (id(config), selection, tuple(map(id, registry)))
+    known = _POLICIES.get(key)
+    if known is not None and known[0] is config:
+        return known[1]
+    if len(_POLICIES) >= POLICIES_KEPT:
+        _POLICIES.clear()
+    policy = select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
+    _POLICIES[key] = (config, policy)  # the config held, so that its id is not reused while the entry is kept
+    return policy
+
+
+# The policies decided lately: select_tools is pure, so the same config, selection and tools (the very objects: an
+# MCP server that reconnects brings new ones) give the same result; kept apart from the run, as a result is shared.
+POLICIES_KEPT = 512
+_POLICIES: dict[tuple[int, Selection, tuple[int, ...]], tuple[Config, PolicyResult]] = {}
 
 
 def skill_report(config: Config, agent_id: str, protected: Sequence[str]) -> SkillReport:
@@ -163,7 +179,7 @@ def build_turn(
             turn_run, policy, is_group=peer is not None and peer.kind != "direct", bootstrap=bootstrap
         ),
         run=turn_run,
-        tools=policy.kept,
+        tools=list(policy.kept),  # the policy may be shared with other runs (policy_for)
         hooks=hooks,
         dispatch=candidate.options.tool_dispatch,
         sees_images=sees_images(candidate.model_id, candidate.options)[0],

@@ -75,9 +75,8 @@ class Conversations:
         run's time limit is the agent's, or `timeout_seconds` when that is shorter (a subagent's own).
 
         SetupError (from `candidates`) when the agent has no usable model."""
-        existing = await self.store.get_session(run.session_key)
-        models = candidates(self.config, run.agent, existing.overrides if existing else None)  # /model, /think
         session = await self.store.ensure_session(run.session_key, run.agent)
+        models = candidates(self.config, run.agent, session.overrides)  # the session's own: /model, /think
         session_id = session.session_id
         history, bootstrap, skills = await asyncio.to_thread(
             _read_inputs, await self.transcripts.history(session_id), run, self.config.media.image_turns, self.skills

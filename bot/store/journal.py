@@ -159,11 +159,12 @@ def _mark_inbound(
     error: str | None,
     now: float,
     session_key: str | None = None,
+    answered: int | None = None,
 ) -> None:
     updated = connection.execute(
-        "UPDATE inbound SET status = ?, error = ?, session_key = coalesce(?, session_key), updated = ?"
-        " WHERE id = ? AND status IN ('pending', 'running')",
-        (status, error, session_key, now, inbound_id),
+        "UPDATE inbound SET status = ?, error = ?, session_key = coalesce(?, session_key), updated = ?,"
+        " answered_in = coalesce(?, answered_in) WHERE id = ? AND status IN ('pending', 'running')",
+        (status, error, session_key, now, answered, inbound_id),
     ).rowcount
     if not updated:
         current = first(connection, "SELECT status FROM inbound WHERE id = ?", (inbound_id,))
@@ -185,9 +186,7 @@ def _finish_inbound(
     with write_transaction(connection):
         records = [insert_outbox(connection, row, now) for row in rows]
         for inbound_id in inbound_ids:
-            _mark_inbound(connection, inbound_id, status, error, now, session_key)
-            if answered is not None:
-                connection.execute("UPDATE inbound SET answered_in = ? WHERE id = ?", (answered, inbound_id))
+            _mark_inbound(connection, inbound_id, status, error, now, session_key, answered)
         delete_previews(connection, inbound_ids)
     return records
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field
@@ -14,7 +14,8 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 
 __all__ = [
-    "SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "check_overrides", "merged_overrides",
+    "USAGE_BY_MODEL", "ModelUsage", "SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "check_overrides",
+    "merged_overrides",
     "new_session_id", "session_record", "token_counts", "usage_counts",
 ]  # fmt: skip
 
@@ -54,6 +55,30 @@ class UsageRow(Record):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+
+    @property
+    def runs(self) -> int:
+        """One row, one run (ModelUsage counts several)."""
+        return 1
+
+
+class ModelUsage(Record):
+    """The runs of one model since a moment, and their tokens added up (the `usage` table, grouped by model)."""
+
+    model: str | None = None
+    runs: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+# Each model's runs and tokens at or after a moment (and of one session, when a second condition is added).
+USAGE_BY_MODEL = (
+    "SELECT model, count(*) AS runs, coalesce(sum(input_tokens), 0) AS input_tokens,"
+    " coalesce(sum(output_tokens), 0) AS output_tokens, coalesce(sum(cache_read_tokens), 0) AS cache_read_tokens,"
+    " coalesce(sum(cache_write_tokens), 0) AS cache_write_tokens FROM usage WHERE at >= ?"
+)
 
 
 class SessionStore(Protocol):
@@ -98,6 +123,10 @@ class SessionStore(Protocol):
     async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
         """The runs' token rows recorded at or after `at`, oldest first; only `session_key`'s when given."""
 
+    async def usage_by_model(self, at: float, session_key: str | None = None) -> list[ModelUsage]:
+        """The runs recorded at or after `at` (only `session_key`'s when given), added up per model, in the order
+        each model was first used: what /usage and status.json show, without a row per run."""
+
     async def list_sessions(
         self, agents: Sequence[str] | None = None, since: float | None = None, limit: int | None = None
     ) -> list[SessionRecord]:
@@ -117,7 +146,7 @@ class SqliteSessions(Part):
         return await self._call(_get_session, session_key)
 
     async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
-        return await self._call(_ensure_session, session_key, agent, new_session_id(), self._db.clock())
+        return await self._call(_ensure_session, session_key, agent, new_session_id, self._db.clock())
 
     async def touch_session(
         self,
@@ -150,6 +179,9 @@ class SqliteSessions(Part):
 
     async def usage_since(self, at: float, session_key: str | None = None) -> list[UsageRow]:
         return await self._call(_usage_since, at, session_key)
+
+    async def usage_by_model(self, at: float, session_key: str | None = None) -> list[ModelUsage]:
+        return await self._call(_usage_by_model, at, session_key)
 
     async def prune_usage(self, older_than_seconds: float) -> int:
         return await self._call(delete, "DELETE FROM usage WHERE at < ?", self._db.cutoff(older_than_seconds))
@@ -201,12 +233,17 @@ def _get_session(connection: sqlite3.Connection, session_key: str) -> SessionRec
 
 
 def _ensure_session(
-    connection: sqlite3.Connection, session_key: str, agent: str, session_id: str, now: float
+    connection: sqlite3.Connection, session_key: str, agent: str, session_id: str | Callable[[], str], now: float
 ) -> SessionRecord:
+    """The session, created (with `session_id`, or the id it makes) when there is none: a read, most of the time."""
+    record = _get_session(connection, session_key)
+    if record is not None:
+        return record
+    new_id = session_id() if callable(session_id) else session_id
     connection.execute(
         "INSERT INTO sessions (session_key, session_id, agent, created, updated) VALUES (?, ?, ?, ?, ?)"
         " ON CONFLICT (session_key) DO NOTHING",
-        (session_key, session_id, agent, now, now),
+        (session_key, new_id, agent, now, now),
     )
     record = _get_session(connection, session_key)
     assert record is not None  # the only writer is this thread, and nothing deletes sessions
@@ -317,6 +354,13 @@ def _usage_since(connection: sqlite3.Connection, at: float, session_key: str | N
     params: tuple[object, ...] = (at, session_key) if session_key is not None else (at,)
     rows = connection.execute(sql + " ORDER BY id", params).fetchall()
     return [UsageRow.model_validate(dict(row)) for row in rows]
+
+
+def _usage_by_model(connection: sqlite3.Connection, at: float, session_key: str | None) -> list[ModelUsage]:
+    sql = USAGE_BY_MODEL + (" AND session_key = ?" if session_key is not None else "")
+    params: tuple[object, ...] = (at, session_key) if session_key is not None else (at,)
+    rows = connection.execute(sql + " GROUP BY model ORDER BY min(id)", params).fetchall()
+    return [ModelUsage.model_validate(dict(row)) for row in rows]
 
 
 def _list_sessions(

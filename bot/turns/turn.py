@@ -390,6 +390,8 @@ class Turns:
         """The user message for the batch, with the files that came with it fetched into the run's workspace."""
         files = [await self._receive(job, run) for job in jobs]
         shown = self.decisions.config.media.image_turns > 0
+        if not any(files):  # text alone: nothing to read from disk, no trip off the event loop
+            return _user_message(jobs, files, shown)
         return await asyncio.to_thread(_user_message, jobs, files, shown)
 
     async def _receive(self, job: Job, run: RunInfo) -> list[Received]:

@@ -10,9 +10,9 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from agent import sessions
+from agent import sessions, transcripts as transcripts_module
 from agent.compaction import SUMMARY_HEADER, summary_message
-from agent.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from agent.messages import AssistantMessage, ImageBlock, Message, ToolCall, ToolResultMessage, UserMessage
 from agent.sessions import (
     append_compaction,
     append_transcript,
@@ -21,6 +21,7 @@ from agent.sessions import (
     read_transcript,
     transcript_for,
 )
+from agent.transcripts import HISTORIES_KEPT, FileTranscripts
 from bot.store import new_session_id
 from tools.base import TextBlock
 
@@ -308,3 +309,60 @@ def test_transcript_for_refuses_anything_but_a_session_id(tmp_path: Path, bad: s
 def test_generated_session_ids_are_always_accepted(tmp_path: Path) -> None:
     for _ in range(1000):
         transcript_for(tmp_path, new_session_id())
+
+
+# --- the histories FileTranscripts keeps parsed -------------------------------------------------------------------
+
+
+def _parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The transcripts FileTranscripts parses from here on (each history read from the file)."""
+    parsed: list[Path] = []
+    real = transcripts_module.load_history
+
+    def counted(path: Path) -> list[Message]:
+        parsed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(transcripts_module, "load_history", counted)
+    return parsed
+
+
+async def test_a_kept_history_goes_on_with_what_is_appended_and_equals_the_file_read_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed = _parses(monkeypatch)
+    transcripts = FileTranscripts(tmp_path)
+    assert await transcripts.history(SESSION_ID) == []
+    image = UserMessage(
+        content=[TextBlock(text="look"), ImageBlock(path=str(tmp_path / "a.png"), mime_type="image/png")]
+    )
+    for turn in range(3):
+        await transcripts.append(SESSION_ID, [UserMessage.of(f"turn {turn}"), image, *conversation()])
+        kept = await transcripts.history(SESSION_ID)
+        assert kept == load_history(transcripts.path(SESSION_ID))  # as parsing the file gives it, image and all
+    assert len(parsed) == 1  # only the first read parsed the file
+
+
+async def test_a_transcript_another_writer_changed_or_compaction_restarted_is_read_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed = _parses(monkeypatch)
+    mine, other = FileTranscripts(tmp_path), FileTranscripts(tmp_path)
+    await mine.append(SESSION_ID, conversation())
+    await mine.history(SESSION_ID)
+    await other.append(SESSION_ID, [UserMessage.of("from another process")])
+    assert (await mine.history(SESSION_ID))[-1] == UserMessage.of("from another process")
+    await mine.append_compaction(SESSION_ID, "what came before", [UserMessage.of("kept")])
+    assert await mine.history(SESSION_ID) == [summary_message("what came before"), UserMessage.of("kept")]
+    assert len(parsed) == 3  # the first read, after the other writer, after the compaction
+
+
+async def test_only_the_most_recently_used_histories_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = _parses(monkeypatch)
+    transcripts = FileTranscripts(tmp_path)
+    sessions_ = [new_session_id() for _ in range(HISTORIES_KEPT + 1)]
+    for session_id in sessions_:
+        await transcripts.history(session_id)
+    await transcripts.history(sessions_[-1])  # kept
+    await transcripts.history(sessions_[0])  # the least recently used: dropped, so parsed again
+    assert len(parsed) == HISTORIES_KEPT + 2

@@ -17,7 +17,7 @@ from agent.messages import Usage
 from bot.store import InboundRecord, OutboxEntry, StoreError
 from bot.store.approvals import ApprovalRecord
 from bot.store.journal import JournalEntry
-from bot.store.sessions import UsageRow
+from bot.store.sessions import ModelUsage, UsageRow
 from bot.store.subagents import SubagentRecord
 
 TARGET = {"chat_id": "42", "thread_id": None}
@@ -133,14 +133,26 @@ async def test_each_touch_with_usage_records_a_usage_row_and_old_rows_are_pruned
     ]  # fmt: skip
     assert [row.at for row in await store.usage_since(NOW + 11, "k")] == [NOW + 20]
     assert await store.usage_since(0, "other") == []
+    await store.ensure_session("k2", "main")
+    await store.touch_session("k2", model="openai/gpt-x", usage=Usage(input_tokens=5, output_tokens=1))
+    assert await store.usage_by_model(0) == [  # each model's runs added up, in the order it was first used
+        ModelUsage(model="openai/gpt-x", runs=2, input_tokens=105, output_tokens=21),
+        ModelUsage(model="anthropic/claude-y", runs=1, input_tokens=1000, output_tokens=2, cache_read_tokens=900,
+                   cache_write_tokens=90),
+    ]  # fmt: skip
+    assert await store.usage_by_model(NOW + 11, "k") == [
+        ModelUsage(model="anthropic/claude-y", runs=1, input_tokens=1000, output_tokens=2, cache_read_tokens=900,
+                   cache_write_tokens=90),
+    ]  # fmt: skip
+    assert await store.usage_by_model(0, "other") == []
     with pytest.raises(KeyError):  # no session: neither the totals nor a row
         await store.touch_session("nobody", usage=Usage(input_tokens=1, output_tokens=1))
     with pytest.raises(ValueError, match="negative"):
         await store.touch_session("k", usage=Usage(input_tokens=-1, output_tokens=0))
-    assert len(await store.usage_since(0)) == 2
+    assert len(await store.usage_since(0)) == 3
     clock.advance(100)
     assert await store.prune_usage(105) == 1  # before NOW + 15
-    assert [row.at for row in await store.usage_since(0)] == [NOW + 20]
+    assert [row.at for row in await store.usage_since(0)] == [NOW + 20, NOW + 20]
 
 
 async def test_reset_gives_a_new_session_id_and_zeroes_tokens(store: AnyStore, clock: FakeClock) -> None:

@@ -9,6 +9,8 @@ from agent.messages import Usage
 from bot.store.database import dumps, loads
 from bot.store.postgres.database import PgPart, PgTx
 from bot.store.sessions import (
+    USAGE_BY_MODEL,
+    ModelUsage,
     SessionRecord,
     SessionStore,
     UsageRow,
@@ -137,6 +139,12 @@ class PgSessions(PgPart):
             )
         return [UsageRow.model_validate(row) for row in rows]
 
+    async def usage_by_model(self, at: float, session_key: str | None = None) -> list[ModelUsage]:
+        sql = USAGE_BY_MODEL.replace("?", "%s") + (" AND session_key = %s" if session_key is not None else "")
+        params = (at, session_key) if session_key is not None else (at,)
+        rows = await self._db.fetch(sql + " GROUP BY model ORDER BY min(id)", *params)
+        return [ModelUsage.model_validate(row) for row in rows]
+
     async def prune_usage(self, older_than_seconds: float) -> int:
         return await self._db.execute("DELETE FROM usage WHERE at < %s", self._db.cutoff(older_than_seconds))
 
@@ -164,6 +172,10 @@ if TYPE_CHECKING:
 
 
 async def _ensure_session(tx: PgTx, session_key: str, agent: str, session_id: str, now: float) -> SessionRecord:
+    """The session, created (with `session_id`) when there is none: a read, most of the time."""
+    row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
+    if row is not None:
+        return session_record(row)
     await tx.execute(_ENSURE, session_key, session_id, agent, now, now)
     row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
     assert row is not None  # nothing deletes sessions

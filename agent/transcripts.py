@@ -44,19 +44,21 @@ class Transcripts(Protocol):
         ...
 
 
-HISTORIES_KEPT = 64  # sessions whose parsed history FileTranscripts keeps, the most recently used
+HISTORY_MESSAGES_KEPT = 10_000  # messages of parsed histories FileTranscripts keeps, the most recently used first
 
 
 class FileTranscripts:
     """Transcripts as files: `state_dir/transcripts/<session_id>.jsonl` (agent.sessions), a torn line skipped.
 
-    The histories of the most recently used sessions are kept parsed, each with the file size it stands for, and
+    The histories of the most recently used sessions (HISTORY_MESSAGES_KEPT messages in all) are kept parsed, each
+    with the file size it stands for, and
     extended by what this object appends: a run reads its history without parsing the file again. A file of another
     size than the one kept (written by someone else, or compacted) is read anew."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self._histories: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()  # id -> (size, history)
+        self._kept = 0  # messages in self._histories
 
     def path(self, session_id: str) -> Path:
         """The session's file (ValueError for anything that is not a session id)."""
@@ -70,10 +72,10 @@ class FileTranscripts:
         if kept[0] == appended.before:  # what is kept is the file up to this write: it goes on with what was written
             self._keep(session_id, appended.after, kept[1] + as_messages(appended.records))
         else:
-            del self._histories[session_id]
+            self._forget(session_id)
 
     async def append_compaction(self, session_id: str, summary: str, kept: Sequence[Message]) -> None:
-        self._histories.pop(session_id, None)  # the history starts at the new record: read it anew
+        self._forget(session_id)  # the history starts at the new record: read it anew
         await append_compaction(self.path(session_id), summary, kept)
 
     async def history(self, session_id: str) -> list[Message]:
@@ -90,10 +92,16 @@ class FileTranscripts:
         return await read_transcript(self.path(session_id))
 
     def _keep(self, session_id: str, size: int, history: list[Message]) -> None:
+        self._forget(session_id)
         self._histories[session_id] = (size, history)
-        self._histories.move_to_end(session_id)
-        while len(self._histories) > HISTORIES_KEPT:
-            self._histories.popitem(last=False)
+        self._kept += len(history)
+        while self._kept > HISTORY_MESSAGES_KEPT and len(self._histories) > 1:
+            self._forget(next(iter(self._histories)))  # the least recently used
+
+    def _forget(self, session_id: str) -> None:
+        kept = self._histories.pop(session_id, None)
+        if kept is not None:
+            self._kept -= len(kept[1])
 
 
 def _size(path: Path) -> int:

@@ -21,7 +21,7 @@ from agent.sessions import (
     read_transcript,
     transcript_for,
 )
-from agent.transcripts import HISTORIES_KEPT, FileTranscripts
+from agent.transcripts import FileTranscripts
 from bot.store import new_session_id
 from tools.base import TextBlock
 
@@ -359,10 +359,12 @@ async def test_a_transcript_another_writer_changed_or_compaction_restarted_is_re
 
 async def test_only_the_most_recently_used_histories_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     parsed = _parses(monkeypatch)
+    monkeypatch.setattr(transcripts_module, "HISTORY_MESSAGES_KEPT", 10)
     transcripts = FileTranscripts(tmp_path)
-    sessions_ = [new_session_id() for _ in range(HISTORIES_KEPT + 1)]
+    sessions_ = [new_session_id() for _ in range(4)]
     for session_id in sessions_:
-        await transcripts.history(session_id)
+        await transcripts.append(session_id, [UserMessage.of("hi"), AssistantMessage(text="hello"), *conversation()])
+        await transcripts.history(session_id)  # 6 messages kept each: only the latest fits in 10
     await transcripts.history(sessions_[-1])  # kept
-    await transcripts.history(sessions_[0])  # the least recently used: dropped, so parsed again
-    assert len(parsed) == HISTORIES_KEPT + 2
+    await transcripts.history(sessions_[0])  # dropped long ago, so parsed again
+    assert len(parsed) == 5

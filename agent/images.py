@@ -32,8 +32,11 @@ def without_images(messages: Sequence[Message]) -> list[Message]:
 
 
 def _has_images(message: Message) -> bool:
-    content = message.content if isinstance(message, UserMessage | ToolResultMessage) else []
-    return any(isinstance(block, ImageBlock) for block in content)
+    # Asked of every message of the history on each model call: exact type checks, the cheapest Python has (the
+    # message types are final), and nothing built for the messages that have no content blocks.
+    if type(message) is not UserMessage and type(message) is not ToolResultMessage:
+        return False
+    return any(type(block) is ImageBlock for block in message.content)
 
 
 def _with_images(message: Message, *, load: bool) -> Message:

@@ -140,10 +140,12 @@ def build_request(turn: Turn, dispatch: Dispatch, messages: list[Message]) -> Mo
     system = turn.system
     if dispatch == "xml" and specs:
         system = f"{system}\n\n{xml_dispatch.instructions(specs)}"
-    return ModelRequest(
+    # Built from objects already validated (the history's messages, the specs above): not validated again, which
+    # would walk the whole conversation on every model call.
+    return ModelRequest.model_construct(
         model=turn.model,
         system=system,
-        messages=messages if turn.sees_images else without_images(messages),
+        messages=list(messages) if turn.sees_images else without_images(messages),
         tools=specs if dispatch == "native" else [],
         max_tokens=turn.max_tokens,
         thinking=turn.thinking,

@@ -143,7 +143,8 @@ class Delivery:
         self.metrics = metrics or Metrics()  # each entry sent is counted (a gateway's, shared)
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # one look at the outbox at a time: two would start a chat twice
-        self._chats: dict[str, asyncio.Task[None]] = {}  # chat -> its sender, while it sends (one per chat)
+        self._chats: dict[str, asyncio.Task[bool]] = {}  # chat -> its sender, while it sends (one per chat)
+        self._again: set[str] = set()  # chats that got entries their sender, at work or being started, did not read
         self._task: asyncio.Task[None] | None = None
         # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
         self._answer_sessions: OrderedDict[int, str] = OrderedDict()
@@ -354,6 +355,11 @@ class Delivery:
             self._wake.set()
 
     def _recorded(self, records: Sequence[OutboxRecord]) -> None:
+        reading = self._flush_lock.locked()  # a look at the outbox is under way: it may have read before these
+        for record in records:
+            chat = _chat_of(record)
+            if reading or chat in self._chats:
+                self._again.add(chat)
         if self.cluster is not None:
             self._mine.update(record.id for record in records if record.status == "pending")
 
@@ -425,6 +431,7 @@ class Delivery:
             self._withdrawn &= {record.id for record in unsent}  # the rest are recorded as dead: never read again
             chats = _by_chat(unsent)
             self._elsewhere = {chat: at for chat, at in self._elsewhere.items() if chat in chats}
+            self._again &= busy | chats.keys()  # a chat with nothing pending is started by the pass its entry wakes
             if self._mine:  # forget what another process sent meanwhile (ids recorded since the read are newer)
                 newest = max((record.id for record in unsent), default=0)
                 pending = {record.id for record in unsent}
@@ -448,25 +455,31 @@ class Delivery:
         that holds the chat has had ELSEWHERE_SECONDS."""
         return max(min(self._due_at(record) for record in records), self._elsewhere.get(chat, float("-inf")))
 
-    def _chat_sent(self, chat: str, task: asyncio.Task[None]) -> None:
-        """A chat's sender is done: what the chat got meanwhile is looked at now."""
+    def _chat_sent(self, chat: str, task: asyncio.Task[bool]) -> None:
+        """A chat's sender is done: the outbox is looked at again when the chat got entries meanwhile, when the
+        sender left some waiting (a retry, another process holding the chat), or in a cluster (whose other
+        processes record entries this one is not told of)."""
         if self._chats.get(chat) is task:
             del self._chats[chat]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("sending to %s failed", chat, exc_info=task.exception())
-        self._wake.set()
+        again = chat in self._again
+        self._again.discard(chat)
+        if task.cancelled() or task.exception() is not None:
+            if not task.cancelled():
+                log.error("sending to %s failed", chat, exc_info=task.exception())
+            self._wake.set()
+        elif again or not task.result() or self.cluster is not None:
+            self._wake.set()
 
-    async def _send_chat(self, chat: str, records: list[OutboxRecord], now: float) -> None:
+    async def _send_chat(self, chat: str, records: list[OutboxRecord], now: float) -> bool:
         """Send a chat's entries in order; in a cluster, holding the chat (or leaving it to the process that does),
-        and sending every pending entry of it as it stands now, whoever recorded it."""
+        and sending every pending entry of it as it stands now, whoever recorded it. Whether all of them went."""
         if self.cluster is None:
-            await self._send_in_order(records, now)
-            return
+            return await self._send_in_order(records, now)
         async with self.cluster.sending(records[0]) as current:
             if current is None:
                 self._elsewhere[chat] = self.clock() + ELSEWHERE_SECONDS
-                return
-            await self._send_in_order(current, now)
+                return False
+            return await self._send_in_order(current, now)
 
     async def _settle_waiting(self) -> None:
         """In a cluster: the `send`s waiting here for entries another process sent hear how it went."""
@@ -482,11 +495,13 @@ class Delivery:
             else:
                 waiting.set_exception(SendFailed(record.error or "not delivered"))
 
-    async def _send_in_order(self, records: list[OutboxRecord], now: float) -> None:
+    async def _send_in_order(self, records: list[OutboxRecord], now: float) -> bool:
+        """Send the entries in order; False when one waits to retry (and those after it with it)."""
         for record in records:
             if record.retry_at > now or not await self._send(record):
-                return  # keep the chat's order: nothing after an entry that is waiting to retry
+                return False  # keep the chat's order: nothing after an entry that is waiting to retry
             self._mine.discard(record.id)
+        return True
 
     async def _send(self, record: OutboxRecord) -> bool:
         if record.id in self._withdrawn:
@@ -534,11 +549,16 @@ class Delivery:
         return True
 
 
+def _chat_of(record: OutboxRecord) -> str:
+    """The chat an outbox entry goes to: entries of one chat are sent in order, one at a time."""
+    return f"{record.channel}:{record.account}:{record.target}"
+
+
 def _by_chat(records: Sequence[OutboxRecord]) -> dict[str, list[OutboxRecord]]:
-    """Outbox entries by the chat they go to (entries of one chat are sent in order, one at a time), in order."""
+    """Outbox entries by the chat they go to, in order."""
     chats: dict[str, list[OutboxRecord]] = {}
     for record in records:
-        chats.setdefault(f"{record.channel}:{record.account}:{record.target}", []).append(record)
+        chats.setdefault(_chat_of(record), []).append(record)
     return chats
 
 

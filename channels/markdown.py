@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from markdown_it import MarkdownIt
-from markdown_it.rules_inline import StateInline
-from markdown_it.rules_inline.state_inline import Delimiter
-from markdown_it.tree import SyntaxTreeNode
+if TYPE_CHECKING:  # markdown-it is imported with the first text rendered, not with the bot
+    from markdown_it import MarkdownIt
+    from markdown_it.rules_inline import StateInline
+    from markdown_it.rules_inline.state_inline import Delimiter
+    from markdown_it.tree import SyntaxTreeNode
 
 RULE = "──────────"
 _BAR = 0x7C  # `|`
@@ -42,6 +45,8 @@ def _text(state: StateInline, silent: bool) -> bool:
 
 def _spoiler_markers(state: StateInline, silent: bool) -> bool:
     """Each `||` of a run becomes a text token and a delimiter; `_pair_spoilers` turns matched ones into tags."""
+    from markdown_it.rules_inline.state_inline import Delimiter
+
     start = state.pos
     if silent or state.src[start] != "|":
         return False
@@ -100,7 +105,10 @@ def _pair_spoilers(state: StateInline) -> None:
             _pair_delimiters(state, meta["delimiters"])
 
 
+@functools.cache
 def _parser() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
     md = MarkdownIt("commonmark", {"html": False}).enable("strikethrough")
     md.inline.ruler.at("text", _text)
     md.inline.ruler.after("strikethrough", "spoiler", _spoiler_markers)
@@ -108,12 +116,11 @@ def _parser() -> MarkdownIt:
     return md
 
 
-_MARKDOWN = _parser()
-
-
 def parse(text: str) -> SyntaxTreeNode:
     """The syntax tree of `text` (an unclosed code fence, as in a reply still streaming, runs to the end)."""
-    return SyntaxTreeNode(_MARKDOWN.parse(text))
+    from markdown_it.tree import SyntaxTreeNode
+
+    return SyntaxTreeNode(_parser().parse(text))
 
 
 # --- rendering: what both platforms share -------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
-from aiohttp import web
 from telegram import BotCommand
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
@@ -23,6 +23,9 @@ from channels.telegram.ingress import IngressMixin, PollWatchdog
 from channels.telegram.limits import TelegramRateLimiter
 from channels.telegram.sending import SendingMixin
 from channels.telegram_request import AiohttpRequest
+
+if TYPE_CHECKING:
+    from aiohttp import web  # the webhook's server: imported when a webhook starts
 
 log = logging.getLogger("channels.telegram")  # the package's one logger: filters on channels.telegram keep working
 

@@ -9,15 +9,17 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from telegram.error import Conflict, InvalidToken, RetryAfter, TelegramError
 
 from channels.telegram.constants import ALLOWED_UPDATES, MAX_DELIVERY_ATTEMPTS, MAX_WEBHOOK_BODY, WEBHOOK_READ_SECONDS
 from channels.telegram.limits import _loop_time, _retry_seconds
 from channels.telegram.parsing import ParsingMixin
 from channels.telegram_request import AiohttpRequest
+
+if TYPE_CHECKING:
+    from aiohttp import web  # the webhook's server: imported when a webhook starts
 
 log = logging.getLogger("channels.telegram")  # the package's one logger: filters on channels.telegram keep working
 
@@ -255,6 +257,8 @@ class IngressMixin(ParsingMixin):
     # --- webhook ------------------------------------------------------------------------------------------------
 
     async def _start_webhook(self) -> None:
+        from aiohttp import web
+
         settings = self.settings
         # Any path: a reverse proxy may map the public URL's path to another one; the secret is what admits a post.
         app = web.Application(client_max_size=MAX_WEBHOOK_BODY)
@@ -308,6 +312,8 @@ class IngressMixin(ParsingMixin):
 
     async def _webhook_request(self, request: web.Request) -> web.Response:
         """One POST from Telegram: the secret header, then a JSON update, answered after the gateway returned."""
+        from aiohttp import web
+
         secret = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not hmac.compare_digest(secret.encode(), (self.settings.webhook_secret or "").encode()):
             return web.Response(status=403)

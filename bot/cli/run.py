@@ -65,8 +65,7 @@ async def serve(app: App) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stopping.set)
-    with long_running_collector():
-        return await _serve(app, adapters, stopping)
+    return await _serve(app, adapters, stopping)
 
 
 async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Event) -> int:
@@ -81,7 +80,8 @@ async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Eve
             with contextlib.suppress(NotImplementedError, AttributeError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, gateway.watch.request)
         watcher = asyncio.create_task(_stop_when_input_ends(gateway, adapters, stopping))
-        await stopping.wait()
+        with long_running_collector():  # once serving: the first poll does not wait for the collection it makes
+            await stopping.wait()
         watcher.cancel()
         print("Stopping: letting running answers finish…", file=sys.stderr)
     return 0
@@ -102,8 +102,8 @@ def serving_line(starter: ChannelStarter) -> str:
 @contextlib.contextmanager
 def long_running_collector() -> Iterator[None]:
     """The garbage collector set for a process that serves for days: what start-up built (modules, schemas, the
-    config) is frozen out of every collection, and young collections wait for YOUNG_COLLECTION_THRESHOLD objects.
-    Both are undone at the end."""
+    config, the running gateway and its adapters) is frozen out of every collection, and young collections wait for
+    YOUNG_COLLECTION_THRESHOLD objects. Both are undone at the end."""
     thresholds = gc.get_threshold()
     gc.collect()  # frozen garbage would never be freed
     gc.freeze()

@@ -75,7 +75,7 @@ class Conversations:
         run's time limit is the agent's, or `timeout_seconds` when that is shorter (a subagent's own).
 
         SetupError (from `candidates`) when the agent has no usable model."""
-        session = await self.store.ensure_session(run.session_key, run.agent)
+        session = await self.store.ensure_session(run.session_key, run.agent, principal=run.principal.key)
         models = candidates(self.config, run.agent, session.overrides)  # the session's own: /model, /think
         session_id = session.session_id
         history, bootstrap, skills = await asyncio.to_thread(

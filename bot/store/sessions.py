@@ -85,8 +85,10 @@ class SessionStore(Protocol):
     """What a conversation needs: its session (made on first use), usage recorded per turn, `/new` to reset it."""
 
     async def get_session(self, session_key: str) -> SessionRecord | None: ...
-    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
-        """The session under this key, created with a new session id if there is none."""
+    async def ensure_session(self, session_key: str, agent: str, *, principal: str | None = None) -> SessionRecord:
+        """The session under this key, created with a new session id if there is none; `principal` (the key of whom
+        the starting run acts for) joins its people at once, before the run can reach another session: whatever the
+        run makes of its history, that person's words are in it."""
 
     async def touch_session(
         self,
@@ -145,8 +147,8 @@ class SqliteSessions(Part):
     async def get_session(self, session_key: str) -> SessionRecord | None:
         return await self._call(_get_session, session_key)
 
-    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
-        return await self._call(_ensure_session, session_key, agent, new_session_id, self._db.clock())
+    async def ensure_session(self, session_key: str, agent: str, *, principal: str | None = None) -> SessionRecord:
+        return await self._call(_ensure_session, session_key, agent, new_session_id, self._db.clock(), principal)
 
     async def touch_session(
         self,
@@ -233,12 +235,30 @@ def _get_session(connection: sqlite3.Connection, session_key: str) -> SessionRec
 
 
 def _ensure_session(
+    connection: sqlite3.Connection,
+    session_key: str,
+    agent: str,
+    session_id: str | Callable[[], str],
+    now: float,
+    principal: str | None = None,
+) -> SessionRecord:
+    """The session, created (with `session_id`, or the id it makes) when there is none, with `principal` among its
+    people: a read, most of the time."""
+    record = _get_session(connection, session_key)
+    if record is None:
+        record = _create_session(connection, session_key, agent, session_id, now)
+    if principal is None or principal in record.people:
+        return record
+    row = connection.execute(
+        f"UPDATE sessions SET people = {_WITH_PERSON} WHERE session_key = ? RETURNING *",
+        (principal, principal, principal, session_key),
+    ).fetchone()
+    return session_record(row)
+
+
+def _create_session(
     connection: sqlite3.Connection, session_key: str, agent: str, session_id: str | Callable[[], str], now: float
 ) -> SessionRecord:
-    """The session, created (with `session_id`, or the id it makes) when there is none: a read, most of the time."""
-    record = _get_session(connection, session_key)
-    if record is not None:
-        return record
     new_id = session_id() if callable(session_id) else session_id
     connection.execute(
         "INSERT INTO sessions (session_key, session_id, agent, created, updated) VALUES (?, ?, ?, ?, ?)"

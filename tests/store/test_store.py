@@ -77,6 +77,19 @@ async def test_ensure_session_creates_once_then_returns_the_same_session(store: 
     assert await store.count_sessions() == 2
 
 
+async def test_the_person_a_run_acts_for_joins_the_sessions_people_as_the_run_starts(store: AnyStore) -> None:
+    """Before the run can reach another session (sessions_send, a subagent): what it says there is never taken for
+    words of a session without that person, whenever the run's own end is recorded."""
+    key = "agent:main:telegram:direct:7"
+    started = await store.ensure_session(key, "main", principal="telegram:7")
+    assert started.people == ["telegram:7"]
+    assert (await store.ensure_session(key, "main", principal="telegram:7")).people == ["telegram:7"]  # once
+    assert (await store.ensure_session(key, "main", principal="owners")).people == ["telegram:7", "owners"]
+    assert (await store.ensure_session(key, "main")).people == ["telegram:7", "owners"]
+    touched = await store.touch_session(key, principal="telegram:7")  # the run's end adds no one twice
+    assert touched.people == ["telegram:7", "owners"]
+
+
 async def test_touch_session_adds_token_totals_and_keeps_fields_not_given(store: AnyStore, clock: FakeClock) -> None:
     await store.ensure_session("k", "main")
     clock.advance(10)

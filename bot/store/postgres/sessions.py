@@ -23,6 +23,12 @@ from bot.store.sessions import (
 
 __all__ = ["PgSessions"]
 
+# The session's people with the turn's principal added once (three times the same parameter: none leaves them).
+_WITH_PERSON = (
+    "CASE WHEN %s::text IS NULL OR coalesce(people, '[]')::jsonb ? %s::text THEN people"
+    " ELSE (coalesce(people, '[]')::jsonb || to_jsonb(%s::text))::text END"
+)
+
 _ENSURE = (
     "INSERT INTO sessions (session_key, session_id, agent, created, updated) VALUES (%s, %s, %s, %s, %s)"
     " ON CONFLICT (session_key) DO NOTHING"
@@ -36,10 +42,18 @@ class PgSessions(PgPart):
         row = await self._db.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
         return None if row is None else session_record(row)
 
-    async def ensure_session(self, session_key: str, agent: str) -> SessionRecord:
+    async def ensure_session(self, session_key: str, agent: str, *, principal: str | None = None) -> SessionRecord:
         now = self._db.clock()
         async with self._db.transaction() as tx:
-            return await _ensure_session(tx, session_key, agent, new_session_id(), now)
+            record = await _ensure_session(tx, session_key, agent, new_session_id(), now)
+            if principal is None or principal in record.people:
+                return record
+            row = await tx.fetchone(
+                f"UPDATE sessions SET people = {_WITH_PERSON} WHERE session_key = %s RETURNING *",
+                principal, principal, principal, session_key,
+            )  # fmt: skip
+            assert row is not None  # nothing deletes sessions
+            return session_record(row)
 
     async def touch_session(
         self,
@@ -61,9 +75,7 @@ class PgSessions(PgPart):
                 " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
                 " last_channel = coalesce(%s, last_channel), last_account = coalesce(%s, last_account),"
                 " last_target = coalesce(%s, last_target),"
-                " people = CASE WHEN %s::text IS NULL OR coalesce(people, '[]')::jsonb ? %s::text THEN people"
-                " ELSE (coalesce(people, '[]')::jsonb || to_jsonb(%s::text))::text END"
-                " WHERE session_key = %s RETURNING *",
+                f" people = {_WITH_PERSON} WHERE session_key = %s RETURNING *",
                 now,
                 model,
                 *counts,

@@ -331,7 +331,7 @@ async def read_gateway(gateway: Gateway) -> Readings:
     """The gauges' readings of a running gateway."""
     queued = gateway.lanes.pending_items()
     return Readings(
-        outbox_backlog=len(await gateway.store.unsent_outbox()),
+        outbox_backlog=(await gateway.store.outbox_backlog())[0],
         running_turns=gateway.lanes.running_count(),
         queued_items=sum(len(items) for items in queued.values()),
         channels={(health.channel, health.account): health.state for health in gateway.channels.snapshots()},

@@ -191,7 +191,7 @@ class StatusWriter:
 
         config, store, lanes, now = self.decisions.config, self.store, self.lanes, self.clock()
         channels = self.channels()
-        unsent = await store.unsent_outbox()
+        unsent, oldest = await store.outbox_backlog()
         today = start_of_day(now, config.timezone_for(config.default_agent))
         models = await store.usage_by_model(today)
         return StatusReport(
@@ -204,10 +204,7 @@ class StatusWriter:
             running_turns=lanes.running_count(),
             queues=[QueueDepth(session_key=key, depth=lanes.depth(key)) for key in sorted(lanes.pending_items())],
             pending_approvals=len(await store.pending_approvals()),
-            outbox=OutboxBacklog(
-                unsent=len(unsent),
-                oldest_age=max(0.0, now - min(record.created for record in unsent)) if unsent else None,
-            ),
+            outbox=OutboxBacklog(unsent=unsent, oldest_age=max(0.0, now - oldest) if oldest is not None else None),
             usage_today=UsageToday(
                 since=today,
                 runs=sum(model.runs for model in models),

@@ -9,6 +9,7 @@ from bot.store.base import DEDUPE_SECONDS, Record
 from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 
 __all__ = [
+    "BACKLOG",
     "OutboxEntry",
     "OutboxRecord",
     "OutboxStatus",
@@ -54,6 +55,10 @@ class OutboxRecord(Record):
     updated: float
 
 
+# How many outbox entries are pending, and the oldest one's creation time.
+BACKLOG = "SELECT count(*), min(created) FROM outbox WHERE status = 'pending'"
+
+
 class OutboxStore(Protocol):
     """What delivery needs: record before sending, then mark each entry sent, failed (to retry) or dead."""
 
@@ -87,6 +92,10 @@ class OutboxStore(Protocol):
 
     async def unsent_outbox(self) -> list[OutboxRecord]:
         """Every pending entry, due or not, in creation order: what to send again on start."""
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        """How many entries are pending, and when the oldest was recorded (None: none): what status.json and the
+        metrics show, without reading the entries."""
 
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
         """Everything recorded in reply to one message, in creation order, whatever its status."""
@@ -140,6 +149,11 @@ class SqliteOutbox(Part):
 
     async def unsent_outbox(self) -> list[OutboxRecord]:
         return await self._call(_outbox_rows, "WHERE status = 'pending' ORDER BY id", ())
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        row = await self._call(first, BACKLOG)
+        assert row is not None
+        return int(row[0]), row[1]
 
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
         return await self._call(_outbox_rows, "WHERE inbound_id = ? ORDER BY id", (inbound_id,))

@@ -293,6 +293,11 @@ async def test_finishing_records_the_replies_and_forgets_previews_in_one_step(
     assert rows == [("done", "s-1"), ("done", "s-1")]
     await store.finish_inbound([], "done", replies=[reply(None, "a notice")])  # a reply that answers nothing
     assert len(await store.unsent_outbox()) == 3
+    count, oldest = await store.outbox_backlog()  # what status.json shows, without reading the entries
+    assert (count, oldest) == (3, min(entry.created for entry in await store.unsent_outbox()))
+    for entry in await store.unsent_outbox():
+        await store.mark_dead(entry.id, "gone")
+    assert await store.outbox_backlog() == (0, None)
 
 
 async def test_finishing_is_all_or_nothing(store: AnyStore) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from bot.store.base import DEDUPE_SECONDS
-from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_record, outbox_row
+from bot.store.outbox import BACKLOG, OutboxEntry, OutboxRecord, outbox_record, outbox_row
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx
 
 if TYPE_CHECKING:
@@ -75,6 +75,12 @@ class PgOutbox(PgPart):
 
     async def unsent_outbox(self) -> list[OutboxRecord]:
         return await self._rows("WHERE status = 'pending' ORDER BY id")
+
+    async def outbox_backlog(self) -> tuple[int, float | None]:
+        row = await self._db.fetchone(BACKLOG)
+        assert row is not None
+        count, oldest = row.values()
+        return int(count), oldest
 
     async def outbox_for_inbound(self, inbound_id: int) -> list[OutboxRecord]:
         return await self._rows("WHERE inbound_id = %s ORDER BY id", inbound_id)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bot.approvals.text import Shown, shown_command
-from bot.config.live import LiveConfig, live
+from bot.config.live import LiveConfig, ReadsLiveConfig, live
 from bot.config.owners_file import owner_key
 from bot.config.settings import Config
 from bot.observe.metrics import Metrics
@@ -59,7 +59,7 @@ Target = Literal["chat", "dm", "both"]
 TerminalAsk = Callable[[ApprovalRecord], Awaitable[ApprovalDecision | None]]
 
 
-class Approvals:
+class Approvals(ReadsLiveConfig):
     """Asks before a risky command runs, and only the approvers' answer counts.
 
     A request is stored before its message goes out; the run waits for a decision (a button, `/approve`, the
@@ -91,11 +91,6 @@ class Approvals:
         self._showing: dict[str, asyncio.Event] = {}  # request id -> set once its cards are sent and recorded
         self._turn_asks: OrderedDict[str, int] = OrderedDict()  # turn -> requests it made in this process
         self.announce = announce
-
-    @property
-    def config(self) -> Config:
-        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
-        return self.live.config
 
     # --- the exec tool's question -----------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from bot.config.settings import Config
 
-__all__ = ["FixedConfig", "LiveConfig", "live"]
+__all__ = ["FixedConfig", "LiveConfig", "ReadsLiveConfig", "live"]
 
 
 class LiveConfig(Protocol):
@@ -28,3 +28,14 @@ class FixedConfig:
 def live(config: Config | LiveConfig) -> LiveConfig:
     """`config` as a LiveConfig: a Config is fixed; a live view (the gateway's Decisions) is read at each use."""
     return FixedConfig(config) if isinstance(config, Config) else config
+
+
+class ReadsLiveConfig:
+    """A part that keeps where to read the config (`live`, set in its constructor) and reads it at each use."""
+
+    live: LiveConfig
+
+    @property
+    def config(self) -> Config:
+        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
+        return self.live.config

@@ -19,7 +19,7 @@ from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
 from agent.transcripts import Transcripts
 from bot.config.checks import own_files
-from bot.config.live import LiveConfig, live
+from bot.config.live import LiveConfig, ReadsLiveConfig, live
 from bot.config.settings import Config
 from bot.observe.metrics import Metrics
 from bot.runs.assemble import build_turn, candidates, skill_report
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Conversations:
+class Conversations(ReadsLiveConfig):
     """What every turn shares: the config (a Config, or the gateway's live view of it), the store, the transcripts,
     the runner, the tools and hooks."""
 
@@ -51,11 +51,6 @@ class Conversations:
 
     def __post_init__(self) -> None:
         self.live = live(self.source)
-
-    @property
-    def config(self) -> Config:
-        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
-        return self.live.config
 
     async def answer(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bot.config.live import LiveConfig, live
+from bot.config.live import LiveConfig, ReadsLiveConfig, live
 from bot.config.schedules import CronJob, previous_fire
 from bot.scheduled.heartbeats import heartbeats
 from bot.store import JobRecord, JobStore
@@ -25,7 +25,7 @@ def described(job: CronJob, origin: str, record: JobRecord | None = None) -> dic
     return shown
 
 
-class CronBook:
+class CronBook(ReadsLiveConfig):
     """The job book (tools.cron.JobBook) on the state DB and the config; `clock` says when "now" is (an `at` in the
     past is refused). A run acting for the owners sees and changes every job; anyone else's run only the jobs it
     made (the config's and the heartbeats are not theirs), and a job keeps whom it was made for (cron_turns)."""
@@ -34,11 +34,6 @@ class CronBook:
         self.store = store
         self.live = live(config)
         self.clock = clock
-
-    @property
-    def config(self) -> Config:
-        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
-        return self.live.config
 
     def _config_job(self, job_id: str) -> CronJob | None:
         """A job of the config file: one of `cron.jobs`, or an agent's heartbeat (`heartbeat-<agent>`)."""

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent.messages import AssistantMessage, Message, TextBlock, UserMessage
 from agent.transcripts import Transcripts
-from bot.config.live import LiveConfig, live
+from bot.config.live import LiveConfig, ReadsLiveConfig, live
 from bot.runs.principal import session_principal
 from bot.store.base import Clock
 from bot.store.sessions import SessionRecord, SessionStore
@@ -128,7 +128,7 @@ def shown_messages(messages: Sequence[Message], limit: int) -> tuple[list[ShownM
     return list(reversed(kept)), notes
 
 
-class StoredSessions:
+class StoredSessions(ReadsLiveConfig):
     """The session book on the store's session index and `transcripts` (gateway.state.transcripts_for). Read by a run
     (`list`, `history`) it shows what that run's agent may see, and to a run that does not act for the owners only
     the sessions that are that person's alone (every turn in them acted for them); read with `viewer=None`
@@ -141,11 +141,6 @@ class StoredSessions:
         self.live = live(config)
         self.transcripts = transcripts
         self.clock = clock
-
-    @property
-    def config(self) -> Config:
-        """The config of the moment (a live view's, at each use: a live reload replaces it)."""
-        return self.live.config
 
     @property
     def _access(self) -> AgentToAgent:

@@ -149,7 +149,7 @@ class Delivery:
         # inbound id -> the session its answer is for: the answer's messages are that session's to edit or delete
         self._answer_sessions: OrderedDict[int, str] = OrderedDict()
         self._waiting: dict[int, asyncio.Future[str | None]] = {}  # outbox id -> the `send` waiting for it
-        self.cluster = chat_locks
+        self.chat_locks = chat_locks
         self._mine: set[int] = set()  # in a cluster: the pending entries this process recorded
         self._elsewhere: dict[str, float] = {}  # in a cluster: chat -> when to look again (another process sent it)
         self.wait_seconds = SEND_WAIT_SECONDS  # how long `send` waits behind the chat's earlier messages
@@ -360,13 +360,13 @@ class Delivery:
             chat = _chat_of(record)
             if reading or chat in self._chats:
                 self._again.add(chat)
-        if self.cluster is not None:
+        if self.chat_locks is not None:
             self._mine.update(record.id for record in records if record.status == "pending")
 
     def _due_at(self, record: OutboxRecord) -> float:
         """When this process should send `record`: at its retry time if it recorded it (or runs alone), else only
         once it is ORPHAN_SECONDS overdue."""
-        if self.cluster is None or record.id in self._mine:
+        if self.chat_locks is None or record.id in self._mine:
             return record.retry_at
         return record.retry_at + ORPHAN_SECONDS
 
@@ -438,7 +438,7 @@ class Delivery:
                 self._mine = {entry for entry in self._mine if entry in pending or entry > newest}
             later: float | None = None
             for chat, records in chats.items():
-                if chat in busy or chat in self._chats:
+                if chat in busy:  # its sender is at work (or just ended: it has woken the next pass)
                     continue
                 due = self._due_for(chat, records)
                 if due > now:
@@ -467,15 +467,15 @@ class Delivery:
             if not task.cancelled():
                 log.error("sending to %s failed", chat, exc_info=task.exception())
             self._wake.set()
-        elif again or not task.result() or self.cluster is not None:
+        elif again or not task.result() or self.chat_locks is not None:
             self._wake.set()
 
     async def _send_chat(self, chat: str, records: list[OutboxRecord], now: float) -> bool:
         """Send a chat's entries in order; in a cluster, holding the chat (or leaving it to the process that does),
         and sending every pending entry of it as it stands now, whoever recorded it. Whether all of them went."""
-        if self.cluster is None:
+        if self.chat_locks is None:
             return await self._send_in_order(records, now)
-        async with self.cluster.sending(records[0]) as current:
+        async with self.chat_locks.sending(records[0]) as current:
             if current is None:
                 self._elsewhere[chat] = self.clock() + ELSEWHERE_SECONDS
                 return False
@@ -483,9 +483,9 @@ class Delivery:
 
     async def _settle_waiting(self) -> None:
         """In a cluster: the `send`s waiting here for entries another process sent hear how it went."""
-        if self.cluster is None:
+        if self.chat_locks is None:
             return
-        for record in await self.cluster.settled(list(self._waiting)):
+        for record in await self.chat_locks.settled(list(self._waiting)):
             self._mine.discard(record.id)
             waiting = self._waiting.pop(record.id, None)
             if waiting is None or waiting.done():

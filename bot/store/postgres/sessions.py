@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent.messages import Usage
@@ -45,15 +45,7 @@ class PgSessions(PgPart):
     async def ensure_session(self, session_key: str, agent: str, *, principal: str | None = None) -> SessionRecord:
         now = self._db.clock()
         async with self._db.transaction() as tx:
-            record = await _ensure_session(tx, session_key, agent, new_session_id(), now)
-            if principal is None or principal in record.people:
-                return record
-            row = await tx.fetchone(
-                f"UPDATE sessions SET people = {_WITH_PERSON} WHERE session_key = %s RETURNING *",
-                principal, principal, principal, session_key,
-            )  # fmt: skip
-            assert row is not None  # nothing deletes sessions
-            return session_record(row)
+            return await _ensure_session(tx, session_key, agent, new_session_id, now, principal)
 
     async def touch_session(
         self,
@@ -183,12 +175,27 @@ if TYPE_CHECKING:
     _checked: type[SessionStore] = PgSessions
 
 
-async def _ensure_session(tx: PgTx, session_key: str, agent: str, session_id: str, now: float) -> SessionRecord:
-    """The session, created (with `session_id`) when there is none: a read, most of the time."""
+async def _ensure_session(
+    tx: PgTx,
+    session_key: str,
+    agent: str,
+    session_id: str | Callable[[], str],
+    now: float,
+    principal: str | None = None,
+) -> SessionRecord:
+    """The session, created (with `session_id`, or the id it makes) when there is none, with `principal` among its
+    people: a read, most of the time."""
     row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
-    if row is not None:
-        return session_record(row)
-    await tx.execute(_ENSURE, session_key, session_id, agent, now, now)
-    row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
-    assert row is not None  # nothing deletes sessions
+    if row is None:
+        await tx.execute(_ENSURE, session_key, session_id() if callable(session_id) else session_id, agent, now, now)
+        row = await tx.fetchone("SELECT * FROM sessions WHERE session_key = %s", session_key)
+        assert row is not None  # nothing deletes sessions
+    record = session_record(row)
+    if principal is None or principal in record.people:
+        return record
+    row = await tx.fetchone(
+        f"UPDATE sessions SET people = {_WITH_PERSON} WHERE session_key = %s RETURNING *",
+        principal, principal, principal, session_key,
+    )  # fmt: skip
+    assert row is not None
     return session_record(row)

@@ -295,7 +295,8 @@ class Gateway:
         """Nothing running, nothing queued, nothing left to send."""
         if self.lanes.lane_count() or await self.store.unfinished_inbound():
             return False
-        return not await self.store.unsent_outbox()
+        unsent, _ = await self.store.outbox_backlog()  # counted, not read
+        return unsent == 0
 
     async def stop(self, grace_seconds: float) -> None:
         """Stop accepting, let runs finish within the grace period (then cancel them), flush, stop adapters.

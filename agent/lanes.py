@@ -6,6 +6,7 @@ does), so nobody's words run with somebody else's authority."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import Counter, deque
@@ -37,17 +38,23 @@ class QueueSettings(BaseModel):
 class RunControl(Generic[T]):
     """What a running turn gets from its lane: a cancel event, and the messages steered into it."""
 
-    def __init__(self, take: Callable[[], list[T]] | None = None) -> None:
+    def __init__(self, take: Callable[[], list[T]] | None = None, release: Callable[[], None] | None = None) -> None:
         self.cancel = asyncio.Event()  # set by stop(), an interrupting message, or shutdown
         self._take = take
+        self._release = release
 
     def take_steered(self) -> list[T]:
         """Messages that arrived since the last call (steer mode only); call at each tool boundary."""
         return self._take() if self._take is not None else []
 
-    def _finish(self) -> None:
-        # Once the run has returned, what is still queued belongs to the next turn.
+    def ran(self) -> None:
+        """The agent's run is over and what is left is recording and sending its answer: its run slot goes to the
+        next waiting turn now (the session stays busy until the handler returns). What is still queued belongs
+        to the next turn. Once; the lane calls it when the handler returns, if the handler did not."""
         self._take = None
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 def per_sender_notice(cap: int) -> str:
@@ -245,12 +252,15 @@ class Lanes(Generic[T]):
                 first = False
                 principal = self._principal(lane.queue[0][0])  # the next batch's: its items all share it
                 await self._slots.acquire(principal, lambda: self._capped(key, lane))
+                steer = self.mode(key) == "steer"
+                take = functools.partial(self._take_batch, key, lane, principal) if steer else None
+                control = RunControl(take, functools.partial(self._slots.release, principal))
                 try:
                     if not lane.queue or self._closed:
                         break
-                    await self._run(key, lane, principal, self._take_batch(key, lane, principal))
+                    await self._run(key, lane, principal, self._take_batch(key, lane, principal), control)
                 finally:
-                    self._slots.release(principal)
+                    control.ran()
         finally:
             # Queued items stay on close (pending_items); otherwise an idle session leaves nothing behind.
             if not lane.queue and self._lanes.get(key) is lane:
@@ -277,9 +287,10 @@ class Lanes(Generic[T]):
                 break
         return batch
 
-    async def _run(self, key: str, lane: _Lane[T], principal: Principal, batch: list[T]) -> None:
-        take = (lambda: self._take_batch(key, lane, principal)) if self.mode(key) == "steer" else None
-        control = lane.control = RunControl(take)
+    async def _run(
+        self, key: str, lane: _Lane[T], principal: Principal, batch: list[T], control: RunControl[T]
+    ) -> None:
+        lane.control = control
         lane.running_for = principal
         self._running += 1
         try:
@@ -293,7 +304,7 @@ class Lanes(Generic[T]):
             log.exception("turn for session %s failed; moving on", key)
         finally:
             self._running -= 1
-            control._finish()
+            control.ran()
             lane.control = None
             lane.running_for = None
 

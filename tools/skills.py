@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -94,6 +95,7 @@ class SkillEntry:
     skill: Skill | None = None
     reason: str | None = None
     problems: tuple[SkillProblem, ...] = ()
+    needs_programs: bool = False  # whether it is offered depends on programs found on PATH
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,15 @@ class SkillReport:
     entries: tuple[SkillEntry, ...] = ()
     notes: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def eligible(self) -> tuple[Skill, ...]:
         """The skills offered, sorted by name."""
         return tuple(sorted((entry.skill for entry in self.entries if entry.skill), key=lambda skill: skill.name))
+
+    @property
+    def needs_programs(self) -> bool:
+        """Whether what is offered depends on the programs found on PATH."""
+        return any(entry.needs_programs for entry in self.entries)
 
     def find(self, name: str) -> Skill | None:
         """The offered skill called `name`, if any."""
@@ -321,6 +328,9 @@ def _entry(source: SkillSource, root: str, folder: str, seen: dict[str, SkillEnt
     seen[front.name] = entry
     if search.allow is not None and not any(fnmatch.fnmatchcase(front.name, glob) for glob in search.allow):
         return replace(entry, reason="not in the agent's allow list (agents[].skills)")
+    needs = parsed.gate.requires
+    if not parsed.gate.always and (needs.bins or needs.any_bins):
+        entry = replace(entry, needs_programs=True)
     if missing := _missing(parsed.gate, search):
         return replace(entry, reason="; ".join(missing))
     return replace(entry, skill=Skill(name=front.name, description=front.description, file=file, source=source))

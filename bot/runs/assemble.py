@@ -135,13 +135,22 @@ def skill_report(config: Config, agent_id: str, protected: Sequence[str]) -> Ski
     """Every skill folder the agent's runs could use, each offered or with why not: the workspace's `skills/`,
     then `skills.dirs`, then the shipped skills, narrowed by `agents[].skills`. `protected` are the bot's own
     files (bot.config.settings.own_files), which no skill folder may hold. Reads folders: call it off the event loop."""
+    search = SkillSearch(
+        skill_folders(config, agent_id),
+        allow=config.agent(agent_id).skills,
+        has_config=config.has_setting,
+        protected=protected,
+    )
+    return find_skills(search)
+
+
+def skill_folders(config: Config, agent_id: str) -> list[tuple[SkillSource, Path]]:
+    """The folders the agent's skills are looked for in, in precedence order: the workspace's `skills/`, then
+    `skills.dirs`, then the shipped skills."""
     folders: list[tuple[SkillSource, Path]] = [("workspace", config.workspace(agent_id) / SKILLS_FOLDER)]
     folders += [("dirs", folder) for folder in config.skill_dirs()]
     folders.append(("shipped", SHIPPED_SKILLS))
-    search = SkillSearch(
-        folders, allow=config.agent(agent_id).skills, has_config=config.has_setting, protected=protected
-    )
-    return find_skills(search)
+    return folders
 
 
 def system_prompt(run: RunInfo, policy: PolicyResult, *, is_group: bool, bootstrap: list[tuple[str, str]]) -> str:

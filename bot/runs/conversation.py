@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.events import Emit, discard
-from agent.images import load_recent_images
 from agent.loop import Turn
 from agent.messages import Message, UserMessage
-from agent.prompt import load_bootstrap
 from agent.providers.base import Provider
 from agent.runner import ModelCandidate, Runner, RunOutcome, RunSpec
 from agent.transcripts import Transcripts
@@ -23,12 +21,12 @@ from bot.config.live import LiveConfig, ReadsLiveConfig, live
 from bot.config.settings import Config
 from bot.observe.metrics import Metrics
 from bot.runs.assemble import build_turn, candidates, skill_report
+from bot.runs.inputs import RunInputs
 from bot.store import Store
 from channels.base import ChatTarget
 from routing import Peer
 from tools.base import RunInfo
 from tools.hooks import Hooks
-from tools.provenance import prepare_root
 from tools.registry import ToolRegistry
 from tools.skills import SkillReport
 
@@ -51,6 +49,7 @@ class Conversations(ReadsLiveConfig):
 
     def __post_init__(self) -> None:
         self.live = live(self.source)
+        self.inputs = RunInputs(self._skill_report, lambda: self.config)
 
     async def answer(
         self,
@@ -73,8 +72,8 @@ class Conversations(ReadsLiveConfig):
         session = await self.store.ensure_session(run.session_key, run.agent, principal=run.principal.key)
         models = candidates(self.config, run.agent, session.overrides)  # the session's own: /model, /think
         session_id = session.session_id
-        history, bootstrap, skills = await asyncio.to_thread(
-            _read_inputs, await self.transcripts.history(session_id), run, self.config.media.image_turns, self.skills
+        history, bootstrap, skills = await self.inputs.read(
+            await self.transcripts.history(session_id), run, self.config.media.image_turns
         )
         run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
         stop = cancel or asyncio.Event()
@@ -108,41 +107,31 @@ class Conversations(ReadsLiveConfig):
             self.metrics.used(run.agent, outcome.model_ref, usage)
         if not record(outcome):
             return outcome
-        await self.transcripts.append(session_id, outcome.messages)
         if usage is not None:
             log.info(
                 "run %s (%s, %s): %d tokens in (%d read from the cache, %d written to it), %d out",
                 outcome.run_id, run.session_key, outcome.model_ref, usage.input_tokens, usage.cache_read_tokens,
                 usage.cache_write_tokens, usage.output_tokens, extra={"run_id": outcome.run_id},
             )  # fmt: skip
-        await self.store.touch_session(
-            run.session_key,
-            model=outcome.model_ref,
-            usage=usage,
-            channel=target.channel if target else run.channel,
-            account=target.account if target else None,
-            target=target.model_dump(mode="json") if target else None,
-            principal=run.principal.key,
-        )
+        # The transcript's file and the session's row are apart: both written at once, neither waits on the other.
+        async with asyncio.TaskGroup() as writes:
+            writes.create_task(self.transcripts.append(session_id, outcome.messages))
+            writes.create_task(
+                self.store.touch_session(
+                    run.session_key,
+                    model=outcome.model_ref,
+                    usage=usage,
+                    channel=target.channel if target else run.channel,
+                    account=target.account if target else None,
+                    target=target.model_dump(mode="json") if target else None,
+                    principal=run.principal.key,
+                )
+            )
         return outcome
 
     def skills(self, agent: str) -> SkillReport:
         """The agent's skills (bot.runs.assemble.skill_report). Reads folders: call it off the event loop."""
-        return skill_report(self.config, agent, own_files(self.config, self.state_dir))
+        return self._skill_report(self.config, agent)
 
-
-def _read_inputs(
-    history: list[Message], run: RunInfo, image_turns: int, skills: Callable[[str], SkillReport]
-) -> tuple[list[Message], list[tuple[str, str]], SkillReport]:
-    """What a turn reads from disk, in one trip off the event loop: the images of the user turns among the latest
-    `image_turns` of the session's `history` (its transcript from the latest compaction summary on) read back from
-    their files, the bootstrap files of the agent's workspace, even when the run works in a non-owner's own folder of it
-    (created on first use, as the workspace is), and the report of the agent's `skills` (Conversations.skills)."""
-    bootstrap: list[tuple[str, str]] = []
-    agent_workspace = run.agent_workspace or run.workspace
-    if agent_workspace:
-        Path(agent_workspace).mkdir(parents=True, exist_ok=True)
-        bootstrap = load_bootstrap(Path(agent_workspace))
-        prepare_root(run)
-    # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
-    return load_recent_images(history, image_turns - 1), bootstrap, skills(run.agent)
+    def _skill_report(self, config: Config, agent: str) -> SkillReport:
+        return skill_report(config, agent, own_files(config, self.state_dir))

@@ -378,6 +378,7 @@ class Turns:
             sorry = "Sorry, I have no model to answer with right now (the bot's configuration needs a provider)."
             return _Answer(sorry, "error")
         finally:
+            control.ran()  # what is left is recording and sending: the next waiting turn may start
             if typing is not None:
                 typing.cancel()
         if interrupted(outcome):

@@ -1,0 +1,121 @@
+"""RunInputs keeps what a run reads from its agent's folders and reads again exactly when a file or folder it came
+from changes: a bootstrap file edited, a skill added or edited, a sender's folder replaced by a link, a reload."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from configs import config_of
+
+from bot.config import Config
+from bot.runs.assemble import skill_report
+from bot.runs.inputs import RunInputs
+from tools.base import RunInfo
+from tools.provenance import ScopeError
+from tools.skills import SkillReport
+
+
+class Reads:
+    """A RunInputs over `config`, counting the skills reports it makes (each is a read off the event loop)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.made = 0
+        self.inputs = RunInputs(self._skills, lambda: self.config)
+
+    def _skills(self, config: Config, agent: str) -> SkillReport:
+        self.made += 1
+        return skill_report(config, agent, ())
+
+    def read(self, run: RunInfo) -> tuple[list[tuple[str, str]], list[str]]:
+        _, bootstrap, skills = asyncio.run(self.inputs.read([], run, 4))
+        return bootstrap, sorted(skill.description for skill in skills.eligible)
+
+
+def owner_run(workspace: Path) -> RunInfo:
+    return RunInfo(agent="main", session_key="s", sender_is_owner=True, workspace=str(workspace))
+
+
+def stranger_run(workspace: Path, name: str = "Ann") -> RunInfo:
+    folder = workspace / "senders" / "telegram-7"
+    return RunInfo(
+        agent="main", session_key="s", channel="telegram", sender_id="7", sender_name=name,
+        workspace=str(folder), agent_workspace=str(workspace),
+    )  # fmt: skip
+
+
+def write_skill(folder: Path, description: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "SKILL.md").write_text(f"---\nname: {folder.name}\ndescription: {description}\n---\nSteps.\n")
+
+
+def test_unchanged_folders_are_read_once_and_each_change_is_read_again(tmp_path: Path) -> None:
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    workspace = reads.config.workspace("main")
+    run = owner_run(workspace)
+    first = reads.read(run)
+    assert reads.read(run) == first and reads.read(run) == first
+    assert reads.made == 1
+
+    (workspace / "AGENTS.md").write_text("Be brief.")
+    bootstrap, _ = reads.read(run)
+    assert bootstrap == [("AGENTS.md", "Be brief.")]
+    (workspace / "AGENTS.md").write_text("Be very brief, always.")  # the same folder, the file's content
+    assert reads.read(run)[0] == [("AGENTS.md", "Be very brief, always.")]
+
+    write_skill(workspace / "skills" / "deploy", "Deploys the site.")
+    assert "Deploys the site." in reads.read(run)[1]
+    write_skill(workspace / "skills" / "deploy", "Deploys the site, then checks it.")  # edited in place
+    assert "Deploys the site, then checks it." in reads.read(run)[1]
+    (workspace / "skills" / "later").mkdir()
+    reads.read(run)
+    write_skill(workspace / "skills" / "later", "Added to a folder that was there.")  # the folder list is the same
+    assert "Added to a folder that was there." in reads.read(run)[1]
+    made = reads.made
+    reads.read(run)
+    assert reads.made == made  # and kept again once nothing changes
+
+
+def test_a_reload_reads_everything_again(tmp_path: Path) -> None:
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    run = owner_run(reads.config.workspace("main"))
+    reads.read(run)
+    reads.read(run)
+    reads.config = config_of(tmp_path, "http://127.0.0.1:9/v1", agents=[{"id": "main", "skills": ["none-*"]}])
+    assert reads.read(run)[1] == []  # the new allow list applies at once
+    assert reads.made == 2
+
+
+def test_a_senders_folder_replaced_by_a_link_is_refused_on_the_next_run(tmp_path: Path) -> None:
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    workspace = reads.config.workspace("main")
+    run = stranger_run(workspace)
+    reads.read(run)
+    reads.read(run)
+    assert reads.made == 1
+    folder = Path(run.workspace or "")
+    assert folder.is_dir()
+    folder.rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, folder)
+    with pytest.raises(ScopeError):
+        reads.read(run)
+
+
+def test_a_sender_who_changes_their_name_is_recorded_again(tmp_path: Path) -> None:
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    workspace = reads.config.workspace("main")
+    reads.read(stranger_run(workspace, "Ann"))
+    records = list(workspace.rglob("telegram-7.json"))
+    assert records, "the sender's record is written"
+    record = records[0]
+    assert "Ann" in record.read_text()
+    reads.read(stranger_run(workspace, "Annie"))
+    assert "Annie" in record.read_text()
+    record.unlink()  # gone (a person removed it): the next run writes it again
+    reads.read(stranger_run(workspace, "Annie"))
+    assert record.is_file()

@@ -34,10 +34,11 @@ lint: $(VENV)/.installed-dev
 
 # The tests run real programs: bubblewrap (the sandbox), git (the exec policy's repository checks), prlimit, a
 # throwaway PostgreSQL server (tests/postgres.py; Debian keeps initdb off PATH, in /usr/lib/postgresql/*/bin),
-# systemd-analyze (the service unit is verified) and man (the exec tables are checked against the man pages).
+# systemd-analyze (the service unit is verified), man (the exec tables are checked against the man pages) and chromium
+# (the web pages are tested in a real browser, tests/web_browser.py: Playwright drives Debian's Chromium).
 # Whatever is missing is installed with apt-get, as root or through sudo; `run` needs none of the test-only ones.
 SYSTEM_PACKAGES := bwrap:bubblewrap git:git prlimit:util-linux
-test: SYSTEM_PACKAGES += initdb:postgresql systemd-analyze:systemd man:man-db
+test: SYSTEM_PACKAGES += initdb:postgresql systemd-analyze:systemd man:man-db chromium:chromium
 HAVE = have() { command -v "$$1" >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/"$$1" >/dev/null 2>&1; }
 system-packages:
 	@$(HAVE); missing=; for pair in $(SYSTEM_PACKAGES); do \

@@ -16,7 +16,7 @@ from agent.providers.config import ProviderConfig
 from agent.runner import Runner
 from bot.config.checks import bot_folders
 from bot.config.settings import Config
-from bot.gateway.adapters import build_adapters
+from bot.gateway.adapters import build_adapters, web_adapters
 from bot.plugins import Plugins
 from bot.runs.assemble import policy_for
 from bot.runs.decisions import Decisions
@@ -122,10 +122,11 @@ class App:
     # --- serving ----------------------------------------------------------------------------------------------------
 
     def adapters(self) -> tuple[list[ChannelAdapter], list[str]]:
-        """The adapters to serve (the config's accounts, each built by its channel's plugin, then the App's own),
+        """The adapters to serve (the config's accounts, each built by its channel's plugin, the WebChat accounts, then
+        the App's own),
         and one line for each account that was skipped and why."""
         built, skipped = build_adapters(self.config, self.plugins)
-        return [*built, *self.extra_adapters], skipped
+        return [*built, *web_adapters(self.config, self.state_dir), *self.extra_adapters], skipped
 
     @contextlib.asynccontextmanager
     async def running(

@@ -33,6 +33,9 @@ def config_dict(tmp_path: Path, llm: FakeLLM | str, *parts: dict[str, Any], **se
     config: dict[str, Any] = {
         "defaults": {"model": "fake/m", "workspace_root": str(tmp_path / "ws")},
         "providers": {"fake": {"kind": "openai", "base_url": url}},
+        # Off unless a test serves it (`web={"listen": "127.0.0.1:0", ...}`): many bots run at once, and a web login
+        # would be one more owner.
+        "web": {"listen": "off"},
     }
     for part in (*parts, sections):
         config = merged(config, part)

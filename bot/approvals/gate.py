@@ -109,7 +109,7 @@ class Approvals(ReadsLiveConfig):
             return Authorization(allowed=True, status="allowed", reason=verdict.reason)
         if verdict.decision == "deny":
             return Authorization(allowed=False, status="denied", reason=verdict.reason)
-        approvers = list(settings.approvers if settings.approvers is not None else self.config.owners)
+        approvers = list(settings.approvers if settings.approvers is not None else self.config.owner_keys())
         if not approvers and run.channel != "console":
             reason = f"{verdict.reason}; nobody can approve it (set `owners` or `agents[].exec.approvers`)"
             return Authorization(allowed=False, status="denied", reason=reason)
@@ -436,6 +436,14 @@ def _shown_on(record: ApprovalRecord, event: ActionEvent) -> bool:
         and shown.get("target", {}).get("account") == event.account
         for shown in record.messages
     )
+
+
+def card(record: ApprovalRecord) -> tuple[str, list[tuple[Button, ApprovalDecision]]]:
+    """The card of `record` as every surface shows it: its text (Markdown: the request, or once decided or expired
+    its outcome) and, while it is pending, its buttons with the decision each one makes."""
+    if record.status != "pending":
+        return _outcome_text(record), []
+    return _request_text(record), [(button, _CODES[button.value[-1]]) for row in _buttons(record) for button in row]
 
 
 def _buttons(record: ApprovalRecord) -> list[list[Button]]:

@@ -475,6 +475,10 @@ from bot.cli.owners import owners  # noqa: E402 - it builds on the options above
 
 cli.add_command(owners)
 
+from bot.cli.web import web  # noqa: E402 - it builds on the options above
+
+cli.add_command(web)
+
 from bot.cli.manage import approval_rules, config_show, pairing_revoke, service  # noqa: E402 - builds on the above
 
 config.add_command(config_show)

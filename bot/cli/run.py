@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from bot.app import App
+from bot.config.web import WEB_CHANNEL
 from bot.gateway.channel_start import ChannelStarter
 from bot.gateway.process import Gateway
 from channels.base import ChannelAdapter
@@ -45,14 +46,15 @@ async def serve(app: App) -> int:
     for line in skipped:
         print(line, file=sys.stderr)
     # Agents without a usable model were reported by `bot run`'s validation (bot.config.settings.validate_config).
-    if serves_console(adapters, sys.stdin):
+    platforms = [adapter for adapter in adapters if adapter.channel != WEB_CHANNEL]
+    if serves_console(platforms, sys.stdin):
         what = "No channel could start" if skipped else "No channel is configured"
         print(
             f"{what}: serving the console here. Type a message; Ctrl-D stops. (`bot init` adds a Telegram, Discord "
             "or Slack account to bindings.yaml.)",
             file=sys.stderr,
         )
-        adapters = [ConsoleAdapter()]
+        adapters = [*adapters, ConsoleAdapter()]
     if not adapters:
         print(
             "No channel to serve. Add an account under channels: in bindings.yaml (with its token in the "
@@ -76,6 +78,8 @@ async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Eve
             print("No channel could start: every token was refused.", file=sys.stderr)
             return 1
         print(f"{serving_line(gateway.starter)} Ctrl-C stops.", file=sys.stderr)
+        if gateway.web is not None:
+            print(web_line(gateway.web.url or "", gateway.web.link(), sys.stderr), file=sys.stderr)
         if gateway.watch is not None:  # SIGHUP: read bindings.yaml again now
             with contextlib.suppress(NotImplementedError, AttributeError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, gateway.watch.request)
@@ -99,6 +103,18 @@ def serving_line(starter: ChannelStarter) -> str:
     return f"No channel started yet; still trying {trying}; retrying with backoff."
 
 
+def web_line(url: str, link: str, out: TextIO) -> str:
+    """Where the web pages are: with the login link at a terminal (a person is there to open it), else without its
+    secret (the output of a service goes to its logs; `bot web url` prints the link)."""
+    try:
+        terminal = out.isatty()
+    except ValueError:
+        terminal = False
+    if terminal:
+        return f"Web: open {link} to log in (the link is a secret: whoever has it is logged in)."
+    return f"Web: {url} (`bot web url` prints the login link)."
+
+
 @contextlib.contextmanager
 def long_running_collector() -> Iterator[None]:
     """The garbage collector set for a process that serves for days: what start-up built (modules, schemas, the
@@ -116,12 +132,13 @@ def long_running_collector() -> Iterator[None]:
 
 
 async def _stop_when_input_ends(gateway: Gateway, adapters: list[ChannelAdapter], stopping: asyncio.Event) -> None:
-    """When the only channels are consoles and their input has ended, stop once every answer is delivered."""
-    if not adapters or not all(isinstance(adapter, ConsoleAdapter) for adapter in adapters):
+    """When the only channels are consoles (beside the web pages, which a person at the console started with it) and
+    their input has ended, stop once every answer is delivered."""
+    consoles = [adapter for adapter in adapters if isinstance(adapter, ConsoleAdapter)]
+    if not consoles or len(consoles) != len([adapter for adapter in adapters if adapter.channel != WEB_CHANNEL]):
         return
-    for adapter in adapters:
-        assert isinstance(adapter, ConsoleAdapter)
-        await adapter.finished.wait()
+    for console in consoles:
+        await console.finished.wait()
     while not await gateway.idle():
         await asyncio.sleep(0.05)
     stopping.set()

@@ -19,6 +19,7 @@ from agent.providers.config import providers_from_env, split_model
 from bot.config.env import Substitution
 from bot.config.errors import ConfigIssue, Loc, format_path
 from bot.config.settings import AgentConfig, BindingConfig, Config, user_ref
+from bot.config.web import host_port, is_loopback
 from bot.plugins import Plugins
 from tools.mcp.settings import secret_entries
 from tools.policy import unknown_config_entries
@@ -77,6 +78,7 @@ def cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc,
     if config is not None:
         problems += _unknown_mcp_agents(config, known)
         problems += _config_job_problems(config, known)
+        problems += _web_problems(config)
     session = data.get("session")
     links = session.get("identity_links") if isinstance(session, dict) else None
     linked: dict[str, str] = {}
@@ -92,6 +94,29 @@ def cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc,
                     (("session", "identity_links", name, index), f"{ref} is already linked to {linked[key]!r}")
                 )
             linked.setdefault(key, name)
+    return problems
+
+
+def _web_problems(config: Config) -> list[tuple[Loc, str]]:
+    """`web`: not facing the network unless `allow_remote` says so, and each login's `owner` one of `owners`."""
+    problems: list[tuple[Loc, str]] = []
+    web = config.web
+    if web.listen is not None and not web.allow_remote and not is_loopback(host_port(web.listen)[0]):
+        remote = f"{web.listen} is not a loopback address: set web.allow_remote: true (with TLS in front)"
+        problems.append((("web", "listen"), remote))
+    owners = set(config.owners)  # as `user_ref` writes them
+    for index, login in enumerate(web.tokens):
+        if login.owner is None:
+            continue
+        try:
+            key = str(user_ref(login.owner))
+        except ValueError as error:
+            problems.append((("web", "tokens", index, "owner"), str(error)))
+            continue
+        if key not in owners:
+            close = difflib.get_close_matches(key, sorted(owners), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"owners are {', '.join(sorted(owners)) or 'none'}"
+            problems.append((("web", "tokens", index, "owner"), f"{login.owner} is not one of `owners`; {hint}"))
     return problems
 
 
@@ -125,7 +150,8 @@ def secrets_of(config: Config) -> list[str]:
     providers = {name: provider.model_dump() for name, provider in (config.providers or {}).items()}
     found = [str(value) for _, value in _secrets({"channels": config.channels, "providers": providers})]
     database = [config.state.url] if config.state.url else []  # a database URL may hold its password
-    return found + database + config._mcp_secrets
+    logins = [login.token.get_secret_value() for login in config.web.tokens]
+    return found + database + logins + config._mcp_secrets
 
 
 def mcp_secrets(env: Substitution) -> list[str]:

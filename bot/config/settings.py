@@ -25,6 +25,7 @@ from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
 from bot.config.errors import ConfigIssue, Loc
 from bot.config.schedules import CronJob, HeartbeatConfig, duration_seconds
+from bot.config.web import WEB_CHANNEL, WebSettings
 from routing import (
     Binding as RoutingBinding,
     DmScope,
@@ -408,6 +409,7 @@ class Config(_Section):
     bindings: list[BindingConfig] = Field(default_factory=list)
     session: SessionConfig = Field(default_factory=SessionConfig)
     owners: list[UserRef] = Field(default_factory=list)
+    web: WebSettings = Field(default_factory=WebSettings)
     channels: dict[str, Any] = Field(default_factory=dict)
     providers: dict[Name, ProviderConfig] | None = None  # None: taken from *_API_KEY variables at run time
     tools: ToolsConfig | None = None  # None: the full profile, nothing removed
@@ -557,10 +559,16 @@ class Config(_Section):
             raise KeyError(f"provider {name!r} needs {hint[name]} in the environment, or a providers: section")
         raise KeyError(f"no provider {name!r}: add it under providers: in bindings.yaml")
 
+    def owner_keys(self) -> list[str]:
+        """Everyone who is an owner: `owners`, and the web logins that are (bot.config.web.WebSettings)."""
+        return [*self.owners, *self.web.owner_logins()]
+
     def router(self) -> Router:
         """A resolver indexed over every binding, built once per loaded config."""
+        # After the file's own: the WebChat page of agent X (web account X) talks to X unless a binding says otherwise.
+        web = [RoutingBinding(agent=agent.id, channel=WEB_CHANNEL, account=agent.id) for agent in self.agents]
         return Router(
-            (binding.to_routing() for binding in self.bindings),
+            [*(binding.to_routing() for binding in self.bindings), *web],
             default_agent=self.default_agent,
             dm_scope=self.session.dm_scope,
             identity_links=self.session.identity_links,

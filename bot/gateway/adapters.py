@@ -1,9 +1,11 @@
-"""Channel adapters from the config's `channels:` section, each built by its channel's plugin."""
+"""Channel adapters from the config's `channels:` section, each built by its channel's plugin, and the WebChat accounts
+(`web`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,3 +57,13 @@ def build_adapters(
                 )
                 skipped.append(f"channels.{channel}.accounts.{account}: skipped, invalid settings: {problems}")
     return adapters, skipped
+
+
+def web_adapters(config: Config, state_dir: Path) -> list[ChannelAdapter]:
+    """The WebChat accounts, one per agent (none when `web.listen` is off); what the bot sends them is kept in
+    `state_dir/web/<agent>` while it runs."""
+    if config.web.listen is None:
+        return []
+    from channels.web import WebChannel
+
+    return [WebChannel(agent.id, state_dir / "web" / agent.id) for agent in config.agents]

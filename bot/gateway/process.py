@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Protocol
 from agent.lanes import Lanes, RunControl
 from bot.approvals.gate import Approvals
 from bot.config.checks import bot_folders, own_files
+from bot.config.loading import validate_config
 from bot.config.settings import Config
+from bot.config.web import WEB_CHANNEL
 from bot.delivery.outbox import Delivery
 from bot.delivery.recovery import drop_stale
 from bot.gateway.adapters import build_adapters
@@ -36,6 +38,7 @@ from bot.store import ApprovalRecord, InboundRecord, Store
 from bot.store.base import fenced
 from bot.turns.turn import Job, Turns, fold
 from channels.base import ActionEvent, ChannelAdapter, ElectedIngress, InboundMessage
+from channels.web import WebChannel
 from tools.exec import ProcessTable
 from tools.registry import ToolRegistry, ToolSetup
 
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from agent.runner import Runner
     from bot.gateway.admin import AdminServer
     from bot.gateway.cluster import Cluster
+    from bot.gateway.web.server import WebServer
     from bot.plugins import Plugins
     from bot.runs.decisions import Decisions
     from tools.hooks import Hooks
@@ -77,6 +81,7 @@ class Gateway:
         self.adapters = {(adapter.channel, adapter.account): adapter for adapter in adapters}
         self.metrics = Metrics()  # one for the process: what /metrics shows
         self.admin: AdminServer | None = None  # the admin listener, when `admin.listen` is set
+        self.web: WebServer | None = None  # the Control UI and WebChat, when `web.listen` is not off
         self.processes = ProcessTable(hide=bot_folders(config, app.state_dir))
         # Built first, so that every part is given what it uses; what calls back into parts built after it goes
         # through this gateway's methods and attributes, read when called.
@@ -210,6 +215,7 @@ class Gateway:
 
             self.admin = AdminServer(self.config.admin.listen, self.metrics, lambda: read_gateway(self))
             await self.admin.start()
+        await self._start_web()
         leftovers: list[InboundRecord] = []
         orphans: list[ApprovalRecord] = []
         if self.cluster is None:
@@ -246,6 +252,48 @@ class Gateway:
             self._watch_task = asyncio.create_task(self.watch.run(), name="config watch")
         await self.status.start()
         self.notices.start()
+
+    async def _start_web(self) -> None:
+        """The web side, when `web.listen` is not off and the gateway serves WebChat accounts. A port taken by something
+        else fails the start when `web.listen` is written in the config; the default is only warned about (a second
+        bot on one machine still starts, without pages)."""
+        settings = self.config.web
+        if settings.listen is None or not self._web_chats():
+            return
+        from bot.gateway.web.pages import WebParts  # aiohttp.web and the pages, only when served
+        from bot.gateway.web.server import WebServer
+
+        parts = WebParts(
+            self.decisions, self.store, self._web_chats, self.approvals, self.jobs,
+            self.sessions.transcripts, self.channels.snapshots, self._validate,
+        )  # fmt: skip
+        server = WebServer(settings, self.state_dir, parts)
+        try:
+            await server.start()
+        except OSError as error:
+            if "listen" in settings.model_fields_set:
+                raise
+            log.warning("web: cannot listen on %s (%s); serving without the web pages", settings.listen, error)
+            return
+        self.web = server
+        log.info("web: the Control UI and WebChat are at %s (`bot web url` prints the login link)", server.url)
+
+    def _web_chats(self) -> dict[str, WebChannel]:
+        return {
+            account: adapter
+            for (channel, account), adapter in self.adapters.items()
+            if channel == WEB_CHANNEL and isinstance(adapter, WebChannel)
+        }
+
+    async def _validate(self) -> list[str]:
+        """The config file's problems as `bot config check` would find them now (none: valid, or no file)."""
+        path = self.config.file
+        if path is None:
+            return []
+        _, errors, warnings = await asyncio.to_thread(
+            validate_config, path, plugins=self.plugins, state_dir=self.state_dir, env_file=False
+        )
+        return [issue.render(str(path)) for issue in [*errors, *warnings]]
 
     async def _recover(self, leftovers: list[InboundRecord]) -> None:
         for record in leftovers:
@@ -304,6 +352,8 @@ class Gateway:
         Adapters stop last: the runs that finish during the grace period still need them to deliver.
         """
         self.intake.accepting = False
+        if self.web is not None:
+            await self.web.stop()  # no more pages: their streams end, nothing more is said through them
         if self.cluster is not None:
             await self.cluster.stop()  # no more claims, and the elected listeners closed: another process takes them
         await self.notices.stop()

@@ -25,6 +25,7 @@ __all__ = [
     "cost_of",
     "dollars",
     "model_command",
+    "price_of",
     "queue_command",
     "refusal",
     "restore_queue_mode",
@@ -271,7 +272,9 @@ def dollars(amount: float) -> str:
     return f"${amount:.4f}" if amount >= 0.01 else f"${amount:.6f}"
 
 
-def _price_of(config: Config) -> Callable[[str], ModelPrice | None]:
+def price_of(config: Config) -> Callable[[str], ModelPrice | None]:
+    """The price of a model (by its `provider/model` ref) as the config sets it; None when none is set."""
+
     def price(ref: str) -> ModelPrice | None:
         try:
             return choose_model(config, ref).options.price
@@ -306,12 +309,12 @@ async def usage_command(store: SessionStore, config: Config, job: Job, now: floa
     """`/usage`: this session's tokens since it began (or its last `/new`) and their estimated cost; for owners,
     also today's across every session (today in the agent's time zone)."""
     session = await store.get_session(job.session_key)
-    price_of = _price_of(config)
+    price_of_model = price_of(config)
     rows = await store.usage_by_model(session.created, job.session_key) if session else []
-    lines = ["This conversation: " + "\n".join(_describe(total_usage(rows, price_of)))]
+    lines = ["This conversation: " + "\n".join(_describe(total_usage(rows, price_of_model)))]
     if job.owner:
         timezone = config.timezone_for(job.agent)
-        today = total_usage(await store.usage_by_model(start_of_day(now, timezone)), price_of)
+        today = total_usage(await store.usage_by_model(start_of_day(now, timezone)), price_of_model)
         lines.append(f"Today ({timezone or 'host time'}), all conversations: " + "\n".join(_describe(today)))
     return "\n".join(lines)
 

@@ -29,8 +29,8 @@ class Decisions:
         """Decide from `config` from now on (its router, its owners): what a live reload changes."""
         self.config = config
         self.router = config.router()
-        self.owners = frozenset(  # owner_key of each of the config's `owners`
-            owner_key(*owner.split(":", 1)) for owner in config.owners
+        self.owners = frozenset(  # owner_key of each owner: the config's `owners` and its web logins that are
+            owner_key(*owner.split(":", 1)) for owner in config.owner_keys()
         )
 
     def owns(self, channel: str, sender_id: str | None) -> bool:

@@ -90,6 +90,7 @@ def approvals(
                 "agents": [{"id": "main", "exec": exec_settings}],
                 "owners": ["telegram:42"],
                 "defaults": {"workspace_root": str(tmp_path / "ws")},
+                "web": {"listen": "off"},  # else its operator would be an approver too
             }
         )
     )

@@ -36,6 +36,7 @@ bindings:
 session:
   identity_links:
     alice: [telegram:111]
+web: {listen: off}
 """
 
 BROKEN = """\
@@ -181,6 +182,7 @@ def test_run_skips_a_channel_account_whose_token_is_unset(tmp_path: Path) -> Non
     path.write_text(
         "providers: {local: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}}\ndefaults: {model: local/m}\n"
         "channels:\n  telegram:\n    accounts:\n      main: {token: '${SWITCHBOARD_TEST_UNSET_TOKEN}'}\n"
+        "web: {listen: off}\n"
     )
     result = bot("run", "--config", str(path))
     assert result.returncode == 1

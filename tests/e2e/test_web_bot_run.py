@@ -78,7 +78,11 @@ async def test_an_owner_chats_approves_from_the_chat_and_the_approvals_page_read
         assert 0 < await page.evaluate(loaded) < 150_000  # the first load: the page, its style and its script
         messages = page.locator("#messages")
 
-        # A streamed answer: the part written so far shows while the model is still writing.
+        # A streamed answer: the part written so far shows while the model is still writing. A file goes with the
+        # message, into the agent's inbox.
+        notes = tmp_path / "notes.txt"
+        notes.write_text("the notes")
+        await page.get_by_label("Attach files").set_input_files(str(notes))
         await say(page, "hello <img src=x onerror=alert(2)>")
         await expect(messages).to_contain_text("hello <img src=x onerror=alert(2)>")  # shown as text
         await expect(messages).to_contain_text("Hello from")
@@ -86,6 +90,8 @@ async def test_an_owner_chats_approves_from_the_chat_and_the_approvals_page_read
         await expect(messages).not_to_contain_text("the agent")
         fake_llm.release()
         await expect(messages).to_contain_text("Hello from the agent, <b>bold</b> <script>alert(1)</script>")
+        [inboxed] = list((workspace / "inbox").rglob("notes.txt"))
+        assert inboxed.read_text() == "the notes"
 
         # A command approved on its card in the chat.
         await say(page, "run the first command")
@@ -182,5 +188,8 @@ async def test_a_wrong_link_a_request_without_its_csrf_token_and_a_non_owners_vi
         await expect(sessions).to_contain_text("agent:main:web:direct:bob")
         await expect(sessions).not_to_contain_text(SESSION)
         await screenshot(bob, "non-owner-sessions", tmp_path)
+        await bob.get_by_role("link", name="Chat").click()
+        await bob.get_by_role("button", name="New conversation").click()
+        await expect(bob.locator("#messages")).to_contain_text("Started a new conversation.")
     assert asked == 1  # the forged message never reached the model
     assert "forged" not in str([request.body for request in fake_llm.requests])

@@ -36,6 +36,7 @@ class Capabilities(BaseModel):
     markup: Markup = "plain"
     streaming: bool = False
     edit_interval_seconds: float = 1.0  # the shortest gap between two edits of one message while streaming
+    ends_turns: bool = False  # told, in order after its answer, when a turn is over (TurnEnds.end_turn)
 
 
 CONSOLE = Capabilities(max_text_length=1_000_000, markup="markdown", streaming=True)
@@ -147,7 +148,7 @@ class Scheduled(BaseModel):
     with an owner's powers only when `owner` says so (it has no default: whoever makes one decides, bot.runs.principal);
     otherwise it acts for the message's sender, whose message it stands in for."""
 
-    kind: Literal["cron", "heartbeat", "subagent", "announce", "agent", "steer"] = "cron"
+    kind: Literal["cron", "heartbeat", "subagent", "announce", "agent", "steer", "webhook"] = "cron"
     job: str  # the cron job's id, the child's run id, or the message's id between sessions
     agent: str
     session_key: str
@@ -157,6 +158,7 @@ class Scheduled(BaseModel):
     reply_session: str | None = None  # `agent`: the session the answer goes back to
     awaited: bool = False  # `agent`: the sender waits for the answer (sessions_send's wait_seconds)
     timeout_seconds: float | None = None  # `subagent`: the child's own time limit
+    person: str | None = None  # whom a turn not the owners' acts for, when not its sender (a webhook: `hook:<name>`)
 
 
 class InboundMessage(BaseModel):
@@ -308,6 +310,15 @@ class ChannelAdapter(Protocol):
         from a message); returns the thread id, which a ChatTarget's `thread_id` then names. Only called where
         `capabilities.threads` says the channel has threads."""
         ...
+
+
+@runtime_checkable
+class TurnEnds(Protocol):
+    """An adapter whose capabilities say `ends_turns`: after everything a turn said to a chat, the outbox tells it the
+    turn is over and which of the chat's messages (their `message_id`s) it answered (an HTTP response waits for
+    this)."""
+
+    async def end_turn(self, target: ChatTarget, answered: list[str]) -> None: ...
 
 
 @runtime_checkable

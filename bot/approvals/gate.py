@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bot.approvals.text import Shown, shown_command
+from bot.config.http_api import API_CHANNEL
 from bot.config.live import LiveConfig, ReadsLiveConfig, live
 from bot.config.owners_file import owner_key
 from bot.config.settings import Config
@@ -109,6 +110,9 @@ class Approvals(ReadsLiveConfig):
             return Authorization(allowed=True, status="allowed", reason=verdict.reason)
         if verdict.decision == "deny":
             return Authorization(allowed=False, status="denied", reason=verdict.reason)
+        if run.channel == API_CHANNEL and self.config.http_api.approvals == "refuse":
+            reason = f"{verdict.reason}; this API refuses what needs an approval (http_api.approvals: refuse)"
+            return Authorization(allowed=False, status="denied", reason=reason)
         approvers = list(settings.approvers if settings.approvers is not None else self.config.owner_keys())
         if not approvers and run.channel != "console":
             reason = f"{verdict.reason}; nobody can approve it (set `owners` or `agents[].exec.approvers`)"

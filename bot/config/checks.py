@@ -98,25 +98,42 @@ def cross_checks(data: dict[str, Any], config: Config | None) -> list[tuple[Loc,
 
 
 def _web_problems(config: Config) -> list[tuple[Loc, str]]:
-    """`web`: not facing the network unless `allow_remote` says so, and each login's `owner` one of `owners`."""
+    """`web`, `http_api` and `webhooks`: not facing the network unless `allow_remote` says so; each login's, key's and
+    webhook's `owner` one of `owners` and `agent` one of the agents; the API and webhooks only with a listener."""
     problems: list[tuple[Loc, str]] = []
     web = config.web
     if web.listen is not None and not web.allow_remote and not is_loopback(host_port(web.listen)[0]):
         remote = f"{web.listen} is not a loopback address: set web.allow_remote: true (with TLS in front)"
         problems.append((("web", "listen"), remote))
+    named: list[tuple[Loc, str | None]] = [
+        (("web", "tokens", index, "owner"), login.owner) for index, login in enumerate(web.tokens)
+    ]
+    named += [(("http_api", "keys", index, "owner"), key.owner) for index, key in enumerate(config.http_api.keys)]
+    named += [(("webhooks", index, "owner"), hook.owner) for index, hook in enumerate(config.webhooks)]
     owners = set(config.owners)  # as `user_ref` writes them
-    for index, login in enumerate(web.tokens):
-        if login.owner is None:
+    for loc, owner in named:
+        if owner is None:
             continue
         try:
-            key = str(user_ref(login.owner))
+            key = str(user_ref(owner))
         except ValueError as error:
-            problems.append((("web", "tokens", index, "owner"), str(error)))
+            problems.append((loc, str(error)))
             continue
         if key not in owners:
             close = difflib.get_close_matches(key, sorted(owners), n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"owners are {', '.join(sorted(owners)) or 'none'}"
-            problems.append((("web", "tokens", index, "owner"), f"{login.owner} is not one of `owners`; {hint}"))
+            problems.append((loc, f"{owner} is not one of `owners`; {hint}"))
+    if web.listen is None and (config.http_api.keys or config.webhooks):
+        section = "http_api" if config.http_api.keys else "webhooks"
+        problems.append(((section,), "is served on the web listener: set web.listen (it is off)"))
+    agents = [agent.id for agent in config.agents]
+    sources: list[tuple[Loc, str | None]] = [
+        (("http_api", "keys", index, "agent"), key.agent) for index, key in enumerate(config.http_api.keys)
+    ]
+    sources += [(("webhooks", index, "agent"), hook.agent) for index, hook in enumerate(config.webhooks)]
+    for loc, agent in sources:
+        if agent is not None and agent not in agents:
+            problems.append((loc, f"no agent {agent!r}; agents are {', '.join(agents)}"))
     return problems
 
 
@@ -151,6 +168,8 @@ def secrets_of(config: Config) -> list[str]:
     found = [str(value) for _, value in _secrets({"channels": config.channels, "providers": providers})]
     database = [config.state.url] if config.state.url else []  # a database URL may hold its password
     logins = [login.token.get_secret_value() for login in config.web.tokens]
+    logins += [key.key.get_secret_value() for key in config.http_api.keys]
+    logins += [hook.secret.get_secret_value() for hook in config.webhooks]
     return found + database + logins + config._mcp_secrets
 
 

@@ -24,6 +24,7 @@ from agent.images import DEFAULT_IMAGE_TURNS
 from agent.lanes import QueueSettings
 from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
 from bot.config.errors import ConfigIssue, Loc
+from bot.config.http_api import API_CHANNEL, HttpApiSettings, Webhook
 from bot.config.schedules import CronJob, HeartbeatConfig, duration_seconds
 from bot.config.web import WEB_CHANNEL, WebSettings
 from routing import (
@@ -410,6 +411,8 @@ class Config(_Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     owners: list[UserRef] = Field(default_factory=list)
     web: WebSettings = Field(default_factory=WebSettings)
+    http_api: HttpApiSettings = Field(default_factory=HttpApiSettings)
+    webhooks: list[Webhook] = Field(default_factory=list)
     channels: dict[str, Any] = Field(default_factory=dict)
     providers: dict[Name, ProviderConfig] | None = None  # None: taken from *_API_KEY variables at run time
     tools: ToolsConfig | None = None  # None: the full profile, nothing removed
@@ -560,13 +563,19 @@ class Config(_Section):
         raise KeyError(f"no provider {name!r}: add it under providers: in bindings.yaml")
 
     def owner_keys(self) -> list[str]:
-        """Everyone who is an owner: `owners`, and the web logins that are (bot.config.web.WebSettings)."""
-        return [*self.owners, *self.web.owner_logins()]
+        """Everyone who is an owner: `owners`, and the web logins and API keys that name one."""
+        keys = [key.identity for key in self.http_api.keys if key.owner is not None]
+        return [*self.owners, *self.web.owner_logins(), *keys]
 
     def router(self) -> Router:
         """A resolver indexed over every binding, built once per loaded config."""
-        # After the file's own: the WebChat page of agent X (web account X) talks to X unless a binding says otherwise.
-        web = [RoutingBinding(agent=agent.id, channel=WEB_CHANNEL, account=agent.id) for agent in self.agents]
+        # After the file's own: agent X's WebChat page and API model (web and http account X) talk to X unless a
+        # binding says otherwise.
+        web = [
+            RoutingBinding(agent=agent.id, channel=channel, account=agent.id)
+            for channel in (WEB_CHANNEL, API_CHANNEL)
+            for agent in self.agents
+        ]
         return Router(
             [*(binding.to_routing() for binding in self.bindings), *web],
             default_agent=self.default_agent,

@@ -9,7 +9,16 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator
 
-__all__ = ["OPERATOR", "WEB_CHANNEL", "WebLogin", "WebSettings", "host_port", "is_loopback"]
+__all__ = [
+    "OPERATOR",
+    "WEB_CHANNEL",
+    "LoginName",
+    "WebLogin",
+    "WebSettings",
+    "host_port",
+    "is_loopback",
+    "long_secret",
+]
 
 WEB_CHANNEL = "web"  # the channel name of WebChat: people who log in are `web:<name>`
 OPERATOR = "operator"  # the login of the link `bot web url` prints when `web.tokens` names nobody: an owner
@@ -44,22 +53,27 @@ def _login_name(value: object) -> object:
     return value
 
 
+LoginName = Annotated[str, BeforeValidator(_login_name)]  # a web login's, an API key's or a webhook's name
+
+
+def long_secret(value: SecretStr) -> SecretStr:
+    """A secret someone must present (a login link's, an API key, a webhook's): long enough that nobody guesses it."""
+    if len(value.get_secret_value()) < MIN_TOKEN:
+        raise ValueError(f"must be at least {MIN_TOKEN} characters (`openssl rand -hex 24` makes one)")
+    return value
+
+
 class WebLogin(BaseModel):
     """One entry of `web.tokens`: a person who logs in as `web:<name>` with the secret `token` (a ${VAR}), as an
     owner when `owner` names one of the config's `owners` (the same person on a platform), else as a non-owner."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, BeforeValidator(_login_name)]
+    name: LoginName
     token: SecretStr
     owner: str | None = None  # `channel:id` of one of `owners`
 
-    @field_validator("token")
-    @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < MIN_TOKEN:
-            raise ValueError(f"must be at least {MIN_TOKEN} characters (`openssl rand -hex 24` makes one)")
-        return value
+    _long = field_validator("token")(long_secret)
 
     @property
     def identity(self) -> str:

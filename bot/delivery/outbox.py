@@ -16,7 +16,15 @@ from typing import Any, Literal, Protocol
 
 from bot.observe.metrics import Metrics
 from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
-from channels.base import Capabilities, ChannelAdapter, ChatTarget, InboundMessage, OutboundFile, OutboundMessage
+from channels.base import (
+    Capabilities,
+    ChannelAdapter,
+    ChatTarget,
+    InboundMessage,
+    OutboundFile,
+    OutboundMessage,
+    TurnEnds,
+)
 from channels.chunking import chunk_text
 from routing.errors import ChannelError
 from tools.message import SentLog
@@ -310,6 +318,20 @@ class Delivery:
 
     # --- the outbox -------------------------------------------------------------------------------------------------
 
+    def turn_end(self, inbound_id: int | None, message: InboundMessage, answered: Sequence[str]) -> list[OutboxEntry]:
+        """What tells the message's chat, after the replies, that the turn is over and which of its messages
+        (`answered`: their message ids) it answered; nothing for a channel that does not ask (`ends_turns`)."""
+        adapter = self.adapter_for(message.channel, message.account)
+        if adapter is None or not adapter.capabilities.ends_turns:
+            return []
+        target = message.target().model_dump(mode="json")
+        payload = {"answered": list(answered)}
+        entry = OutboxEntry(
+            inbound_id=inbound_id, channel=message.channel, account=message.account, target=target, payload=payload,
+            kind="end",
+        )  # fmt: skip
+        return [entry]
+
     def replies(
         self,
         inbound_id: int | None,
@@ -587,6 +609,9 @@ async def _carry_out(adapter: ChannelAdapter, record: OutboxRecord) -> str | Non
         await adapter.react(target, payload["message_id"], payload["emoji"])
     elif record.kind == "thread":
         return await adapter.create_thread(target, payload["name"], payload.get("message_id"))
+    elif record.kind == "end":
+        if isinstance(adapter, TurnEnds):
+            await adapter.end_turn(target, list(payload["answered"]))
     else:
         return await adapter.send(target, OutboundMessage.model_validate(payload))
     return None

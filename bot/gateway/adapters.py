@@ -60,10 +60,14 @@ def build_adapters(
 
 
 def web_adapters(config: Config, state_dir: Path) -> list[ChannelAdapter]:
-    """The WebChat accounts, one per agent (none when `web.listen` is off); what the bot sends them is kept in
-    `state_dir/web/<agent>` while it runs."""
+    """The WebChat accounts, one per agent (none when `web.listen` is off; what the bot sends them is kept in
+    `state_dir/web/<agent>` while it runs), and the HTTP API's, one per agent, when `http_api.keys` names a key."""
     if config.web.listen is None:
         return []
+    from channels.http_api import ApiChannel
     from channels.web import WebChannel
 
-    return [WebChannel(agent.id, state_dir / "web" / agent.id) for agent in config.agents]
+    adapters: list[ChannelAdapter] = [WebChannel(agent.id, state_dir / "web" / agent.id) for agent in config.agents]
+    if config.http_api.keys:
+        adapters += [ApiChannel(agent.id) for agent in config.agents]
+    return adapters

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from agent.lanes import Lanes, RunControl
 from bot.approvals.gate import Approvals
 from bot.config.checks import bot_folders, own_files
+from bot.config.http_api import API_CHANNEL
 from bot.config.loading import validate_config
 from bot.config.settings import Config
 from bot.config.web import WEB_CHANNEL
@@ -38,6 +39,7 @@ from bot.store import ApprovalRecord, InboundRecord, Store
 from bot.store.base import fenced
 from bot.turns.turn import Job, Turns, fold
 from channels.base import ActionEvent, ChannelAdapter, ElectedIngress, InboundMessage
+from channels.http_api import ApiChannel
 from channels.web import WebChannel
 from tools.exec import ProcessTable
 from tools.registry import ToolRegistry, ToolSetup
@@ -265,7 +267,8 @@ class Gateway:
 
         parts = WebParts(
             self.decisions, self.store, self._web_chats, self.approvals, self.jobs,
-            self.sessions.transcripts, self.channels.snapshots, self._validate,
+            self.sessions.transcripts, self.channels.snapshots, self._validate, self._api_accounts,
+            self.intake.accept_scheduled, self._serves,
         )  # fmt: skip
         server = WebServer(settings, self.state_dir, parts)
         try:
@@ -277,6 +280,16 @@ class Gateway:
             return
         self.web = server
         log.info("web: the Control UI and WebChat are at %s (`bot web url` prints the login link)", server.url)
+
+    def _serves(self, channel: str, account: str) -> bool:
+        return self.delivery.adapter_for(channel, account) is not None
+
+    def _api_accounts(self) -> dict[str, ApiChannel]:
+        return {
+            account: adapter
+            for (channel, account), adapter in self.adapters.items()
+            if channel == API_CHANNEL and isinstance(adapter, ApiChannel)
+        }
 
     def _web_chats(self) -> dict[str, WebChannel]:
         return {

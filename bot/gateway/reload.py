@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 # What a running bot takes only at start: the admin listener, the MCP servers, pruning, the plugins' own setup.
-RESTART_SECTIONS = ("admin", "mcp", "state", "web")
+RESTART_SECTIONS = ("admin", "mcp", "state", "web", "http_api", "webhooks")
 
 
 def validated(path: Path, state_dir: Path, plugins: Plugins | None = None) -> Config:

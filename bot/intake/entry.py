@@ -228,6 +228,7 @@ class Intake:
     async def _reply(self, job: Job, text: str) -> None:
         """Answer a command with `text`, closing its journal row."""
         replies = self.delivery.replies(job.inbound_id, job.message, text)
+        replies += self.delivery.turn_end(job.inbound_id, job.message, [job.message.message_id])
         await self.delivery.close([job.inbound_id], replies=replies, session_key=job.session_key)
 
     async def notice(self, key: str, job: Job, text: str) -> None:

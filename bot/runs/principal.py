@@ -22,8 +22,9 @@ def principal_of(message: InboundMessage, owners: Collection[str]) -> Principal:
     bot started itself (`scheduled`) acts for whom its maker said, never for an owner by default."""
     person = owner_key(message.channel, message.sender_id)
     scheduled = message.scheduled
-    owner = scheduled.owner if scheduled is not None else person in owners
-    return Principal(owner=owner, person=person)
+    if scheduled is None:
+        return Principal(owner=person in owners, person=person)
+    return Principal(owner=scheduled.owner, person=scheduled.person or person)
 
 
 def session_principal(people: Sequence[str]) -> Principal | None:

@@ -123,6 +123,11 @@ def _starts_child(job: Job) -> bool:
     return job.message.scheduled is not None and job.message.scheduled.kind == "subagent"
 
 
+def _message_ids(jobs: Sequence[Job]) -> list[str]:
+    """The platform ids of the jobs' messages: what a turn that answers them answered."""
+    return [job.message.message_id for job in jobs]
+
+
 def _ids(jobs: list[Job]) -> list[int]:
     return [inbound_id for job in jobs for inbound_id in job.inbound_ids]
 
@@ -224,6 +229,7 @@ class Turns:
             chunks = await stream.finish(text) if stream is not None else None
             quote = stream is None or not stream.shown  # a streamed answer's first message quoted already
             replies = self.delivery.replies(newest.inbound_id, newest.message, text, chunks, quote=quote)
+            replies += self.delivery.turn_end(newest.inbound_id, newest.message, _message_ids(jobs + steered))
             await self.delivery.close(inbound_ids + _ids(steered), replies=replies, session_key=key)
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
@@ -236,6 +242,7 @@ class Turns:
                 await stream.abandon()
             sorry = "Sorry, something went wrong on my side."
             replies = self.delivery.replies(newest.inbound_id, newest.message, sorry)
+            replies += self.delivery.turn_end(newest.inbound_id, newest.message, _message_ids(jobs + steered))
             failed = inbound_ids + _ids(steered)
             await self.delivery.close(failed, "failed", type(error).__name__, replies=replies, session_key=key)
 

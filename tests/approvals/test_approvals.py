@@ -82,11 +82,16 @@ class ReadCounting:
 
 
 def approvals(
-    store: SqliteStore | ReadCounting, chats: RecordingMessenger, tmp_path: Path, **exec_settings: Any
+    store: SqliteStore | ReadCounting,
+    chats: RecordingMessenger,
+    tmp_path: Path,
+    http_api: dict[str, Any] | None = None,
+    **exec_settings: Any,
 ) -> Approvals:
     config = parse_config(
         json.dumps(
             {
+                "http_api": http_api or {},
                 "agents": [{"id": "main", "exec": exec_settings}],
                 "owners": ["telegram:42"],
                 "defaults": {"workspace_root": str(tmp_path / "ws")},
@@ -129,6 +134,18 @@ async def test_security_deny_and_ask_off_never_ask(store: SqliteStore, tmp_path:
     assert not denied.allowed and denied.status == "denied"
     strict = await approvals(store, chats, tmp_path, ask="off").authorize("rm -rf /tmp/x", context(tmp_path))
     assert not strict.allowed and chats.sent == []
+
+
+async def test_an_api_run_is_refused_at_once_what_would_need_an_approval_when_the_api_says_refuse(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    chats = RecordingMessenger()
+    api = context(tmp_path).run.model_copy(update={"channel": "http", "sender_id": "ci"})
+    refused = await approvals(store, chats, tmp_path, {"approvals": "refuse"}).authorize("rm -rf x", ToolContext(api))
+    assert not refused.allowed and "http_api.approvals: refuse" in refused.reason
+    assert chats.sent == [] and await store.pending_approvals() == []
+    telegram = await approvals(store, chats, tmp_path, {"approvals": "refuse"}).authorize("wc -l", context(tmp_path))
+    assert telegram.allowed  # only the API's runs, and only what would ask
 
 
 async def test_a_request_is_stored_before_it_is_shown_and_only_approvers_decide(

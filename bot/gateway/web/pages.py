@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from bot.runs.decisions import Decisions
     from bot.scheduled.cron_book import CronBook
     from bot.store import Store
+    from channels.base import InboundMessage
     from channels.health import HealthSnapshot
+    from channels.http_api import ApiChannel
     from channels.web import WebChannel
 
 __all__ = ["Site", "WebParts", "see_other"]
@@ -27,8 +29,9 @@ __all__ = ["Site", "WebParts", "see_other"]
 @dataclass
 class WebParts:
     """What the pages read and change: the run decisions (the config of the moment, its owners), the store, the
-    WebChat accounts (one per agent), approvals, the job book, the transcripts, the channels' health and the config
-    file's validation as it stands on disk (a list of problems, empty when valid)."""
+    WebChat accounts (one per agent), approvals, the job book, the transcripts, the channels' health, the config
+    file's validation as it stands on disk (a list of problems, empty when valid); for the API and webhooks, the API
+    accounts, how a journaled turn starts and which channel accounts are served."""
 
     decisions: Decisions
     store: Store
@@ -38,6 +41,9 @@ class WebParts:
     transcripts: Transcripts
     health: Callable[[], list[HealthSnapshot]]
     validate: Callable[[], Awaitable[list[str]]]
+    apis: Callable[[], Mapping[str, ApiChannel]]  # the API accounts, one per agent
+    accept: Callable[[int, float, InboundMessage], Awaitable[None]]  # a journaled turn the bot starts (a webhook's)
+    running: Callable[[str, str], bool]  # whether a channel account is served
 
 
 class Site(Protocol):

@@ -14,9 +14,11 @@ from aiohttp import web
 
 from bot.approvals.text import shown_command
 from bot.config.web import WEB_CHANNEL, WebSettings, host_port
+from bot.gateway.web.api import ApiRoutes
 from bot.gateway.web.auth import COOKIE, SESSION_SECONDS, Login, Logins
 from bot.gateway.web.chat import ChatPages
 from bot.gateway.web.control import ControlPages
+from bot.gateway.web.hooks import HookRoutes
 from bot.gateway.web.pages import WebParts, see_other
 from bot.gateway.web.render import markdown_html, moment, tokens
 
@@ -71,6 +73,8 @@ class WebServer:
         app.router.add_static("/static", HERE / "static", append_version=False)
         ChatPages(self).routes(app.router)
         ControlPages(self).routes(app.router)
+        ApiRoutes(self).routes(app.router)
+        HookRoutes(self).routes(app.router)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
@@ -151,8 +155,8 @@ class WebServer:
         login = self.logins.by_cookie(cookie)
         if login is not None and cookie is not None:
             request["login"], request["csrf"] = login, self.logins.csrf_for(login, cookie)
-        if request.path.startswith("/static/") or request.path in OPEN_PATHS:
-            return await handler(request)
+        if request.path.startswith(("/static/", "/v1/", "/hooks/")) or request.path in OPEN_PATHS:
+            return await handler(request)  # the API and webhooks check their own keys and signatures
         if login is None:
             if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
                 return see_other("/")

@@ -84,9 +84,7 @@ class WebServer:
             await runner.cleanup()
             raise
         self._runner = runner
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        port = sockets[0].getsockname()[1] if sockets else self.port
+        port = runner.addresses[0][1] if runner.addresses else self.port  # the one taken, for port 0
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"http://{host}:{port}"
 

@@ -16,7 +16,15 @@ if TYPE_CHECKING:
     from bot.store import SqliteStore
     from bot.store.postgres import PostgresStore
 
-__all__ = ["CONFIG_OPTION", "STATE_OPTION", "cli_state", "database_url", "load_or_exit", "state_dir_for"]
+__all__ = [
+    "CONFIG_OPTION",
+    "STATE_OPTION",
+    "cli_state",
+    "database_url",
+    "load_checked",
+    "load_or_exit",
+    "state_dir_for",
+]
 
 _Command = Callable[..., Any]
 
@@ -43,20 +51,28 @@ def state_dir_for(config_path: str, state_dir: str | None) -> Path:
     return Path(state_dir) if state_dir else Path(config_path).resolve().parent / "state"
 
 
-def load_or_exit(config_path: str, state_dir: Path | None = None) -> Config:
-    """Load the config (`.env` beside it first) or print every error and exit 1; with the state directory the bot
-    will use, a workspace that holds it or the config file is an error too (the agent could rewrite its own
-    rules)."""
+def load_checked(config_path: str, state_dir: Path | None = None) -> Config:
+    """The config as every command loads it: `.env` beside it first (the process environment wins), then the file;
+    with the state directory the bot will use, a workspace that holds it or the config file is an error too (the
+    agent could rewrite its own rules). ConfigError with every error."""
     from bot.config.checks import workspace_conflicts
     from bot.config.env import load_env_file
     from bot.config.errors import ConfigError
     from bot.config.loading import load_config
 
+    load_env_file(config_path)
+    config = load_config(config_path)
+    if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
+        raise ConfigError(config_path, conflicts)
+    return config
+
+
+def load_or_exit(config_path: str, state_dir: Path | None = None) -> Config:
+    """`load_checked`, or every error printed and exit 1."""
+    from bot.config.errors import ConfigError
+
     try:
-        load_env_file(config_path)
-        config = load_config(config_path)
-        if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
-            raise ConfigError(config_path, conflicts)
+        config = load_checked(config_path, state_dir)
     except ConfigError as error:
         click.echo(str(error), err=True)
         count = len(error.issues)

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agent.messages import UserMessage
 from agent.providers.base import Completed, ModelRequest, ProviderError
 from bot.app import App
-from bot.config.checks import secrets_of, workspace_conflicts
+from bot.cli.common import load_checked
+from bot.config.checks import secrets_of
 from bot.config.errors import ConfigError, ConfigIssue
-from bot.config.loading import load_config
 from bot.config.settings import Config
 from bot.observe.redaction import Redactor
 from bot.runs.assemble import SetupError, choose_model, model_refs
@@ -108,9 +108,7 @@ def render(checks: Iterable[Check], redactor: Redactor | None = None) -> list[st
 
 def _load(config_path: str, state_dir: Path) -> tuple[Config | None, list[Check]]:
     try:
-        config = load_config(config_path)
-        if conflicts := workspace_conflicts(config, state_dir):
-            raise ConfigError(config_path, conflicts)
+        config = load_checked(config_path, state_dir)  # as every command loads it: `.env` beside it included
     except ConfigError as error:
         count = len(error.issues)
         detail = f"{config_path}: {count} error{'s' if count != 1 else ''}\n{error}"

@@ -80,6 +80,8 @@ async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Eve
         print(f"{serving_line(gateway.starter)} Ctrl-C stops.", file=sys.stderr)
         if gateway.web is not None:
             print(web_line(gateway.web.url or "", gateway.web.link(), sys.stderr), file=sys.stderr)
+        if not app.config.owners:
+            print(NO_OWNER, file=sys.stderr)
         if gateway.watch is not None:  # SIGHUP: read bindings.yaml again now
             with contextlib.suppress(NotImplementedError, AttributeError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, gateway.watch.request)
@@ -101,6 +103,12 @@ def serving_line(starter: ChannelStarter) -> str:
     if served:
         return f"Serving {served}; still trying {trying}."
     return f"No channel started yet; still trying {trying}; retrying with backoff."
+
+
+NO_OWNER = (
+    "No owner yet: nobody on a platform may approve commands or use the owner-only tools. Send /whoami to the bot, "
+    "then run `bot owners add <channel>:<id>` with the id it gives."
+)
 
 
 def web_line(url: str, link: str, out: TextIO) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -295,6 +295,19 @@ def _key_variables(config: Config, provider: str) -> list[str]:
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):
                 found += re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", item)
+    return found
+
+
+def owner_channels(config: Config, channels: Collection[str]) -> list[ConfigIssue]:
+    """Owners on a channel that is none of `channels` (the channels a file can serve): a mistyped one would make
+    nobody an owner, so approvals would wait for no one."""
+    found: list[ConfigIssue] = []
+    for index, owner in enumerate(config.owners):
+        channel = owner.partition(":")[0]
+        if channel not in channels:
+            close = difflib.get_close_matches(channel, sorted(channels), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"channels are {', '.join(sorted(channels))}"
+            found.append(_issue_at(config, ("owners", index), f"{owner}: there is no channel {channel!r}; {hint}"))
     return found
 
 

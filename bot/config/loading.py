@@ -16,6 +16,7 @@ from pydantic import (
 from bot.config.checks import (
     cross_checks,
     mcp_secrets,
+    owner_channels,
     readiness,
     secret_paths,
     unmatched_names,
@@ -24,8 +25,10 @@ from bot.config.checks import (
 )
 from bot.config.env import Substitution, load_env_file, substitute_env, with_env_file
 from bot.config.errors import ConfigError, ConfigIssue, Loc, format_path, issues_from_validation
+from bot.config.http_api import API_CHANNEL
 from bot.config.plugin_checks import check_channels, check_providers
 from bot.config.settings import DEFAULT_CONFIG, Config
+from bot.config.web import WEB_CHANNEL
 from bot.observe.redaction import Redactor
 from bot.plugins import Plugins
 from tools.mcp.settings import secret_entries
@@ -210,10 +213,12 @@ def validate_config(
         config = load_config(path, environment, plugins)
     except ConfigError as error:
         return None, _in_file(error.issues, file), []
+    plugins = plugins or Plugins()
     errors = readiness(config, environment)
+    errors += owner_channels(config, [*plugins.channel_names(), WEB_CHANNEL, API_CHANNEL])
     if state_dir is not None:
         errors += workspace_conflicts(config, state_dir)
-    warnings = config.warnings + unmatched_names(config, plugins or Plugins())
+    warnings = config.warnings + unmatched_names(config, plugins)
     errors, warnings = _in_file(errors, file), _in_file(warnings, file)
     return (None if any(issue.fatal for issue in errors) else config), errors, warnings
 

@@ -186,6 +186,17 @@ async def test_an_unset_variable_fails_naming_it(
     assert_no_secrets(out, fake_telegram.token)
 
 
+async def test_a_token_in_the_env_file_beside_the_config_counts_as_for_every_other_command(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    settings = config(tmp_path, fake_llm, telegram(fake_telegram, token="${DOCTOR_TEST_DOTENV_TOKEN}"))
+    (tmp_path / ".env").write_text(f"DOCTOR_TEST_DOTENV_TOKEN={fake_telegram.token}\n")
+    code, out = await doctor(tmp_path, settings)
+    assert code == 0, out
+    assert line(out, "ok    env ") and line(out, "ok    telegram/main ")
+    assert_no_secrets(out, fake_telegram.token)
+
+
 async def test_an_invalid_config_fails_with_the_errors(tmp_path: Path, fake_llm: FakeLLM) -> None:
     settings = config(tmp_path, fake_llm)
     settings["bindings"] = [{"agent": "ghost", "match": {"channel": "telegram"}}]

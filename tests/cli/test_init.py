@@ -171,5 +171,6 @@ async def test_make_run_without_a_channel_at_a_terminal_chats_in_the_console(tmp
         os.close(primary)
     assert process.returncode == 0, err.decode()
     assert "No channel is configured: serving the console here." in err.decode()
+    assert "No owner yet" in err.decode() and "/whoami" in err.decode() and "bot owners add" in err.decode()
     assert out.decode() == "Four.\n"
     assert len(fake_llm.requests) == 1

@@ -222,3 +222,12 @@ def test_a_missing_model_key_is_named_as_missing_not_as_refused(tmp_path: Path) 
     assert line in chat.stderr
     assert "no API key is set up" in chat.stderr
     assert "refused" not in chat.stderr and "cooling" not in chat.stderr
+
+
+def test_an_owner_on_a_channel_that_does_not_exist_is_refused_with_the_one_meant(tmp_path: Path) -> None:
+    path = write(tmp_path, LOCAL + "owners: [telegram:7, telgram:8, web:ann]\n")
+    config, errors, _ = validate_config(path, environ={})
+    assert config is None  # approvals would wait for nobody: refused, not skipped
+    assert [issue.render(str(path)) for issue in errors] == [
+        f"{path}:3: owners[1]: telgram:8: there is no channel 'telgram'; did you mean 'telegram'?"
+    ]

@@ -25,6 +25,8 @@ from routing import Peer
 
 log = logging.getLogger(__name__)
 
+EXIT_WORDS = frozenset({"/exit", "/quit"})  # typed alone on a line, they end the console's input as Ctrl-D does
+
 
 def console_user() -> str:
     """The name of the person at the terminal (their login), or `local`."""
@@ -34,7 +36,8 @@ def console_user() -> str:
 
 
 class ConsoleAdapter(TextOnly):
-    """Reads one message per line from `source`; replies are printed to `out`. End of input stops reading."""
+    """Reads one message per line from `source`; replies are printed to `out`. End of input (or `/exit`, `/quit`)
+    stops reading."""
 
     channel = "console"
     capabilities = CONSOLE
@@ -63,6 +66,8 @@ class ConsoleAdapter(TextOnly):
                 text = line.rstrip("\n")
                 if not text.strip():
                     continue
+                if text.strip().lower() in EXIT_WORDS:  # the person leaves: as the end of input
+                    break
                 message = InboundMessage(
                     channel=self.channel,
                     account=self.account,

@@ -50,10 +50,14 @@ async def serve(app: App) -> int:
     if serves_console(platforms, sys.stdin):
         what = "No channel could start" if skipped else "No channel is configured"
         print(
-            f"{what}: serving the console here. Type a message; Ctrl-D stops. (`bot init` adds a Telegram, Discord "
-            "or Slack account to bindings.yaml.)",
+            f"{what}: serving the console here. Type a message; /exit or Ctrl-D stops (the bot's log shows warnings "
+            "only, to keep it off the conversation). (`bot init` adds a Telegram, Discord or Slack account to "
+            "bindings.yaml.)",
             file=sys.stderr,
         )
+        root = logging.getLogger()
+        if root.getEffectiveLevel() < logging.WARNING and root.getEffectiveLevel() != logging.DEBUG:
+            root.setLevel(logging.WARNING)  # `-v` keeps every line
         adapters = [*adapters, ConsoleAdapter()]
     if not adapters:
         print(
@@ -77,7 +81,8 @@ async def _serve(app: App, adapters: list[ChannelAdapter], stopping: asyncio.Eve
                 print(error, file=sys.stderr)
             print("No channel could start: every token was refused.", file=sys.stderr)
             return 1
-        print(f"{serving_line(gateway.starter)} Ctrl-C stops.", file=sys.stderr)
+        console = any(isinstance(adapter, ConsoleAdapter) for adapter in adapters)
+        print(f"{serving_line(gateway.starter)}{'' if console else ' Ctrl-C stops.'}", file=sys.stderr)
         if gateway.web is not None:
             print(web_line(gateway.web.url or "", gateway.web.link(), sys.stderr), file=sys.stderr)
         if not app.config.owners:

@@ -162,7 +162,7 @@ async def test_make_run_without_a_channel_at_a_terminal_chats_in_the_console(tmp
     finally:
         os.close(secondary)
     try:
-        os.write(primary, b"what is 2+2?\n\x04")  # a line, then Ctrl-D: the bot stops once it has answered
+        os.write(primary, b"what is 2+2?\n/exit\n")  # a line, then /exit: the bot stops once it has answered
         out, err = await asyncio.wait_for(process.communicate(), WAIT)
     finally:
         if process.returncode is None:
@@ -172,5 +172,6 @@ async def test_make_run_without_a_channel_at_a_terminal_chats_in_the_console(tmp
     assert process.returncode == 0, err.decode()
     assert "No channel is configured: serving the console here." in err.decode()
     assert "No owner yet" in err.decode() and "/whoami" in err.decode() and "bot owners add" in err.decode()
+    assert " INFO " not in err.decode() and "Ctrl-C stops" not in err.decode()  # no log in the conversation
     assert out.decode() == "Four.\n"
     assert len(fake_llm.requests) == 1

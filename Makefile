@@ -7,7 +7,7 @@ CONFIG ?= bindings.yaml
 # project's modules again. Compiled once into __pycache__, they start about a third faster.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test lint flaky bench clean system-packages
+.PHONY: run test lint docs flaky bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,12 @@ system-packages:
 # another's. `-n 0` in PYTEST_ARGS runs everything in one process.
 PARALLEL := -n auto --dist worksteal
 test: lint system-packages
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/docs-site
 	$(BIN)/pytest $(PARALLEL) --durations=15 $(PYTEST_ARGS)
+
+# The docs site (mkdocs.yml, docs/): the config and CLI references are made from the code at each build.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The flake hunt: the whole suite RUNS times, all runs after the first under a CPU hog on every core.
 RUNS ?= 5

@@ -1,0 +1,66 @@
+"""The docs (docs/, built by mkdocs.yml): every YAML example is a config that `bot config check` accepts (laid over
+a working base, its ${VAR}s set), and the generated references name every config section and every command."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from configs import merged
+
+from bot.cli.main import cli
+from bot.config.loading import validate_config
+from bot.config.settings import Config
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+BLOCK = re.compile(r"^( *)```yaml\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+BASE = {
+    "defaults": {"model": "local/m"},
+    "providers": {"local": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+}
+
+
+def examples() -> list[tuple[str, str]]:
+    found = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for number, match in enumerate(BLOCK.finditer(page.read_text(encoding="utf-8")), 1):
+            indent = len(match.group(1))
+            text = "\n".join(line[indent:] for line in match.group(2).splitlines())
+            found.append((f"{page.relative_to(DOCS)}#{number}", text))
+    return found
+
+
+EXAMPLES = examples()
+
+
+def test_the_docs_have_examples() -> None:
+    assert len(EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize(("where", "text"), EXAMPLES, ids=[where for where, _ in EXAMPLES])
+def test_every_yaml_example_passes_config_check(tmp_path: Path, where: str, text: str) -> None:
+    example = yaml.safe_load(text)
+    assert isinstance(example, dict), where
+    variables = set(re.findall(r"\$\{(\w+)", text)) | {"OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
+    environ = {name: f"{name.lower()}-0123456789abcdef" for name in variables}
+    names_a_model = "providers" in example or "model" in (example.get("defaults") or {})
+    path = tmp_path / "bindings.yaml"
+    path.write_text(yaml.safe_dump(example if names_a_model else merged(BASE, example)))
+    config, errors, _ = validate_config(path, environ=environ)
+    assert errors == [] and config is not None, (where, [issue.render(str(path)) for issue in errors])
+
+
+def test_the_references_name_every_section_and_command() -> None:
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import reference
+    finally:
+        sys.path.remove(str(DOCS / "hooks"))
+    config = reference.config_reference()
+    assert all(f"## `{section}`" in config for section in Config.model_fields)
+    commands = reference.cli_reference()
+    assert all(f"## `bot {name}`" in commands for name in cli.commands)

@@ -416,7 +416,8 @@ def test_bot_skills_list_shows_each_skill_its_source_and_why_not(tmp_path: Path)
 
 async def test_bot_chat_takes_skill_too(fake_llm: FakeLLM, tmp_path: Path) -> None:
     skill = make_skill(tmp_path / "shared" / "deploy", "deploy", "Deploy the app.")
-    (tmp_path / "bindings.yaml").write_text(json.dumps(config_data(fake_llm, tmp_path)))  # JSON is YAML
+    data = config_data(fake_llm, tmp_path) | {"owners": ["telegram:1"]}  # a file's owners are on a real channel
+    (tmp_path / "bindings.yaml").write_text(json.dumps(data))  # JSON is YAML
     fake_llm.script(Reply.text("Deploying."))
 
     async def chat(message: str) -> str:

@@ -69,6 +69,11 @@ class ApiChannel(TextOnly):
     def settings(self) -> AccountSettings:
         return self._settings
 
+    @property
+    def serving(self) -> bool:
+        """Whether `ask` takes requests now (between start and stop)."""
+        return self._on_message is not None
+
     async def ask(self, key: str, chat: str, text: str) -> AsyncIterator[Answer]:
         """Send `text` from the key `key` (its name) into the session chat `chat`; yields the answer each time it
         changes, until the turn is over (the last one yielded has `done`). Cancel the iteration to stop following."""

@@ -163,8 +163,11 @@ class WebChannel:
         return list(chat.shown) if chat is not None else []
 
     def watch(self, login: str) -> asyncio.Queue[ChatEvent]:
-        """A queue of what changes in `login`'s chat from now on; `unwatch` it when the page goes."""
-        queue: asyncio.Queue[ChatEvent] = asyncio.Queue(maxsize=1000)
+        """A queue of `login`'s chat: first every message it holds (a page that was rendered a moment ago misses
+        nothing said since; it places a message by its id), then what changes; `unwatch` it when the page goes."""
+        queue: asyncio.Queue[ChatEvent] = asyncio.Queue(maxsize=KEPT_PER_CHAT + 1000)
+        for shown in self.shown(login):
+            queue.put_nowait(ChatEvent("shown", shown))
         self._chat(login).watchers.add(queue)
         return queue
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from playwright.async_api import Browser, Page
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PATIENCE_MS = 30_000  # how long an expectation waits (it returns as soon as it holds): a loaded machine is slow
 ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server"]  # root in CI: no sandbox
 # The screenshots the README shows, kept in docs/screenshots when a test runs with SAVE_SCREENSHOTS=1.
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
@@ -31,7 +32,9 @@ async def chromium() -> AsyncIterator[Browser]:
     """Headless Chromium, stopped (with Playwright's driver) when the block ends."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium package")
-    from playwright.async_api import async_playwright
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=PATIENCE_MS)
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)

@@ -69,6 +69,8 @@ async def test_a_chat_is_shown_to_its_page_and_nobody_elses(tmp_path: Path) -> N
     assert (await page.get()).kind == "gone"
     assert [shown.text for shown in chat.shown("ann")] == ["hi", "Allowed."] and chat.shown("bob") == []
     chat.unwatch("ann", page)
+    later = chat.watch("ann")  # a page opened now first gets what the chat holds
+    assert [(await later.get()).message.text for _ in range(2)] == ["hi", "Allowed."]
     await chat.stop()
     with pytest.raises(ChannelError):
         await chat.say("ann", "after the stop")

@@ -114,7 +114,7 @@ class ApiRoutes:
             return error(400, "The session (X-Session-Id or user) must be 1 to 64 of A-Z a-z 0-9 _ . -",
                          "invalid_request_error")  # fmt: skip
         channel = self.parts.apis().get(agent)
-        if channel is None:
+        if channel is None or not channel.serving:
             return error(503, f"The agent {agent!r} is not served right now.", "server_error")
         chat = f"{key.name}.{session}"  # a key's sessions are its own
         source = RoutingInput(channel=API_CHANNEL, account=agent, peer=Peer("direct", chat))

@@ -58,7 +58,10 @@ class ChatPages:
         chat, login = self._chat(request)
         text, files = await _message_form(request, chat.settings.media.max_bytes, chat.settings.media.max_files)
         if text.strip() or files:
-            await chat.say(login.name, text.strip(), name=login.name, files=tuple(files))
+            try:
+                await chat.say(login.name, text.strip(), name=login.name, files=tuple(files))
+            except ChannelError:  # starting or stopping: nothing was journaled
+                raise web.HTTPServiceUnavailable(text="The bot is starting or stopping: send it again.") from None
         return _done(request, chat.account)
 
     async def click(self, request: web.Request) -> web.StreamResponse:
@@ -74,7 +77,8 @@ class ChatPages:
         return _done(request, chat.account, notice)
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        """What changes in the person's chat, as Server-Sent Events (`chat`: {kind, id, html}) until the page goes."""
+        """The person's chat as Server-Sent Events (`chat`: {kind, id, html}) until the page goes: every message it
+        holds (nothing said between the page's rendering and this stream is missed), then what changes."""
         chat, login = self._chat(request)
         csrf = request["csrf"]
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"})

@@ -119,12 +119,17 @@ def _channels(config: Config) -> dict[str, Any]:
 
 
 def masked_config(config: Config) -> dict[str, Any]:
-    """The effective config (after `${VAR}` substitution, with every default) as plain data, every credential
+    """The effective config (after `${VAR}` substitution, with every default, and each agent's model, fallbacks and
+    workspace as it gets them, inherited or its own) as plain data, every credential
     replaced by `***`: channel tokens and secrets, provider keys and headers, MCP servers' env and headers, and any
     known secret found inside another value. With no `providers:` section, the providers the environment gives."""
     from agent.providers.config import providers_from_env
 
     data = config.model_dump(mode="json")
+    for agent in data["agents"]:  # what each agent gets, inherited from `defaults` or its own
+        agent["model"] = config.model_for(agent["id"])
+        agent["fallbacks"] = config.fallbacks_for(agent["id"])
+        agent["workspace"] = str(config.workspace(agent["id"]))
     data["channels"] = _channels(config)
     if config.providers is None:
         data["providers"] = {

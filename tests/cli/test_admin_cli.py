@@ -114,6 +114,8 @@ def test_config_show_prints_the_effective_config_with_every_secret_masked(tmp_pa
     assert shown["defaults"]["workspace_root"] == str(tmp_path / "ws")  # ${VAR} substituted
     assert shown["defaults"]["max_tool_iterations"] == 50  # defaults written out
     assert shown["agents"][0]["id"] == "main"
+    assert shown["agents"][0]["model"] == shown["defaults"]["model"] is not None  # inherited, shown as applied
+    assert shown["agents"][0]["workspace"] == str(tmp_path / "ws" / "main")
 
 
 def test_config_show_without_providers_shows_the_environments_with_their_keys_masked(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def web_url(config_path: str, state_dir: str | None, name: str | None) -> None:
     """Print the login link, `http://127.0.0.1:8765/#token=…`: whoever opens it is logged in (as the operator, an
     owner, when `web.tokens` names nobody). Keep it as secret as the bot's token."""
     from bot.cli.common import load_or_exit, state_dir_for
-    from bot.config.web import host_port
+    from bot.config.web import host_port, web_url
     from bot.gateway.web.auth import Logins
 
     state = state_dir_for(config_path, state_dir)
@@ -36,11 +36,10 @@ def web_url(config_path: str, state_dir: str | None, name: str | None) -> None:
     host, port = host_port(settings.listen)
     if host in ("0.0.0.0", "::"):  # listening everywhere: this machine reaches it on loopback
         host = "127.0.0.1"
-    shown = f"[{host}]" if ":" in host else host
     try:
-        token = Logins(settings, state).link_token(name)
+        link = Logins(settings, state).link(web_url(host, port), name)
     except KeyError:
         names = ", ".join(login.name for login in settings.tokens)
         click.echo(f"no login {name!r} in web.tokens (there are: {names})", err=True)
         sys.exit(1)
-    click.echo(f"http://{shown}:{port}/#token={token}")
+    click.echo(link)

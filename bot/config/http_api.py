@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from bot.config.web import LoginName, long_secret
+from bot.config.web import LoginName, distinct, long_secret
 
 __all__ = ["API_CHANNEL", "HOOK_PREFIX", "ApiKey", "HookDelivery", "HttpApiSettings", "Webhook"]
 
@@ -49,10 +49,7 @@ class HttpApiSettings(BaseModel):
     @field_validator("keys")
     @classmethod
     def _distinct(cls, value: list[ApiKey]) -> list[ApiKey]:
-        if len({key.name for key in value}) != len(value):
-            raise ValueError("each key needs a name of its own")
-        if len({key.key.get_secret_value() for key in value}) != len(value):
-            raise ValueError("each key needs a secret of its own")
+        distinct("key", [key.name for key in value], "secret", [key.key for key in value])
         return value
 
 

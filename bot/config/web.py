@@ -15,9 +15,11 @@ __all__ = [
     "LoginName",
     "WebLogin",
     "WebSettings",
+    "distinct",
     "host_port",
     "is_loopback",
     "long_secret",
+    "web_url",
 ]
 
 WEB_CHANNEL = "web"  # the channel name of WebChat: people who log in are `web:<name>`
@@ -29,12 +31,18 @@ _LOGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 
 
 def host_port(value: str) -> tuple[str, int]:
-    """`host:port` (an IPv6 host in brackets) as its parts; ValueError names the expected shape."""
+    """`host:port` (an IPv6 host in brackets: `[::1]:8765`) as the host and port to bind (port 0 takes a free one);
+    ValueError names the expected shape. The web and admin listeners both read theirs with it."""
     host, _, port = value.strip().rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError("must be host:port, e.g. 127.0.0.1:8765, or off")
     return host, int(port)
+
+
+def web_url(host: str, port: int) -> str:
+    """Where pages listening on `host` and `port` are reached: `http://host:port` (an IPv6 host in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def is_loopback(host: str) -> bool:
@@ -54,6 +62,14 @@ def _login_name(value: object) -> object:
 
 
 LoginName = Annotated[str, BeforeValidator(_login_name)]  # a web login's, an API key's or a webhook's name
+
+
+def distinct(what: str, names: list[str], secret: str, secrets: list[SecretStr]) -> None:
+    """ValueError unless each `what` (a login, an API key) has a name and a `secret` of its own."""
+    if len(set(names)) != len(names):
+        raise ValueError(f"each {what} needs a name of its own")
+    if len({value.get_secret_value() for value in secrets}) != len(secrets):
+        raise ValueError(f"each {what} needs a {secret} of its own")
 
 
 def long_secret(value: SecretStr) -> SecretStr:
@@ -105,12 +121,8 @@ class WebSettings(BaseModel):
     @field_validator("tokens")
     @classmethod
     def _distinct(cls, value: list[WebLogin]) -> list[WebLogin]:
-        names = [login.name for login in value]
-        if len(set(names)) != len(names):
-            raise ValueError("each login needs a name of its own")
-        secrets = [login.token.get_secret_value() for login in value]
-        if len(set(secrets)) != len(secrets):
-            raise ValueError("each login needs a token of its own")
+        names, secrets = [login.name for login in value], [login.token for login in value]
+        distinct("login", names, "token", secrets)
         return value
 
     @property

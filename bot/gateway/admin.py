@@ -8,17 +8,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from bot.config.web import host_port
 from bot.observe.metrics import Metrics, Readings
 
-__all__ = ["AdminServer", "split_listen"]
+__all__ = ["AdminServer"]
 
 log = logging.getLogger(__name__)
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    """`host:port` (an IPv6 host in brackets: `[::1]:9464`) as the host and port to bind."""
-    host, _, port = listen.rpartition(":")
-    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 class AdminServer:
@@ -27,7 +22,7 @@ class AdminServer:
     once started."""
 
     def __init__(self, listen: str, metrics: Metrics, read: Callable[[], Awaitable[Readings]]) -> None:
-        self.host, self.port = split_listen(listen)
+        self.host, self.port = host_port(listen)
         self.metrics = metrics
         self.read = read
         self.address: tuple[str, int] | None = None

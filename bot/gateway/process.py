@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from agent.lanes import Lanes, RunControl
 from bot.approvals.gate import Approvals
 from bot.config.checks import bot_folders, own_files
-from bot.config.http_api import API_CHANNEL
 from bot.config.loading import validate_config
 from bot.config.settings import Config
-from bot.config.web import WEB_CHANNEL
 from bot.delivery.outbox import Delivery
 from bot.delivery.recovery import drop_stale
 from bot.gateway.adapters import build_adapters
@@ -54,6 +53,8 @@ if TYPE_CHECKING:
     from tools.hooks import Hooks
 
 log = logging.getLogger(__name__)
+
+_Account = TypeVar("_Account", WebChannel, ApiChannel)
 
 
 class Assembly(Protocol):
@@ -260,14 +261,15 @@ class Gateway:
         else fails the start when `web.listen` is written in the config; the default is only warned about (a second
         bot on one machine still starts, without pages)."""
         settings = self.config.web
-        if settings.listen is None or not self._web_chats():
+        if settings.listen is None or not self._accounts_of(WebChannel):
             return
         from bot.gateway.web.pages import WebParts  # aiohttp.web and the pages, only when served
         from bot.gateway.web.server import WebServer
 
         parts = WebParts(
-            self.decisions, self.store, self._web_chats, self.approvals, self.jobs,
-            self.sessions.transcripts, self.channels.snapshots, self._validate, self._api_accounts,
+            self.decisions, self.store, functools.partial(self._accounts_of, WebChannel), self.approvals, self.jobs,
+            self.sessions.transcripts, self.channels.snapshots, self._validate,
+            functools.partial(self._accounts_of, ApiChannel),
             self.intake.accept_scheduled, self._serves,
         )  # fmt: skip
         server = WebServer(settings, self.state_dir, parts)
@@ -284,19 +286,9 @@ class Gateway:
     def _serves(self, channel: str, account: str) -> bool:
         return self.delivery.adapter_for(channel, account) is not None
 
-    def _api_accounts(self) -> dict[str, ApiChannel]:
-        return {
-            account: adapter
-            for (channel, account), adapter in self.adapters.items()
-            if channel == API_CHANNEL and isinstance(adapter, ApiChannel)
-        }
-
-    def _web_chats(self) -> dict[str, WebChannel]:
-        return {
-            account: adapter
-            for (channel, account), adapter in self.adapters.items()
-            if channel == WEB_CHANNEL and isinstance(adapter, WebChannel)
-        }
+    def _accounts_of(self, kind: type[_Account]) -> dict[str, _Account]:
+        """The accounts served by adapters of `kind` (WebChat's, the API's), by account: each an agent's id."""
+        return {account: adapter for (_, account), adapter in self.adapters.items() if isinstance(adapter, kind)}
 
     async def _validate(self) -> list[str]:
         """The config file's problems as `bot config check` would find them now (none: valid, or no file)."""

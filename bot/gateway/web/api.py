@@ -157,10 +157,10 @@ class ApiRoutes:
             async with asyncio.timeout(timeout):
                 async for answer in answers:
                     text = answer.text
-                    # A stream only grows: a preview that changed behind what was sent is sent from where they part.
-                    common = _common_prefix(written, text)
-                    if len(text) > common and len(text) > len(written):
-                        await chunk({"content": text[max(common, len(written)) :]})
+                    # A stream only grows: what the answer has beyond what was sent goes out (a preview that changed
+                    # behind it cannot be taken back).
+                    if len(text) > len(written):
+                        await chunk({"content": text[len(written) :]})
                         written = text
         except TimeoutError:
             pass
@@ -190,14 +190,6 @@ def _last_user_text(messages: object) -> str | None:
     if isinstance(content, list):
         content = "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return content if isinstance(content, str) and content.strip() else None
-
-
-def _common_prefix(first: str, second: str) -> int:
-    size = min(len(first), len(second))
-    for index in range(size):
-        if first[index] != second[index]:
-            return index
-    return size
 
 
 async def _last(answers: Any, timeout: float) -> Answer | None:

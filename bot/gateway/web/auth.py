@@ -64,11 +64,13 @@ class Logins:
         if not self._logins:
             self._logins.append(Login(OPERATOR, operator_token(state_dir)))
 
-    def link_token(self, name: str | None = None) -> str:
-        """The secret of the login `name` (default: the first, the operator's when there is no `tokens`)."""
+    def link(self, url: str, name: str | None = None) -> str:
+        """The login link of `name` (default: the first login, the operator's when there is no `tokens`) to the pages
+        at `url`: its secret in the fragment, which browsers never send to a server or a log. KeyError for no such
+        login."""
         for login in self._logins:
             if name is None or login.name == name:
-                return login.secret
+                return f"{url}/#token={login.secret}"
         raise KeyError(name)
 
     def by_token(self, token: str) -> Login | None:

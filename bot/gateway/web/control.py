@@ -14,10 +14,10 @@ from aiohttp import web
 
 from agent.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from bot.approvals.gate import card
-from bot.config.checks import secrets_of
 from bot.config.schedules import CronJob, next_fire
+from bot.config.shown import masked, masked_config
 from bot.gateway.web.pages import Site, see_other
-from bot.gateway.web.render import bar_chart, masked
+from bot.gateway.web.render import bar_chart
 from bot.intake.session_commands import dollars, price_of, total_usage
 from bot.runs.principal import session_principal
 from bot.store.approvals import ApprovalDecision, ApprovalRecord
@@ -75,8 +75,9 @@ class ControlPages:
         for record in await self.parts.store.list_sessions(limit=SESSIONS):
             if not self._sees(login, record.people):
                 continue
-            cost = total_usage([_as_usage(record)], price) if record.model else None
-            rows.append({"record": record, "cost": dollars(cost.cost) if cost and cost.priced else "—"})
+            priced = price(record.model) if record.model else None  # the session's tokens at its model's price
+            tokens = (record.input_tokens, record.output_tokens, record.cache_read_tokens, record.cache_write_tokens)
+            rows.append({"record": record, "cost": dollars(priced.cost(*tokens)) if priced else "—"})
         return self.server.page(request, "sessions.html", title="Sessions", rows=rows)
 
     async def transcript(self, request: web.Request) -> web.StreamResponse:
@@ -191,27 +192,14 @@ class ControlPages:
 
     async def config(self, request: web.Request) -> web.StreamResponse:
         self._owner(request)
-        config = self.parts.decisions.config
-        secrets = secrets_of(config)
         import yaml
 
-        shown = masked(config.model_dump(mode="json", exclude_none=True), secrets)
-        text = yaml.safe_dump(shown, sort_keys=False, allow_unicode=True)
-        problems = [masked(problem, secrets) for problem in await self.parts.validate()]
+        config = self.parts.decisions.config
+        text = yaml.safe_dump(masked_config(config), sort_keys=False, allow_unicode=True)  # as `bot config show`
+        problems = masked(await self.parts.validate(), config)
         return self.server.page(
             request, "config.html", title="Config", text=text, problems=problems, file=str(config.file or "")
         )
-
-
-def _as_usage(record: Any) -> Any:
-    """A session's totals as a usage row (for its cost)."""
-    from bot.store.sessions import UsageRow
-
-    return UsageRow(
-        at=record.updated, session_key=record.session_key, agent=record.agent, model=record.model,
-        input_tokens=record.input_tokens, output_tokens=record.output_tokens,
-        cache_read_tokens=record.cache_read_tokens, cache_write_tokens=record.cache_write_tokens,
-    )  # fmt: skip
 
 
 def _entries(messages: list[Message]) -> list[dict[str, Any]]:

@@ -1,21 +1,19 @@
 """What the web pages show, made safe and readable: Markdown as HTML with no raw HTML and no images from anywhere,
-moments and token counts as people read them, a config with its secrets masked, and the usage chart."""
+moments and token counts as people read them, and the usage chart."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
-__all__ = ["bar_chart", "markdown_html", "masked", "moment", "tokens"]
-
-MASK = "••••••"
+__all__ = ["bar_chart", "markdown_html", "moment", "tokens"]
 
 
 @functools.cache
@@ -49,20 +47,6 @@ def tokens(count: int) -> str:
     if count < 1_000_000:
         return f"{count / 1000:.1f}k"
     return f"{count / 1_000_000:.1f}M"
-
-
-def masked(value: Any, secrets: Sequence[str]) -> Any:
-    """`value` (a config as plain data) with every one of `secrets` (bot.config.checks.secrets_of) masked wherever
-    it appears, whole or inside a longer text."""
-    if isinstance(value, dict):
-        return {key: masked(item, secrets) for key, item in value.items()}
-    if isinstance(value, list):
-        return [masked(item, secrets) for item in value]
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret and secret in value:
-                value = value.replace(secret, MASK)
-    return value
 
 
 def bar_chart(values: Sequence[tuple[str, int]], *, width: int = 640, height: int = 160) -> Markup:

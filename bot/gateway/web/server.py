@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bot.approvals.text import shown_command
-from bot.config.web import WEB_CHANNEL, WebSettings, host_port
+from bot.config.web import WEB_CHANNEL, WebSettings, host_port, web_url
 from bot.gateway.web.api import ApiRoutes
 from bot.gateway.web.auth import COOKIE, SESSION_SECONDS, Login, Logins
 from bot.gateway.web.chat import ChatPages
@@ -61,8 +61,8 @@ class WebServer:
         self._templates: jinja2.Environment | None = None
 
     def link(self) -> str:
-        """The login link: the secret travels in the fragment, which browsers never send to a server or a log."""
-        return f"{self.url}/#token={self.logins.link_token()}"
+        """The login link of the first login (bot.gateway.web.auth.Logins.link)."""
+        return self.logins.link(self.url or "")
 
     async def start(self) -> None:
         """Bind and listen; OSError when the address is taken or not this machine's."""
@@ -85,8 +85,7 @@ class WebServer:
             raise
         self._runner = runner
         port = runner.addresses[0][1] if runner.addresses else self.port  # the one taken, for port 0
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        self.url = f"http://{host}:{port}"
+        self.url = web_url(self.host, port)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -30,9 +30,24 @@ class QueueSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: QueueMode = "collect"
-    debounce_ms: int = Field(default=1000, ge=0)  # collect: quiet time after the last arrival before the next turn
-    cap: int = Field(default=20, ge=1)  # queued items per session; beyond it the oldest are folded into one
+    mode: QueueMode = Field(
+        default="collect",
+        description="`collect`: the waiting messages become one next turn, after `debounce_ms`; `followup`: each its "
+        "own turn; `steer`: put into the running turn at its next tool boundary; `interrupt`: the running turn is "
+        "cancelled and a new one starts (only by its own person or an owner). `/queue` changes it for one "
+        "conversation.",
+    )
+    debounce_ms: int = Field(
+        default=1000,
+        ge=0,
+        description="Under `collect`: milliseconds of quiet after the last arrival before the next turn starts.",
+    )
+    cap: int = Field(
+        default=20,
+        ge=1,
+        description="Messages queued per session; beyond it the oldest of one person's are folded into one and the "
+        "person is told.",
+    )
 
 
 class RunControl(Generic[T]):

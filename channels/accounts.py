@@ -23,14 +23,42 @@ def _refuse(model: str, key: str, value: object, message: str) -> ValidationErro
 class TelegramAccount(AccountSettings):
     """`channels.telegram.accounts.<id>`: the bot token, and how updates arrive (long polling unless told otherwise)."""
 
-    token: str = Field(min_length=1, repr=False)
-    mode: Literal["polling", "webhook"] = "polling"
-    poll_timeout: int = Field(default=30, ge=0, le=50)  # seconds one getUpdates is held open by Telegram
-    webhook_url: str | None = None  # the public HTTPS address Telegram posts to
-    webhook_secret: str | None = Field(default=None, repr=False)  # X-Telegram-Bot-Api-Secret-Token
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = Field(default=8443, ge=0, le=65535)
-    rate_limit: bool = True  # keep within Telegram's 30 messages/s and 20/min per group (off only to measure)
+    token: str = Field(
+        min_length=1,
+        repr=False,
+        description="The bot token from @BotFather, best written as `${TELEGRAM_BOT_TOKEN}` (a token written into "
+        "the file draws a warning).",
+    )
+    mode: Literal["polling", "webhook"] = Field(
+        default="polling",
+        description="How updates arrive: `polling`, long polling (getUpdates); `webhook`, Telegram posts them to "
+        "`webhook_url` (needs `webhook_url` and `webhook_secret`).",
+    )
+    poll_timeout: int = Field(
+        default=30, ge=0, le=50, description="Seconds one getUpdates long poll is held open by Telegram (0 to 50)."
+    )
+    webhook_url: str | None = Field(
+        default=None, description="Webhook mode: the public HTTPS address Telegram posts updates to."
+    )
+    webhook_secret: str | None = Field(
+        default=None,
+        repr=False,
+        description="Webhook mode: the secret Telegram sends in X-Telegram-Bot-Api-Secret-Token, which admits a "
+        "post; written as `${VAR}`.",
+    )
+    webhook_listen: str = Field(
+        default="127.0.0.1",
+        description="Webhook mode: the address the bot's webhook listener binds (loopback: a TLS proxy in front "
+        "forwards Telegram's posts).",
+    )
+    webhook_port: int = Field(
+        default=8443, ge=0, le=65535, description="Webhook mode: the listener's port (0: a free one)."
+    )
+    rate_limit: bool = Field(
+        default=True,
+        description="Keep within Telegram's 30 messages a second and 20 a minute per group, waiting out any 429; "
+        "turn off only to measure.",
+    )
 
     @model_validator(mode="after")
     def _webhook_complete(self) -> TelegramAccount:
@@ -61,32 +89,74 @@ class DiscordAccount(AccountSettings):
 
     `api_base_url` is the server root (`/api/v10` is appended); `gateway_url` the full WebSocket URL."""
 
-    token: str
-    gateway_url: str | None = None
-    ready_timeout: float = Field(default=30.0, gt=0)  # how long start() waits for READY
-    # After READY, discord.py waits this long for each guild's GUILD_CREATE before it calls itself ready.
-    guild_ready_timeout: float = Field(default=2.0, gt=0)
-    # A reconnect storm: more than `storm_reconnects` new gateway connections within `storm_minutes` puts the account
-    # in `degraded` and spaces further attempts with exponential backoff and jitter.
-    storm_reconnects: int = Field(default=5, ge=1)
-    storm_minutes: float = Field(default=10.0, gt=0)
-    # Gateway shards (Discord's `shard_count`): each one a connection of its own, and, with several `bot run`
-    # processes on one database, a listener one process holds at a time (channels/discord/adapter.py `ingress_keys`).
-    shard_count: int = Field(default=1, ge=1)
+    token: str = Field(
+        description="The bot token from the developer portal, best written as `${DISCORD_BOT_TOKEN}` (a token "
+        "written into the file draws a warning)."
+    )
+    gateway_url: str | None = Field(
+        default=None,
+        description="The full WebSocket URL of the gateway, only for a proxy or a test fake; none: the gateway "
+        "Discord names.",
+    )
+    ready_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a start waits for the gateway's READY before the account counts as not started.",
+    )
+    guild_ready_timeout: float = Field(
+        default=2.0,
+        gt=0,
+        description="After READY, seconds discord.py waits for each server's GUILD_CREATE before it calls itself "
+        "ready.",
+    )
+    storm_reconnects: int = Field(
+        default=5,
+        ge=1,
+        description="A reconnect storm: more than this many new gateway connections within `storm_minutes` make "
+        "the account `degraded` and space further attempts with backoff and jitter.",
+    )
+    storm_minutes: float = Field(
+        default=10.0, gt=0, description="The window, in minutes, in which `storm_reconnects` is counted."
+    )
+    # channels/discord/adapter.py `ingress_keys`: a shard's listener, held by one process at a time.
+    shard_count: int = Field(
+        default=1,
+        ge=1,
+        description="Gateway shards (Discord's `shard_count`), each a connection of its own; with several `bot run` "
+        "processes on one database, each shard is served by one process at a time.",
+    )
 
 
 class SlackAccount(AccountSettings):
     """`channels.slack.accounts.<id>`: a bot token, and Socket Mode (an app token) or HTTP Events (a signing secret)."""
 
-    bot_token: SecretStr  # xoxb-...
-    mode: Literal["socket", "http"] = "socket"
-    app_token: SecretStr | None = None  # xapp-..., for Socket Mode
-    signing_secret: SecretStr | None = None  # for HTTP mode: every request's signature is checked with it
-    # HTTP mode's listener. Slack only posts to https, so a TLS proxy sits in front: loopback by default.
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=3000, ge=0, le=65535)
-    http_path: str = "/slack/events"
-    ping_interval: float = Field(default=10, gt=0)  # Socket Mode keep-alive
+    bot_token: SecretStr = Field(description="The bot token, `xoxb-…`, written as `${SLACK_BOT_TOKEN}`.")
+    mode: Literal["socket", "http"] = Field(
+        default="socket",
+        description="How events arrive: `socket`, Socket Mode (needs `app_token`); `http`, HTTP Events posted to "
+        "the bot's listener (needs `signing_secret`).",
+    )
+    app_token: SecretStr | None = Field(
+        default=None,
+        description="Socket Mode: an app-level token with connections:write, `xapp-…`, written as `${VAR}`.",
+    )
+    signing_secret: SecretStr | None = Field(
+        default=None,
+        description="HTTP mode: the app's signing secret, written as `${VAR}`; every request's signature is checked "
+        "with it.",
+    )
+    http_host: str = Field(
+        default="127.0.0.1",
+        description="HTTP mode: the address the listener binds; Slack posts only to https, so a TLS proxy sits in "
+        "front, hence loopback.",
+    )
+    http_port: int = Field(default=3000, ge=0, le=65535, description="HTTP mode: the listener's port.")
+    http_path: str = Field(
+        default="/slack/events", description="HTTP mode: the path Slack posts events to; it starts with `/`."
+    )
+    ping_interval: float = Field(
+        default=10, gt=0, description="Socket Mode: seconds between the keep-alive pings the bot sends."
+    )
 
     @model_validator(mode="after")
     def _credentials_for_mode(self) -> SlackAccount:

@@ -47,8 +47,17 @@ class MediaLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_bytes: int = Field(default=20 * 1024 * 1024, gt=0)  # per file; Telegram's Bot API serves nothing larger
-    max_files: int = Field(default=10, ge=0)  # per message; the rest are named to the agent, not fetched
+    max_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        gt=0,
+        description="The largest file fetched, in bytes (20 MiB: Telegram's Bot API serves nothing larger); the "
+        "person is told about a larger one and the agent reads why it is missing.",
+    )
+    max_files: int = Field(
+        default=10,
+        ge=0,
+        description="Files fetched per message; the rest are named to the agent, not fetched.",
+    )
 
 
 class AccountSettings(BaseModel):
@@ -58,17 +67,51 @@ class AccountSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    api_base_url: str | None = None  # the platform server's root: a local Bot API server, a proxy, a test fake
-    dm_policy: Literal["pairing", "allowlist", "open", "disabled"] = "pairing"
-    allow_from: list[str] = Field(default_factory=list)  # sender ids exactly as the platform writes them
-    group_policy: Literal["open", "allowlist", "disabled"] = "open"
-    group_allow_from: list[str] = Field(default_factory=list)  # senders allowed in groups under `allowlist`
-    require_mention: bool = True  # in groups and channels, answer only when mentioned (or replied to)
-    streaming: Literal["off", "partial"] = "partial"
-    media: MediaLimits = Field(default_factory=MediaLimits)
-    # Silence from the platform (no completed poll, no envelope or pong, no heartbeat ack) for this long counts as a
-    # stall: the adapter's watchdog drops the connection and makes a new one.
-    stall_seconds: float = Field(default=90.0, gt=0)
+    api_base_url: str | None = Field(
+        default=None,
+        description="The platform server's root with its scheme (a local Bot API server, a proxy, a test fake); "
+        "none: the real https://api.telegram.org, https://discord.com or https://slack.com.",
+    )
+    dm_policy: Literal["pairing", "allowlist", "open", "disabled"] = Field(
+        default="pairing",
+        description="Who may talk to the bot in direct messages: `pairing`, an unknown sender gets a one-time code "
+        "an owner approves (`bot pairing approve`, `/pair`); `allowlist`, only `allow_from`; `open`, anyone; "
+        "`disabled`, nobody.",
+    )
+    allow_from: list[str] = Field(
+        default_factory=list,
+        description="Sender ids allowed in direct messages under `dm_policy: allowlist`, exactly as the platform "
+        "writes them.",
+    )
+    group_policy: Literal["open", "allowlist", "disabled"] = Field(
+        default="open",
+        description="Who the bot answers in groups and channels: `open`, anyone; `allowlist`, only "
+        "`group_allow_from`; `disabled`, nobody.",
+    )
+    group_allow_from: list[str] = Field(
+        default_factory=list,
+        description="Sender ids the bot answers in groups under `group_policy: allowlist`, exactly as the platform "
+        "writes them.",
+    )
+    require_mention: bool = Field(
+        default=True,
+        description="In groups and channels, answer only when mentioned or replied to; false: answer every message.",
+    )
+    streaming: Literal["off", "partial"] = Field(
+        default="partial",
+        description="`partial`: the answer appears as one message edited while the model writes (where the platform "
+        "can edit); `off`: whole answers only.",
+    )
+    media: MediaLimits = Field(
+        default_factory=MediaLimits, description="How much of the files people send is fetched into the workspace."
+    )
+    stall_seconds: float = Field(
+        default=90.0,
+        gt=0,
+        description="Seconds of silence from the platform (no completed poll, no envelope or pong, no heartbeat "
+        "acknowledgement) after which the account counts as stalled and its connection is replaced (Telegram "
+        "polling: at least `poll_timeout` + 2; Discord's own gateway: at least 45 is used).",
+    )
 
     @field_validator("allow_from", "group_allow_from", mode="before")
     @classmethod

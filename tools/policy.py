@@ -6,18 +6,29 @@ import difflib
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from tools.base import Tool
-from tools.registry import BUILTIN_GROUPS, BUILTIN_TOOL_NAMES, ToolRegistry, is_group_entry
+from tools.policy_config import (
+    AgentToAgent as AgentToAgent,
+    AgentToolsConfig,
+    DefaultedPolicy,
+    NonOwnerPolicy,
+    ProfileName,
+    SubagentPolicy,
+    ToolPolicy,
+    ToolsConfig,
+    builtin_groups as _builtin_groups,
+    lower as _lower,
+    matches as _matches,
+)
+from tools.registry import BUILTIN_TOOL_NAMES, ToolRegistry, is_group_entry
 
 Layer = Literal["owner_only", "profile", "global", "provider", "agent", "non_owner", "group", "sandbox", "subagent"]
 LAYERS: tuple[Layer, ...] = get_args(Layer)
 
-ProfileName = Literal["minimal", "messaging", "coding", "full"]
 # What each profile allows, as policy entries; None allows everything.
 PROFILES: dict[ProfileName, tuple[str, ...] | None] = {
     "minimal": ("session_status",),
@@ -26,197 +37,6 @@ PROFILES: dict[ProfileName, tuple[str, ...] | None] = {
     "full": None,
 }
 DEFAULT_PROFILE: ProfileName = "full"
-
-_GLOB_CHARS = frozenset("*?[")
-
-
-def _entry(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    text = value.strip().lower()
-    if not text:
-        raise ValueError("must be a tool name, a glob such as web_*, or a group such as group:fs or mcp:github")
-    return text
-
-
-def _lower(value: object) -> object:
-    return value.strip().lower() if isinstance(value, str) else value
-
-
-def _group_key(value: object) -> object:
-    """A `by_group` key that can match something: `<channel>:<kind>:<peer id>`, or a glob such as `discord:*`."""
-    if not isinstance(value, str):
-        return value
-    parts = value.strip().split(":", 2)
-    kind_ok = len(parts) == 3 and (
-        parts[1].lower() in ("direct", "group", "channel") or bool(_GLOB_CHARS & set(parts[1]))
-    )
-    if not (kind_ok or (len(parts) < 3 and "*" in value)):
-        raise ValueError(
-            f"{value!r} must be <channel>:<direct|group|channel>:<peer id>, e.g. telegram:group:-100123 or discord:*"
-        )
-    return value.strip()
-
-
-Entry = Annotated[str, BeforeValidator(_entry)]
-Profile = Annotated[ProfileName, BeforeValidator(_lower)]
-GroupKey = Annotated[str, BeforeValidator(_group_key)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_keys_are_absent(cls, data: Any) -> Any:
-        # `deny:` with every entry commented out reads as null; treat it as not written.
-        if isinstance(data, dict):
-            return {key: value for key, value in data.items() if value is not None}
-        return data
-
-
-class ToolPolicy(_Section):
-    """One layer's lists. Entries are names, `*`, globs (`web_*`) or groups (`group:fs`, `mcp:<server>`); deny wins."""
-
-    allow: list[Entry] = Field(default_factory=list)
-    deny: list[Entry] = Field(default_factory=list)
-
-
-class ProviderToolPolicy(ToolPolicy):
-    """`tools.by_provider.<key>`: a profile and lists for one provider or one provider/model."""
-
-    profile: Profile | None = None
-
-
-# What runs started by someone who is not an owner may never use unless `tools.non_owner.allow` lifts it: commands,
-# writing the workspace's files (which include the notes and bootstrap files every session reads), MCP servers'
-# tools (they act with the credentials the owner gave the server), and other sessions (other people's conversations).
-NON_OWNER_DENY: tuple[str, ...] = (
-    "group:runtime",
-    "write",
-    "edit",
-    "memory_write",
-    "group:mcp",
-    "group:automation",  # a job runs unattended with the agent's powers
-    "group:sessions",
-)
-
-# What a child of `sessions_spawn` may not use unless `tools.subagent.allow` lifts it: scheduling (a job would outlive
-# the child and run unattended).
-SUBAGENT_DENY: tuple[str, ...] = ("group:automation",)
-
-
-def _builtin_groups(name: str) -> frozenset[str]:
-    return frozenset(group for group, members in BUILTIN_GROUPS.items() if name in members)
-
-
-def _lifts_something(default: tuple[str, ...], who: str, entry: str) -> str:
-    """An `allow` entry of a layer with a default deny list, refused when it surely lifts nothing: a built-in tool
-    or group that the default does not deny. Before the lists merged, `allow` limited the layer to what it named;
-    such an entry is the mark of a config written then, which would now give more than it did (hence an error)."""
-    if entry == "*" or _GLOB_CHARS & set(entry):
-        return entry
-    if is_group_entry(entry):
-        if entry not in BUILTIN_GROUPS or entry == "group:mcp":  # other tools may join any group: it may lift them
-            return entry
-        members = BUILTIN_GROUPS[entry]
-    elif entry in BUILTIN_TOOL_NAMES:
-        members = (entry,)
-    else:
-        return entry  # a plugin's or an MCP server's tool, whose groups only the registry knows
-    if any(_matches(denied, name, _builtin_groups(name)) for denied in default for name in members):
-        return entry
-    raise ValueError(
-        f"{entry!r} is not in the {who} default deny list ({', '.join(default)}), so allowing it changes nothing: "
-        f"allow only lifts entries of that list; to limit {who}s to some tools, as allow did before, list them "
-        "under only:"
-    )
-
-
-NonOwnerLift = Annotated[
-    str, BeforeValidator(_entry), AfterValidator(partial(_lifts_something, NON_OWNER_DENY, "non-owner"))
-]
-SubagentLift = Annotated[
-    str, BeforeValidator(_entry), AfterValidator(partial(_lifts_something, SUBAGENT_DENY, "subagent"))
-]
-
-
-class DefaultedPolicy(_Section):
-    """A layer with a built-in deny list (`default`) that the config changes rather than replaces: `allow` lifts
-    from the default what it names (a tool, glob or group: `allow: [cron]` lifts cron out of `group:automation`, and
-    nothing else of that group), `deny` adds to it, `only` limits the layer to what it names (it lifts nothing).
-    `deny` wins over `allow`. Whatever the config does not name stays as the default has it."""
-
-    default: ClassVar[tuple[str, ...]] = ()
-    allow: list[Entry] = Field(default_factory=list)
-    deny: list[Entry] = Field(default_factory=list)
-    only: list[Entry] = Field(default_factory=list)
-
-
-class NonOwnerPolicy(DefaultedPolicy):
-    """`tools.non_owner`: runs started by anyone not in `owners`, over NON_OWNER_DENY."""
-
-    default: ClassVar[tuple[str, ...]] = NON_OWNER_DENY
-    allow: list[NonOwnerLift] = Field(default_factory=list)
-
-
-class SubagentPolicy(DefaultedPolicy):
-    """`tools.subagent`: runs of a child `sessions_spawn` started, over SUBAGENT_DENY."""
-
-    default: ClassVar[tuple[str, ...]] = SUBAGENT_DENY
-    allow: list[SubagentLift] = Field(default_factory=list)
-
-
-def _pair(value: object) -> object:
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",")]
-    if not isinstance(value, list | tuple) or len(value) != 2 or not all(isinstance(v, str) and v for v in value):
-        raise ValueError("must be a pair of agent ids, e.g. [main, research] (or [main, '*'])")
-    return tuple(value)
-
-
-AgentPair = Annotated[tuple[str, str], BeforeValidator(_pair)]
-
-
-class AgentToAgent(_Section):
-    """`tools.agent_to_agent`: which pairs of agents may see and message each other's sessions (an agent always may
-    its own), and how many messages may go back and forth in one exchange before `sessions_send` refuses."""
-
-    allow: list[AgentPair] = Field(default_factory=list)
-    max_exchanges: int = Field(default=5, ge=1, le=20)
-
-    def allows(self, one: str, other: str) -> bool:
-        """Whether agents `one` and `other` may reach each other's sessions (either order; `*` matches any)."""
-        if one == other:
-            return True
-        return any(
-            (a in (one, "*") and b in (other, "*")) or (a in (other, "*") and b in (one, "*")) for a, b in self.allow
-        )
-
-
-class ToolsConfig(_Section):
-    """The `tools:` section: the global profile and lists, and the layers that apply per provider, chat and run."""
-
-    profile: Profile | None = None
-    allow: list[Entry] = Field(default_factory=list)
-    deny: list[Entry] = Field(default_factory=list)
-    by_provider: dict[str, ProviderToolPolicy] = Field(default_factory=dict)
-    by_group: dict[GroupKey, ToolPolicy] = Field(default_factory=dict)
-    non_owner: NonOwnerPolicy = Field(default_factory=NonOwnerPolicy)
-    """Runs started by anyone not in `owners`; what the section writes changes the default deny list."""
-    sandbox: ToolPolicy | None = None
-    subagent: SubagentPolicy = Field(default_factory=SubagentPolicy)
-    """Runs of a child `sessions_spawn` started; what the section writes changes the default deny list. Beyond it,
-    a child at `subagents.max_depth` never has `sessions_spawn`."""
-    agent_to_agent: AgentToAgent = Field(default_factory=lambda: AgentToAgent())
-
-
-class AgentToolsConfig(_Section):
-    """`agents[].tools`: the agent's own profile (it replaces the global one) and lists."""
-
-    profile: Profile | None = None
-    allow: list[Entry] = Field(default_factory=list)
-    deny: list[Entry] = Field(default_factory=list)
 
 
 class Selection(BaseModel):
@@ -287,16 +107,6 @@ class _Rule:
     deny: tuple[str, ...]
     lift: tuple[str, ...] = ()
     lift_label: str = ""
-
-
-def _matches(entry: str, name: str, groups: frozenset[str]) -> bool:
-    if entry == "*":
-        return True
-    if is_group_entry(entry):
-        return any(fnmatch.fnmatchcase(group, entry) for group in groups)
-    if _GLOB_CHARS & set(entry):
-        return fnmatch.fnmatchcase(name, entry)
-    return entry == name
 
 
 def _first(entries: Iterable[str], name: str, groups: frozenset[str]) -> str | None:

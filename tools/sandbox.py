@@ -95,13 +95,30 @@ class SandboxSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: SandboxMode = "non-main"  # non-main: every run except an owner's direct messages and the local console
-    backend: SandboxBackend = "bwrap"
-    network: bool = False
-    image: str = Field(default="debian:bookworm-slim", min_length=1)  # docker only
-    max_processes: int = Field(default=256, ge=4)  # processes in one sandbox at once (a fork bomb stops there)
-    max_file_mb: int = Field(default=1024, ge=1)  # the largest file a command may write, in MiB
-    cpu_seconds: int = Field(default=600, ge=1)  # CPU time each process of a command may use
+    mode: SandboxMode = Field(
+        default="non-main",
+        description="Which runs' commands are sandboxed: `non-main`, every run except an owner's direct messages and "
+        "the local console (`bot chat`), which run shielded from the bot instead; `all`, every run; `off`, none.",
+    )
+    backend: SandboxBackend = Field(
+        default="bwrap",
+        description="`bwrap`: bubblewrap, the workspace and read-only system folders in namespaces of their own; "
+        "`docker`: `docker run --rm` of `image` with the same mounts. When it is missing, sandboxed commands are "
+        "refused, never run bare.",
+    )
+    network: bool = Field(
+        default=False,
+        description="Whether sandboxed commands reach the network (the host's, with /etc/resolv.conf and /etc/hosts); "
+        "false: no network at all.",
+    )
+    image: str = Field(
+        default="debian:bookworm-slim", min_length=1, description="The image sandboxed commands run in; docker only."
+    )
+    max_processes: int = Field(
+        default=256, ge=4, description="Processes one sandbox may run at once (a fork bomb stops there); at least 4."
+    )
+    max_file_mb: int = Field(default=1024, ge=1, description="The largest file a command may write, in MiB.")
+    cpu_seconds: int = Field(default=600, ge=1, description="Seconds of CPU time each process of a command may use.")
 
 
 def is_sandboxed(settings: SandboxSettings, *, channel: str, is_owner: bool, peer_kind: str | None) -> bool:

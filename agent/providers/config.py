@@ -63,10 +63,14 @@ class ModelPrice(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
+    input: float = Field(ge=0, description="US dollars per million input (prompt) tokens that are not cached.")
+    output: float = Field(ge=0, description="US dollars per million output tokens.")
+    cache_read: float | None = Field(
+        default=None, ge=0, description="US dollars per million tokens read from the prompt cache; none: `input`'s."
+    )
+    cache_write: float | None = Field(
+        default=None, ge=0, description="US dollars per million tokens written to the prompt cache; none: `input`'s."
+    )
 
     def cost(self, input_tokens: int, output_tokens: int, cache_read_tokens: int, cache_write_tokens: int) -> float:
         """Dollars for one run's tokens; `input_tokens` is the whole prompt, cache reads and writes included."""
@@ -82,16 +86,28 @@ class ModelOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # "xml": the model gets tools described in its prompt and answers with tags (for models without tool calling).
-    tool_dispatch: Annotated[Literal["native", "xml"], BeforeValidator(_lower)] = "native"
-    # Replaces the request's max_tokens for this model.
-    max_tokens: int | None = Field(default=None, gt=0)
-    # Reasoning effort (OpenAI `reasoning_effort`, Anthropic extended thinking); lowered when the model rejects it.
-    thinking: Annotated[ThinkingLevel, BeforeValidator(_lower)] = "off"
-    # What the model takes in: [text] or [text, image]. Unset: guessed from the model's name (`sees_images`).
-    input: list[Annotated[Literal["text", "image"], BeforeValidator(_lower)]] | None = None
-    # US dollars per million tokens, for `/usage`'s estimate; None: no price known.
-    price: ModelPrice | None = None
+    tool_dispatch: Annotated[Literal["native", "xml"], BeforeValidator(_lower)] = Field(
+        default="native",
+        description="`native`: the provider's tool calling; `xml`, for models without it: the tools are described in "
+        "the prompt and the model answers with `<tool_call>` tags.",
+    )
+    max_tokens: int | None = Field(
+        default=None, gt=0, description="The most tokens one answer of this model may have; none: the request's (4096)."
+    )
+    thinking: Annotated[ThinkingLevel, BeforeValidator(_lower)] = Field(
+        default="off",
+        description="Reasoning effort (OpenAI's `reasoning_effort`, Anthropic's extended thinking): `off`, `low`, "
+        "`medium` or `high`; lowered a level when the model rejects it; `/think` changes it for one conversation.",
+    )
+    input: list[Annotated[Literal["text", "image"], BeforeValidator(_lower)]] | None = Field(
+        default=None,
+        description="What the model takes in: `[text]`, or `[text, image]` for one that is shown images; none: "
+        "guessed from the model's name.",
+    )
+    price: ModelPrice | None = Field(
+        default=None,
+        description="What the model costs, for `/usage`'s estimate; none: no price known (`/usage` names the model).",
+    )
 
 
 class ProviderConfig(BaseModel):
@@ -99,19 +115,42 @@ class ProviderConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # Which plugin speaks to it (entry point group `switchboard.providers`): `openai` (any Chat Completions
-    # endpoint) and `anthropic` are built in.
-    kind: Annotated[str, BeforeValidator(_lower)]
-    base_url: str
-    api_key: Annotated[str | None, BeforeValidator(_blank_is_none)] = None
-    api_keys: Annotated[list[str], BeforeValidator(_key_list)] = Field(default_factory=list)
-    headers: dict[str, str] = Field(default_factory=dict)
-    # The longest the endpoint may stay silent (connecting, or between two pieces of the stream).
-    timeout_seconds: float = Field(default=120, gt=0)
-    # Prompt-cache breakpoints: `auto` marks them where the endpoint needs them (Anthropic; Claude and Gemini
-    # models behind OpenAI-compatible endpoints such as OpenRouter), `off` never sends any.
-    cache: Annotated[Literal["auto", "off"], BeforeValidator(_lower)] = "auto"
-    models: dict[str, ModelOptions] = Field(default_factory=dict)
+    kind: Annotated[str, BeforeValidator(_lower)] = Field(
+        description="Which plugin speaks to it (entry point group `switchboard.providers`): `openai`, any Chat "
+        "Completions endpoint (OpenRouter, OpenAI, Ollama, vLLM, llama.cpp, LM Studio), and `anthropic`, the "
+        "Messages API, are built in."
+    )
+    base_url: str = Field(
+        description="The endpoint's root with its scheme: `openai` posts to `{base_url}/chat/completions`, "
+        "`anthropic` to `{base_url}/v1/messages`."
+    )
+    api_key: Annotated[str | None, BeforeValidator(_blank_is_none)] = Field(
+        default=None,
+        description="The key, written as `${VAR}`; none (and no `api_keys`): no auth header is sent, as local servers "
+        "need.",
+    )
+    api_keys: Annotated[list[str], BeforeValidator(_key_list)] = Field(
+        default_factory=list,
+        description="More keys, tried after `api_key` in order: a refused key cools down for an hour, a rate-limited "
+        "one for its Retry-After, and the next is used.",
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="Headers added to every request.")
+    timeout_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="The longest, in seconds, the endpoint may stay silent: connecting, or between two pieces of "
+        "the stream.",
+    )
+    cache: Annotated[Literal["auto", "off"], BeforeValidator(_lower)] = Field(
+        default="auto",
+        description="Prompt-cache breakpoints: `auto` marks them where the endpoint needs them (Anthropic; Claude "
+        "and Gemini models behind OpenAI-compatible endpoints such as OpenRouter); `off` never sends any.",
+    )
+    models: dict[str, ModelOptions] = Field(
+        default_factory=dict,
+        description="Settings per model, keyed by the model id (what follows `<provider>/`); a model not listed gets "
+        "the defaults.",
+    )
 
     @field_validator("base_url")
     @classmethod

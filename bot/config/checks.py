@@ -16,9 +16,10 @@ from pydantic import (
 
 from agent.keys import key_variable
 from agent.providers.config import providers_from_env, split_model
+from bot.config.agents import AgentConfig
 from bot.config.env import Substitution
 from bot.config.errors import ConfigIssue, Loc, format_path
-from bot.config.settings import AgentConfig, BindingConfig, Config, user_ref
+from bot.config.settings import BindingConfig, Config, user_ref
 from bot.config.web import host_port, is_loopback
 from bot.plugins import Plugins
 from tools.mcp.settings import secret_entries

@@ -22,10 +22,18 @@ class ApiKey(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: LoginName
-    key: SecretStr
-    agent: str | None = None
-    owner: str | None = None
+    name: LoginName = Field(
+        description="The key's name, 1 to 40 of a-z, 0-9, `_` and `-`: a program calling with it is `http:<name>`."
+    )
+    key: SecretStr = Field(
+        description="The secret sent as `Authorization: Bearer <key>`, written as `${VAR}`; at least 16 characters, "
+        "and each key's its own."
+    )
+    agent: str | None = Field(default=None, description="The one agent this key may see and call; none: every agent.")
+    owner: str | None = Field(
+        default=None,
+        description="`<channel>:<user id>` of one of `owners`: the key acts as that owner; none: a non-owner.",
+    )
 
     _long = field_validator("key")(long_secret)
 
@@ -40,11 +48,24 @@ class HttpApiSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    keys: list[ApiKey] = Field(default_factory=list)
-    approvals: Literal["ask", "refuse"] = "ask"
-    requests_per_minute: int = Field(default=60, gt=0)  # per key; more is answered 429 with Retry-After
-    max_body_bytes: int = Field(default=1_000_000, gt=0)
-    timeout_seconds: float = Field(default=600.0, gt=0)  # the longest a request waits for its answer
+    keys: list[ApiKey] = Field(
+        default_factory=list,
+        description="The programs that may call the API, each with its own key; none: every request is refused (401).",
+    )
+    approvals: Literal["ask", "refuse"] = Field(
+        default="ask",
+        description="A tool call that needs approval: `ask`, asked as usual (the answer says it waits); `refuse`, "
+        "refused at once.",
+    )
+    requests_per_minute: int = Field(
+        default=60, gt=0, description="Requests per key per minute; more are answered 429 with Retry-After."
+    )
+    max_body_bytes: int = Field(
+        default=1_000_000, gt=0, description="The largest request body, in bytes; a larger one is answered 413."
+    )
+    timeout_seconds: float = Field(
+        default=600.0, gt=0, description="The longest, in seconds, a request waits for its answer."
+    )
 
     @field_validator("keys")
     @classmethod
@@ -58,9 +79,9 @@ class HookDelivery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    channel: str
-    account: str = "default"
-    to: str
+    channel: str = Field(description="The channel of the chat the answer goes to, such as `telegram`.")
+    account: str = Field(default="default", description="The channel account that sends the answer.")
+    to: str = Field(description="The chat: `<kind>:<id>`, kind `direct`, `group` or `channel` (e.g. `direct:4242`).")
 
     @field_validator("to")
     @classmethod
@@ -79,13 +100,34 @@ class Webhook(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: LoginName
-    secret: SecretStr
-    agent: str | None = None
-    deliver: HookDelivery
-    template: str = "A webhook ({name}) sent this:\n{body}"
-    owner: str | None = None
-    max_body_bytes: int = Field(default=256_000, gt=0)
+    name: LoginName = Field(
+        description="The webhook's name, 1 to 40 of a-z, 0-9, `_` and `-`: its address is `POST /hooks/<name>` and "
+        "its runs act for `hook:<name>`."
+    )
+    secret: SecretStr = Field(
+        description="The shared secret, written as `${VAR}`, at least 16 characters: a request carries an "
+        "HMAC-SHA256 of its body made with it (`X-Signature-256: sha256=…`) or `Authorization: Bearer <secret>`; "
+        "without it the request is answered 401 and runs nothing."
+    )
+    agent: str | None = Field(
+        default=None,
+        description="The agent whose turn the webhook starts, in its own session `agent:<agent>:hook:<name>`; none: "
+        "the default agent.",
+    )
+    deliver: HookDelivery = Field(description="The chat the turn's answer goes to.")
+    template: str = Field(
+        default="A webhook ({name}) sent this:\n{body}",
+        description="The prompt: `{body}` (required) is replaced by the JSON body, fenced as untrusted content, and "
+        "`{name}` by the webhook's name.",
+    )
+    owner: str | None = Field(
+        default=None,
+        description="`<channel>:<user id>` of one of `owners`: the turn acts for that owner; none: for `hook:<name>`, "
+        "a non-owner.",
+    )
+    max_body_bytes: int = Field(
+        default=256_000, gt=0, description="The largest request body, in bytes; a larger one is answered 413."
+    )
 
     _long = field_validator("secret")(long_secret)
 

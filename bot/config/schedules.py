@@ -74,17 +74,47 @@ class CronJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(default_factory=lambda: secrets.token_hex(4), pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    name: str = ""
-    agent: str | None = None  # None: the default agent
-    cron: str | None = None  # five fields, e.g. "0 9 * * 1-5"
-    every: str | None = None  # e.g. "30m", "2h"
-    at: str | None = None  # ISO 8601; without an offset it is in `tz`
-    tz: str | None = None  # IANA zone of `cron` and of an `at` without offset; None: the host's
-    message: str = Field(min_length=1)  # what the agent is asked
-    session: Literal["isolated", "main"] = "isolated"
-    deliver: str | None = None  # `<channel>[/<account>]:<kind>:<id>[:thread:<id>]`; None: where it was made
-    enabled: bool = True
+    id: str = Field(
+        default_factory=lambda: secrets.token_hex(4),
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="The job's id, 1 to 64 of A-Z, a-z, 0-9, `_` and `-` (`bot cron run <id>` runs it now); made "
+        "at random when absent.",
+    )
+    name: str = Field(default="", description="A name for people, shown in listings.")
+    agent: str | None = Field(
+        default=None, description="The agent that runs the job; none: the default agent (or the agent that made it)."
+    )
+    cron: str | None = Field(
+        default=None,
+        description='A cron expression of five fields, such as "0 9 * * 1-5", in `tz`; one of `cron`, `every` and '
+        "`at`.",
+    )
+    every: str | None = Field(
+        default=None,
+        description="An interval such as 30m, 2h or 1d, at least a minute, with a small jitter fixed per job; one "
+        "of `cron`, `every` and `at`.",
+    )
+    at: str | None = Field(
+        default=None,
+        description="One moment, ISO 8601 (2026-11-25T09:00); without an offset it is in `tz`; one of `cron`, "
+        "`every` and `at`.",
+    )
+    tz: str | None = Field(
+        default=None,
+        description="IANA time zone of `cron` and of an `at` without an offset; none: the host's zone.",
+    )
+    message: str = Field(min_length=1, description="What the agent is asked when the job runs.")
+    session: Literal["isolated", "main"] = Field(
+        default="isolated",
+        description="`isolated`: the job's own session, `agent:<agent>:cron:<id>`; `main`: the target chat's own "
+        "session, so the turn sees that conversation.",
+    )
+    deliver: str | None = Field(
+        default=None,
+        description="The chat the answer goes to, `<channel>[/<account>]:<kind>:<id>` plus an optional "
+        "`:thread:<id>`; none: the chat the job was made in (required for jobs in the file).",
+    )
+    enabled: bool = Field(default=True, description="Whether the job runs; false keeps it without running it.")
 
     @field_validator("tz")
     @classmethod
@@ -201,11 +231,22 @@ class HeartbeatConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    every: str  # 30m, 1h (at least a minute)
-    target: str  # the chat it speaks in: <channel>[/<account>]:<kind>:<id>[:thread:<id>]
-    active_hours: str | None = None  # "08:00-22:00" in `tz`; a span past midnight ("22:00-06:00") wraps
-    tz: str | None = None  # IANA zone of the active hours; None: the agent's
-    prompt: str | None = None  # what the agent is asked; None: follow HEARTBEAT.md, else HEARTBEAT_OK
+    every: str = Field(description="How often it runs: an interval such as 30m or 1h, at least a minute.")
+    target: str = Field(
+        description="The chat it speaks in, whose own session it runs in: `<channel>[/<account>]:<kind>:<id>` plus "
+        "an optional `:thread:<id>`."
+    )
+    active_hours: str | None = Field(
+        default=None,
+        description='When it may run, such as "08:00-22:00" in `tz`; a span past midnight ("22:00-06:00") wraps; '
+        "none: at any hour.",
+    )
+    tz: str | None = Field(default=None, description="IANA time zone of `active_hours`; none: the agent's time zone.")
+    prompt: str | None = Field(
+        default=None,
+        description="What the agent is asked; none: to follow HEARTBEAT.md in its workspace if it exists, and to "
+        "answer HEARTBEAT_OK (which sends nothing) when nothing needs a person.",
+    )
 
     @field_validator("every")
     @classmethod

@@ -1,165 +1,84 @@
-"""`bindings.yaml` as typed settings: one pydantic model per section, the whole `Config`, and its router."""
+"""`bindings.yaml` as typed settings: the models of its sections (the agents' in bot.config.agents), the whole
+`Config`, and its router."""
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from agent.images import DEFAULT_IMAGE_TURNS
 from agent.lanes import QueueSettings
-from agent.providers.config import ProviderConfig, http_url, providers_from_env, split_model
+from agent.providers.config import ProviderConfig, http_url, providers_from_env
+from bot.config.agents import (
+    AgentConfig,
+    CommandAccess as CommandAccess,
+    Defaults,
+    ExecConfig,
+    MessageConfig as MessageConfig,
+)
 from bot.config.errors import ConfigIssue, Loc
 from bot.config.http_api import API_CHANNEL, HttpApiSettings, Webhook
-from bot.config.schedules import CronJob, HeartbeatConfig, duration_seconds
-from bot.config.web import WEB_CHANNEL, WebSettings
-from routing import (
-    Binding as RoutingBinding,
-    DmScope,
-    Peer,
-    Router,
-    binding_tier,
-    normalize_account,
-    normalize_agent_id,
-    normalize_peer_kind,
+from bot.config.schedules import CronJob
+from bot.config.values import (
+    AccountMatch,
+    ChannelName,
+    Duration,
+    Id,
+    Name,
+    PeerKindName,
+    Section,
+    UserRef,
+    user_ref as user_ref,
 )
-from tools.base import CrossChat
-from tools.clock import zone
-from tools.exec_policy import ExecSettings
+from bot.config.web import WEB_CHANNEL, WebSettings
+from routing import Binding as RoutingBinding, DmScope, Peer, Router, binding_tier
 from tools.mcp.settings import McpSettings
-from tools.policy import AgentToAgent, AgentToolsConfig, ToolsConfig
-from tools.sandbox import SandboxSettings
+from tools.policy_config import AgentToAgent, ToolsConfig
 
 DEFAULT_CONFIG = "bindings.yaml"
-_CHANNEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-
-
-def _id(value: object) -> object:
-    if isinstance(value, bool):
-        raise ValueError("must be an id (text or a number), not true/false")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            raise ValueError("must not be empty")
-        return text
-    raise ValueError("must be an id (text or a number)")
-
-
-def _name(value: object) -> object:
-    text = _id(value)
-    return normalize_agent_id(text) if isinstance(text, str) else text
-
-
-def _channel(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    text = value.strip().lower()
-    if not _CHANNEL.match(text):
-        raise ValueError("must be a channel name such as telegram, discord or slack")
-    return text
-
-
-def _account(value: object) -> object:
-    text = _id(value)
-    if not isinstance(text, str) or text == "*":
-        return text
-    return normalize_account(text)
-
-
-def _peer_kind(value: object) -> object:
-    if isinstance(value, str):
-        try:
-            return normalize_peer_kind(value)
-        except ValueError:
-            return value  # the Literal check below reports it with the valid choices
-    return value
-
-
-def user_ref(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    channel, sep, user = value.strip().partition(":")
-    if not sep or not channel.strip() or not user.strip():
-        raise ValueError("must be <channel>:<user id>, e.g. telegram:123456789")
-    return f"{channel.strip().lower()}:{user.strip()}"
-
-
-def _model_ref(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    split_model(value)  # ValueError names the expected shape
-    return value.strip()
-
-
-def _time_zone(value: object) -> object:
-    if not isinstance(value, str):
-        return value
-    zone(value.strip())  # ValueError names an unknown zone
-    return value.strip()
-
-
-Id = Annotated[str, BeforeValidator(_id)]
-# An IANA time zone name (Europe/Berlin, UTC): the zone an agent's message stamps and prompt are written in.
-TimeZone = Annotated[str, BeforeValidator(_time_zone)]
-ModelRef = Annotated[str, BeforeValidator(_model_ref)]
-# Agent ids and identity names: lowercase, and safe inside session keys and file paths.
-Name = Annotated[str, BeforeValidator(_name)]
-ChannelName = Annotated[str, BeforeValidator(_channel)]
-AccountMatch = Annotated[str, BeforeValidator(_account)]
-PeerKindName = Annotated[Literal["direct", "group", "channel"], BeforeValidator(_peer_kind)]
-UserRef = Annotated[str, BeforeValidator(user_ref)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 _M = TypeVar("_M", bound=BaseModel)
 
 
-class ExecConfig(ExecSettings):
-    """`agents[].exec`: when the agent's shell commands run at once, need a person's approval, or never run."""
-
-    approvers: list[UserRef] | None = None  # `channel:sender_id`; None: the config's owners
-
-
-class ApprovalsConfig(_Section):
+class ApprovalsConfig(Section):
     """How approval requests are shown and how long they wait."""
 
-    timeout_seconds: float = Field(default=1800, gt=0)  # then the request expires, which denies
-    target: Literal["chat", "dm", "both"] = "chat"  # the chat the run is in, each approver's DM, or both
+    timeout_seconds: float = Field(
+        default=1800, gt=0, description="Seconds a request waits for a decision; then it expires, which denies."
+    )
+    target: Literal["chat", "dm", "both"] = Field(
+        default="chat",
+        description="Where the request card goes: `chat`, the chat the run is in; `dm`, each approver's direct "
+        "messages; `both`.",
+    )
 
 
-class LimitsConfig(_Section):
-    """`agents[].limits`: how long a run someone who is not an owner started may take."""
-
-    non_owner_timeout_seconds: float = Field(default=120, gt=0)
-
-
-class StateConfig(_Section):
+class StateConfig(Section):
     """`state`: where the state is kept — `state.db` in the state directory (sqlite, the default) or a PostgreSQL
     database (`url`, e.g. `${DATABASE_URL}`) — and how long finished records (the journal, sent replies, settled
     approvals) are kept."""
 
-    backend: Literal["sqlite", "postgres"] = "sqlite"
-    url: str | None = Field(default=None, repr=False)  # postgres: a libpq URL, postgresql://user:pass@host/db
-    retention_days: float = Field(default=30, ge=1)  # at least a day: the journal also stops duplicate deliveries
+    backend: Literal["sqlite", "postgres"] = Field(
+        default="sqlite",
+        description="`sqlite`: `state.db` in the state directory (`--state-dir`, default `state` beside the config); "
+        "`postgres`: the database at `url`, which several `bot run` processes may share.",
+    )
+    url: str | None = Field(
+        default=None,
+        repr=False,
+        description="For `backend: postgres` (required there): a libpq URL, postgresql://user:pass@host/db, best "
+        "written as `${DATABASE_URL}`.",
+    )
+    retention_days: float = Field(
+        default=30,
+        ge=1,
+        description="Days finished records (journal rows, sent replies, settled approvals, ended job runs, usage) "
+        "are kept before they are pruned, at start and daily; at least 1, since the journal also stops duplicate "
+        "deliveries.",
+    )
 
     @model_validator(mode="after")
     def _url_for_postgres(self) -> StateConfig:
@@ -168,128 +87,91 @@ class StateConfig(_Section):
         return self
 
 
-class LanesConfig(_Section):
+class LanesConfig(Section):
     """`lanes`: how run slots are shared between the people who talk to the bot, and how long running turns get to
     finish when the bot stops."""
 
-    per_sender: int = Field(default=2, ge=1)  # runs at once for one non-owner, across all chats
-    stop_grace: Duration = 10.0  # at SIGTERM/SIGINT, running turns get this long to finish before they are cancelled
+    per_sender: int = Field(
+        default=2, ge=1, description="Turns one person who is not an owner may run at once, across all chats."
+    )
+    stop_grace: Duration = Field(
+        default=10.0,
+        description="At SIGTERM or SIGINT, how long running turns get to finish before they are cancelled (a "
+        "cancelled turn runs again at the next start); a duration: 30s, 10m, 1h or a number of seconds.",
+    )
 
 
-class MessageConfig(_Section):
-    """`agents[].message`: where the message tool may act. `cross_chat`: whose runs may act in another chat than
-    the one (and thread) they were started from: the owners' (default), everyone's, or nobody's."""
-
-    cross_chat: CrossChat = "owners"
-
-
-class MemoryConfig(_Section):
-    """`agents[].memory`: what a non-owner's run sees of the agent's files and memory."""
-
-    # sender: a non-owner's run works in its own folder, <workspace>/senders/<channel>-<id>/, and sees nothing
-    # else; agent: non-owners share the whole workspace with the owners. Either way, what non-owners wrote reaches
-    # an owner's run only wrapped as untrusted content naming them (tools.provenance).
-    scope: Literal["agent", "sender"] = "sender"
-
-
-def _skill_glob(value: object) -> object:
-    if isinstance(value, str) and not value.strip():
-        raise ValueError("must be a skill name or a glob such as git-*")
-    return value.strip() if isinstance(value, str) else value
-
-
-SkillGlob = Annotated[str, BeforeValidator(_skill_glob)]
-
-
-class SkillsConfig(_Section):
+class SkillsConfig(Section):
     """`skills`: folders of skill folders (each holding a SKILL.md) offered after the workspace's own `skills/`,
     in this order; relative paths are taken from the config's folder."""
 
-    dirs: list[str] = Field(default_factory=list)
+    dirs: list[str] = Field(
+        default_factory=list,
+        description="Folders of skill folders, offered after the workspace's own `skills/` and before the shipped "
+        "skills, in this order; relative paths are taken from the config's folder, `~` is expanded.",
+    )
 
 
-class AgentSubagentsConfig(_Section):
-    """`agents[].subagents`: which other agents this agent's `sessions_spawn` may start (`*`: any); it may always
-    start itself."""
-
-    allow: list[Name] = Field(default_factory=list)
-
-
-class SubagentsConfig(_Section):
+class SubagentsConfig(Section):
     """`subagents`: how many children `sessions_spawn` may have running, how deep they may nest, how long each may
     take."""
 
-    max_concurrent: int = Field(default=4, ge=1)  # children running at once per parent session
-    max_total: int = Field(default=8, ge=1)  # children running at once in the whole bot
-    max_depth: int = Field(default=1, ge=1, le=5)  # 1: a child cannot spawn; 2: its children can't, and so on
-    timeout_seconds: float = Field(default=600, gt=0)  # a child's time limit unless the spawn asks for less
+    max_concurrent: int = Field(
+        default=4, ge=1, description="Children running at once per parent session; beyond it nothing is started."
+    )
+    max_total: int = Field(
+        default=8, ge=1, description="Children running at once in the whole bot; beyond it nothing is started."
+    )
+    max_depth: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="How deep children may nest: 1, a child cannot spawn; 2, its children cannot; and so on (at "
+        "most 5).",
+    )
+    timeout_seconds: float = Field(
+        default=600,
+        gt=0,
+        description="A child's time limit in seconds, unless the spawn asks for less (and never more than its "
+        "agent's own).",
+    )
 
 
-CommandAccess = Literal["owners", "own", "everyone"]
+class PeerMatch(Section):
+    """`match.peer`: one chat, or (`id: "*"`) every chat of a kind."""
+
+    kind: PeerKindName = Field(
+        description="The kind of chat: `direct`, `group` or `channel` (`dm` is read as `direct`); `group` and "
+        "`channel` match each other, never `direct`."
+    )
+    id: Id = Field(
+        description="The chat's id exactly as the platform writes it (a Telegram forum topic is "
+        '`<chat id>:topic:<thread id>`); `"*"`: any chat of that kind.'
+    )
 
 
-class CommandsConfig(_Section):
-    """`agents[].commands`: who may use the chat commands that change a conversation. `owners`: only the bot's
-    owners; `own`: the owners, and anyone else for what is theirs alone (`/stop` their own running answer and queued
-    messages; `/new` and `/queue` a conversation only they have talked in, such as their DM); `everyone`: anyone the
-    bot answers. The ones that change what a conversation costs (`model`, `think`) are the owners' by default."""
-
-    stop: CommandAccess = "own"
-    new: CommandAccess = "own"  # /new and /reset
-    queue: CommandAccess = "own"
-    model: CommandAccess = "owners"
-    think: CommandAccess = "owners"
-
-
-class AgentConfig(_Section):
-    """One agent: an id, and what it does not inherit from `defaults`."""
-
-    id: Name
-    default: bool = False
-    model: ModelRef | None = None
-    fallbacks: list[ModelRef] | None = None
-    models: list[ModelRef] = Field(default_factory=list)  # more models `/model` may switch a session to
-    workspace: str | None = None
-    tools: AgentToolsConfig | None = None
-    timeout_seconds: float | None = Field(default=None, gt=0)
-    timezone: TimeZone | None = None
-    limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    exec: ExecConfig = Field(default_factory=ExecConfig)
-    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
-    message: MessageConfig = Field(default_factory=MessageConfig)
-    memory: MemoryConfig = Field(default_factory=MemoryConfig)
-    skills: list[SkillGlob] | None = None  # the skills offered, by name or glob; None: all of them
-    heartbeat: HeartbeatConfig | None = None  # a periodic turn that speaks up only when something needs a person
-    subagents: AgentSubagentsConfig = Field(default_factory=AgentSubagentsConfig)
-    commands: CommandsConfig = Field(default_factory=CommandsConfig)
-
-
-class Defaults(_Section):
-    """What every agent inherits unless it sets its own."""
-
-    model: ModelRef | None = None
-    fallbacks: list[ModelRef] = Field(default_factory=list)
-    workspace_root: str = "workspaces"
-    max_tool_iterations: int = Field(default=50, ge=1)
-    max_concurrent: int = Field(default=4, ge=1)  # runs at once across all sessions
-    timeout_seconds: float = Field(default=600, gt=0)  # a run is cancelled after this long
-    timezone: TimeZone | None = None  # IANA name for message stamps and the prompt; default: the host's zone
-
-
-class PeerMatch(_Section):
-    kind: PeerKindName
-    id: Id
-
-
-class Match(_Section):
+class Match(Section):
     """What a message must have for its binding to apply; every field set must match."""
 
-    channel: ChannelName
-    account: AccountMatch | None = None
-    peer: PeerMatch | None = None
-    guild: Id | None = None
-    team: Id | None = None
-    roles: list[Id] | None = None
+    channel: ChannelName = Field(
+        description="The channel the message came through: `telegram`, `discord`, `slack`, `console`, `loopback`, "
+        "`web` (WebChat), `http` (the API), or a plugin's."
+    )
+    account: AccountMatch | None = Field(
+        default=None,
+        description="The channel account (its id under `channels.<channel>.accounts`); none: only the `default` "
+        'account; `"*"`: any account of the channel.',
+    )
+    peer: PeerMatch | None = Field(
+        default=None,
+        description="The chat; a thread or forum topic matches the binding of its parent chat unless one names it.",
+    )
+    guild: Id | None = Field(default=None, description="A Discord server (guild) id; not with `team`.")
+    team: Id | None = Field(default=None, description="A Slack team (workspace) id; not with `guild`.")
+    roles: list[Id] | None = Field(
+        default=None,
+        description="Discord role ids: the binding matches a member with at least one of them (needs `guild`).",
+    )
 
     @model_validator(mode="after")
     def _has_a_tier(self) -> Match:
@@ -301,11 +183,14 @@ class Match(_Section):
         return Peer(self.peer.kind, self.peer.id) if self.peer else None
 
 
-class BindingConfig(_Section):
+class BindingConfig(Section):
     """Route messages that match `match` to `agent`."""
 
-    agent: Name
-    match: Match
+    agent: Name = Field(description="The id of the agent that answers the messages this binding matches.")
+    match: Match = Field(
+        description="What a message must have for the binding to apply: every key set must match; among matching "
+        "bindings the most specific tier wins, then the first in the file."
+    )
 
     def to_routing(self) -> RoutingBinding:
         match = self.match
@@ -320,69 +205,100 @@ class BindingConfig(_Section):
         )
 
 
-class SessionConfig(_Section):
+class SessionConfig(Section):
     """How messages are grouped into conversations."""
 
-    dm_scope: DmScope = "per-channel-peer"
-    identity_links: dict[Name, list[UserRef]] = Field(default_factory=dict)
-    queue: QueueSettings = Field(default_factory=QueueSettings)
+    dm_scope: DmScope = Field(
+        default="per-channel-peer",
+        description="How direct messages are grouped into conversations: `main`, one for all of them; `per-peer`, one "
+        "per person; `per-channel-peer`, one per person and channel (two people never share one); "
+        "`per-account-channel-peer`, one per person, channel and account.",
+    )
+    identity_links: dict[Name, list[UserRef]] = Field(
+        default_factory=dict,
+        description="One name for a person's accounts (`alice: [telegram:111, discord:222]`): their direct messages "
+        "share one conversation, keyed by that name, unless `dm_scope` is `main`.",
+    )
+    queue: QueueSettings = Field(
+        default_factory=QueueSettings,
+        description="What happens to messages that arrive while their conversation is busy with a turn.",
+    )
 
 
-class TranscriptionConfig(_Section):
+class TranscriptionConfig(Section):
     """`media.transcription`: an OpenAI-compatible `/audio/transcriptions` endpoint for voice notes and audio."""
 
-    base_url: Annotated[str, AfterValidator(http_url)]
-    model: str = "whisper-1"
-    api_key: str | None = None  # `${VAR}`; sent as a bearer token, to this endpoint only
-    timeout_seconds: float = Field(default=120, gt=0)
+    base_url: Annotated[str, AfterValidator(http_url)] = Field(
+        description="The endpoint's root, such as https://api.openai.com/v1; `/audio/transcriptions` is appended."
+    )
+    model: str = Field(default="whisper-1", description="The transcription model the endpoint is asked for.")
+    api_key: str | None = Field(
+        default=None,
+        description="The key, written as `${VAR}`; sent as a bearer token, to this endpoint only; none: no key is "
+        "sent.",
+    )
+    timeout_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="Seconds each step of the request (connecting, uploading, waiting for the answer) may take; a "
+        "failed transcription leaves the file untranscribed.",
+    )
 
 
-class MediaConfig(_Section):
+class MediaConfig(Section):
     """`media`: what becomes of the files people send, beyond each account's limits."""
 
-    transcription: TranscriptionConfig | None = None  # None: voice notes reach the agent as files, untranscribed
-    image_turns: int = Field(default=DEFAULT_IMAGE_TURNS, ge=0)  # the latest user turns whose images are shown
+    transcription: TranscriptionConfig | None = Field(
+        default=None,
+        description="An OpenAI-compatible endpoint that transcribes voice notes and audio, the transcript following "
+        "the file's line; none: they reach the agent as files, untranscribed.",
+    )
+    image_turns: int = Field(
+        default=DEFAULT_IMAGE_TURNS,
+        ge=0,
+        description="The latest user turns whose images a model that can see is shown again; older images are "
+        "named only.",
+    )
 
 
-def _duration(value: object) -> object:
-    if isinstance(value, bool):
-        raise ValueError("must be a duration such as 30s, 10m or 1h")
-    if isinstance(value, str):  # the file's scalars arrive as text: `90` and `0.5` are seconds too
-        text = value
-        try:
-            value = float(text)
-        except ValueError:
-            return float(duration_seconds(text))
-    if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise ValueError("must be a duration such as 30s, 10m or 1h")
-        if value < 0:
-            raise ValueError("must not be negative")
-        return float(value)
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(_duration)]  # seconds; written as 30s, 10m, 1h (or a number)
-
-
-class CronConfig(_Section):
+class CronConfig(Section):
     """`cron`: jobs written in the file (each needs `deliver`), and how late a missed tick may still run at start."""
 
-    catch_up: Duration = 3600.0  # a tick missed while the bot was down runs once at start if younger than this
-    jobs: list[CronJob] = Field(default_factory=list)
+    catch_up: Duration = Field(
+        default=3600.0,
+        description="A tick missed while the bot was down runs once at start if it is younger than this, else it is "
+        "skipped and logged; a duration: 30s, 10m, 1h or a number of seconds.",
+    )
+    jobs: list[CronJob] = Field(
+        default_factory=list,
+        description="Scheduled jobs written in the file, each with `deliver`; the `cron` tool cannot change or "
+        "remove them (jobs made by the tool or `bot cron add` live in the state).",
+    )
 
 
-class HealthConfig(_Section):
+class HealthConfig(Section):
     """`health`: whether the owners hear of a channel that stays down, and after how long."""
 
-    notify_owners: bool = False  # one DM to each owner when a channel stays down past `notify_after`, one on recovery
-    notify_after: Duration = 300.0
+    notify_owners: bool = Field(
+        default=False,
+        description="Whether each owner gets one direct message when a channel account stays degraded or stalled "
+        "longer than `notify_after`, and one when it is connected again.",
+    )
+    notify_after: Duration = Field(
+        default=300.0,
+        description="How long a channel account stays down before the owners hear of it; a duration: 30s, 10m, 1h "
+        "or a number of seconds.",
+    )
 
 
-class AdminConfig(_Section):
+class AdminConfig(Section):
     """`admin`: a listener for monitoring (`/healthz`, `/metrics` in Prometheus' format); off unless `listen` is set."""
 
-    listen: str | None = None  # host:port, e.g. 127.0.0.1:9464 (keep it on loopback or behind a firewall)
+    listen: str | None = Field(
+        default=None,
+        description="`host:port` of the monitoring listener, e.g. 127.0.0.1:9464 (keep it on loopback or behind a "
+        "firewall; a taken port stops `bot run`); none: no listener.",
+    )
 
     @field_validator("listen")
     @classmethod
@@ -395,38 +311,124 @@ class AdminConfig(_Section):
         return value.strip()
 
 
-class RecoveryConfig(_Section):
+class RecoveryConfig(Section):
     """`recovery`: what a start does with work left from before. Replies still unsent and messages still unanswered
     older than `max_age` are not sent or run (a person gets one line saying the bot was offline)."""
 
-    max_age: Duration = 3600.0
+    max_age: Duration = Field(
+        default=3600.0,
+        description="At start, unanswered messages and unsent replies older than this are dropped, and each direct "
+        "chat they belong to gets one line saying the bot was offline; a duration: 30s, 10m, 1h or a number of "
+        "seconds.",
+    )
 
 
-class Config(_Section):
+class Config(Section):
     """The whole of bindings.yaml, validated. Build it with `load_config`."""
 
-    agents: list[AgentConfig] = Field(default_factory=list)
-    defaults: Defaults = Field(default_factory=Defaults)
-    bindings: list[BindingConfig] = Field(default_factory=list)
-    session: SessionConfig = Field(default_factory=SessionConfig)
-    owners: list[UserRef] = Field(default_factory=list)
-    web: WebSettings = Field(default_factory=WebSettings)
-    http_api: HttpApiSettings = Field(default_factory=HttpApiSettings)
-    webhooks: list[Webhook] = Field(default_factory=list)
-    channels: dict[str, Any] = Field(default_factory=dict)
-    providers: dict[Name, ProviderConfig] | None = None  # None: taken from *_API_KEY variables at run time
-    tools: ToolsConfig | None = None  # None: the full profile, nothing removed
-    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
-    lanes: LanesConfig = Field(default_factory=LanesConfig)
-    state: StateConfig = Field(default_factory=StateConfig)
-    media: MediaConfig = Field(default_factory=MediaConfig)
-    mcp: McpSettings = Field(default_factory=McpSettings)
-    skills: SkillsConfig = Field(default_factory=SkillsConfig)
-    cron: CronConfig = Field(default_factory=CronConfig)
-    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
-    health: HealthConfig = Field(default_factory=HealthConfig)
-    admin: AdminConfig = Field(default_factory=AdminConfig)
-    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    agents: list[AgentConfig] = Field(
+        default_factory=list,
+        description="The agents, each with an id and what it does not inherit from `defaults`; none listed: one "
+        "agent, `main`.",
+    )
+    defaults: Defaults = Field(
+        default_factory=Defaults, description="What every agent inherits unless it sets its own."
+    )
+    bindings: list[BindingConfig] = Field(
+        default_factory=list,
+        description="Routing rules: which agent answers which channel, account, chat, Discord server and roles, or "
+        "Slack team; a message no binding matches goes to the default agent.",
+    )
+    session: SessionConfig = Field(
+        default_factory=SessionConfig,
+        description="How messages are grouped into conversations, and what happens to those that arrive while one "
+        "is busy.",
+    )
+    owners: list[UserRef] = Field(
+        default_factory=list,
+        description="Who owns the bot, as `<channel>:<user id>` entries (`/whoami` shows yours; `bot owners add` "
+        "writes one): owners approve commands and pairings, and the runs of anyone else get the `non_owner` "
+        "limits.",
+    )
+    web: WebSettings = Field(
+        default_factory=WebSettings,
+        description="The Control UI and WebChat that `bot run` serves: where they listen and who logs in as whom.",
+    )
+    http_api: HttpApiSettings = Field(
+        default_factory=HttpApiSettings,
+        description="The OpenAI-compatible API on the web listener: its keys, each a sender like a person, and its "
+        "limits.",
+    )
+    webhooks: list[Webhook] = Field(
+        default_factory=list,
+        description="Signed webhooks on the web listener: `POST /hooks/<name>` starts a turn whose answer goes to a "
+        "configured chat.",
+    )
+    channels: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The chat platform accounts, by channel name (`telegram`, `discord`, `slack`, `console`, "
+        "`loopback`, or a plugin's), each under `accounts: {<id>: {...}}`; each account is checked by its "
+        "channel's settings (below, for the built-in platforms).",
+    )
+    providers: dict[Name, ProviderConfig] | None = Field(
+        default=None,
+        description="The LLM endpoints by name, the `<provider>` of `<provider>/<model-id>`; none (or empty): "
+        "`openrouter`, `openai` and `anthropic`, each set up by its `*_API_KEY` variable at run time.",
+    )
+    tools: ToolsConfig | None = Field(
+        default=None,
+        description="Which tools the agents' runs may use: the profile and the layers of the tool policy; none: "
+        "owners get every tool, and non-owners and subagents the defaults of `non_owner` and `subagent`.",
+    )
+    approvals: ApprovalsConfig = Field(
+        default_factory=ApprovalsConfig,
+        description="How approval requests for commands are shown and how long they wait (who approves is "
+        "`agents[].exec.approvers`).",
+    )
+    lanes: LanesConfig = Field(
+        default_factory=LanesConfig,
+        description="How run slots are shared between the people who talk to the bot, and how long running turns "
+        "get to finish at a stop.",
+    )
+    state: StateConfig = Field(
+        default_factory=StateConfig,
+        description="Where the state (sessions, journal, outbox, approvals, jobs) is kept, SQLite or PostgreSQL, and "
+        "how long finished records are kept; takes effect at the next start.",
+    )
+    media: MediaConfig = Field(
+        default_factory=MediaConfig,
+        description="What becomes of the files people send, beyond each channel account's `media` limits.",
+    )
+    mcp: McpSettings = Field(
+        default_factory=McpSettings,
+        description="MCP servers whose tools the agents get; takes effect at the next start.",
+    )
+    skills: SkillsConfig = Field(
+        default_factory=SkillsConfig,
+        description="Where skills are found besides each workspace's own `skills/` and the shipped ones.",
+    )
+    cron: CronConfig = Field(
+        default_factory=CronConfig,
+        description="Scheduled jobs written in the file, and how late a missed tick may still run at start.",
+    )
+    subagents: SubagentsConfig = Field(
+        default_factory=SubagentsConfig,
+        description="Limits of `sessions_spawn`: how many children may run, how deep they nest, how long each may "
+        "take.",
+    )
+    health: HealthConfig = Field(
+        default_factory=HealthConfig,
+        description="Whether the owners hear of a channel account that stays down, and after how long.",
+    )
+    admin: AdminConfig = Field(
+        default_factory=AdminConfig,
+        description="The monitoring listener (`/healthz`, and `/metrics` in Prometheus' format); off unless `listen` "
+        "is set; takes effect at the next start.",
+    )
+    recovery: RecoveryConfig = Field(
+        default_factory=RecoveryConfig,
+        description="What a start does with messages and replies left from before it.",
+    )
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _written: dict[str, Any] = PrivateAttr(default_factory=dict)  # the file's data as written (${VAR} replaced)

@@ -85,9 +85,18 @@ class WebLogin(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: LoginName
-    token: SecretStr
-    owner: str | None = None  # `channel:id` of one of `owners`
+    name: LoginName = Field(
+        description="The login's name, 1 to 40 of a-z, 0-9, `_` and `-`: the person is `web:<name>` to the bot."
+    )
+    token: SecretStr = Field(
+        description="The secret of the login link, written as `${VAR}`; at least 16 characters (`openssl rand -hex "
+        "24` makes one), and each login's its own."
+    )
+    owner: str | None = Field(
+        default=None,
+        description="`<channel>:<user id>` of one of `owners`: the login is that owner; none: a non-owner, like any "
+        "stranger on a platform.",
+    )
 
     _long = field_validator("token")(long_secret)
 
@@ -104,9 +113,21 @@ class WebSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    listen: str | None = DEFAULT_LISTEN  # None: off
-    allow_remote: bool = False
-    tokens: list[WebLogin] = Field(default_factory=list)
+    listen: str | None = Field(
+        default=DEFAULT_LISTEN,
+        description="`host:port` the web side listens on (the HTTP API and webhooks too; port 0 takes a free one); "
+        "`off`: no web side.",
+    )
+    allow_remote: bool = Field(
+        default=False,
+        description="Whether `listen` may be an address other than loopback (then put TLS in front, a reverse "
+        "proxy); the session cookie is then marked Secure.",
+    )
+    tokens: list[WebLogin] = Field(
+        default_factory=list,
+        description="Who logs in with which secret link, as whom; none: one login, the operator (`web:operator`, an "
+        "owner), whose secret is made in the state directory and whose link `bot web url` prints.",
+    )
 
     @field_validator("listen", mode="before")
     @classmethod

@@ -4,7 +4,6 @@ click commands), made at each build so that neither can drift from the code."""
 from __future__ import annotations
 
 import inspect
-import re
 import types
 import typing
 from collections.abc import Iterator
@@ -16,8 +15,6 @@ from mkdocs.structure.files import File, Files
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
-
-_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -31,62 +28,75 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def config_reference() -> str:
+    """The config reference page: every section of `Config`, then the keys of each platform's channel accounts."""
     from bot.config.settings import Config
+    from channels.accounts import DiscordAccount, SlackAccount, TelegramAccount
 
     lines = [
         "# Config reference",
         "",
         "Every key of `bindings.yaml`, made from the settings models at each build of these pages: its type, its",
-        "default and what it does. Channel accounts take the keys of their platform",
-        "(`channels.<platform>.accounts.<id>`, below the sections); `${VAR}` may stand for any value.",
+        "default and what it does. `${VAR}` may stand for any value. In a key, `[]` stands for each entry of a list",
+        "and `<name>` for each name of a mapping. The sections:",
+        "",
+        *_rows(Config, "", flat=True),
         "",
     ]
     for name, field in Config.model_fields.items():
         lines += _section(name, field)
-    from channels.accounts import DiscordAccount, SlackAccount, TelegramAccount
-
     for platform, model in (("telegram", TelegramAccount), ("discord", DiscordAccount), ("slack", SlackAccount)):
-        lines += [f"## `channels.{platform}.accounts.<id>`", "", _doc(model), "", *_table(model, ""), ""]
+        lines += [f"## `channels.{platform}.accounts.<id>`", "", _doc(model), "", *_rows(model, ""), ""]
     return "\n".join(lines)
 
 
 def _section(name: str, field: FieldInfo) -> list[str]:
-    model = _model_of(field.annotation)
     lines = [f"## `{name}`", ""]
-    if model is None:
-        lines += [f"Type: {_type(field.annotation)}. {_comment_of(name)}".strip(), ""]
-        return lines
-    lines += [_doc(model), "", *_table(model, ""), ""]
-    return lines
+    held = _held(field.annotation)
+    if held is None:
+        return [*lines, f"Type: {_type(field.annotation)}. {_what(field)}", ""]
+    model, join = held
+    shape = {"[].": "A list; each entry takes these keys.", ".<name>.": "A mapping of names to these keys."}
+    intro = " ".join(part for part in (_doc(model), shape.get(join, "")) if part)
+    return [*lines, intro, "", *_rows(model, ""), ""]
 
 
-def _table(model: type[BaseModel], prefix: str, depth: int = 0) -> list[str]:
+def _rows(model: type[BaseModel], prefix: str, depth: int = 0, *, flat: bool = False) -> list[str]:
+    """A table row for each key of `model` and, below it unless `flat`, of the models its keys hold (`prefix` before
+    each key)."""
     rows = ["| key | type | default | what it does |", "|---|---|---|---|"] if depth == 0 else []
-    comments = _comments(model)
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
-        what = (field.description or comments.get(name) or "").replace("|", "\\|")
         kind = _type(field.annotation).replace("|", "\\|")
-        rows.append(f"| `{key}` | {kind} | {_default(field).replace('|', '/')} | {what} |")
-        nested = _model_of(field.annotation)
-        if nested is not None and depth < 3 and nested is not model:
-            rows += _table(nested, f"{key}.", depth + 1)
+        rows.append(f"| `{key}` | {kind} | {_default(field).replace('|', '/')} | {_what(field)} |")
+        held = _held(field.annotation)
+        if held is not None and not flat and depth < 6 and held[0] is not model:
+            rows += _rows(held[0], key + held[1], depth + 1)
     return rows
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The settings model a field holds (itself, in a list, or optional), if any."""
+def _what(field: FieldInfo) -> str:
+    """What the key does, from its `Field(description=...)`, as one table cell."""
+    return " ".join((field.description or "").split()).replace("|", "\\|")
+
+
+def _held(annotation: Any) -> tuple[type[BaseModel], str] | None:
+    """The settings model a field holds, and what joins the field's key to the keys under it: `.` for the model
+    itself (or an optional one), `[].` for a list of them, `.<name>.` for a mapping of names to them."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for argument in typing.get_args(annotation):
-        found = _model_of(argument)
+        return annotation, "."
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _held(arguments[0])
+    join = "[]." if origin in (list, tuple, set, frozenset) else ".<name>." if origin is dict else "."
+    for argument in arguments[1:] if origin is dict else arguments:
+        found = _held(argument)
         if found is not None:
-            return found
+            return found[0], join if found[1] == "." else join.rstrip(".") + found[1]
     return None
 
 
 def _type(annotation: Any) -> str:
-    """A type as a person reads it: `int`, `list of str`, `one of "off", "partial"`, `X or none`."""
+    """A type as a person reads it: `int`, `list of text`, `one of 'off', 'partial'`, `X or none`."""
     origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
         return _type(arguments[0])
@@ -99,6 +109,10 @@ def _type(annotation: Any) -> str:
         return f"list of {_type(arguments[0])}" if arguments else "list"
     if origin is dict:
         return f"mapping of {_type(arguments[0])} to {_type(arguments[1])}" if arguments else "mapping"
+    if annotation is Any:
+        return "anything"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "mapping"
     if isinstance(annotation, type):
         names = {"str": "text", "NoneType": "none", "SecretStr": "secret text"}
         return names.get(annotation.__name__, annotation.__name__)
@@ -109,10 +123,13 @@ def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
         try:
             value = field.default_factory()  # type: ignore[call-arg]
+            again = field.default_factory()  # type: ignore[call-arg]
         except TypeError:
             return "—"
         if isinstance(value, BaseModel):
             return "(its defaults)"
+        if value != again:
+            return "made when absent"
         return f"`{value!r}`" if value not in ([], {}) else "empty"
     if field.default is PydanticUndefined:
         return "required"
@@ -121,27 +138,6 @@ def _default(field: FieldInfo) -> str:
 
 def _doc(model: type[BaseModel]) -> str:
     return inspect.cleandoc(model.__doc__ or "").replace("\n", " ")
-
-
-def _comments(model: type[BaseModel]) -> dict[str, str]:
-    """The comment each field's line ends with, in the model's source (what the code says the key does)."""
-    found: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        try:
-            source = inspect.getsource(cls)
-        except (OSError, TypeError):
-            continue
-        for line in source.splitlines():
-            match = _COMMENT.match(line)
-            if match:
-                found[match.group(1)] = match.group(2).strip()
-    return found
-
-
-def _comment_of(name: str) -> str:
-    from bot.config.settings import Config
-
-    return _comments(Config).get(name, "")
 
 
 # --- the commands ---------------------------------------------------------------------------------------------------

@@ -18,13 +18,15 @@ class AllowRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    executable: str
-    """A bare name (`git`, found on PATH) or an absolute path (`/usr/bin/git`)."""
-    args: str = "**"
-    """Whitespace-separated fnmatch globs, one per argument, each matching one whole argument; a final `**` matches
-    any remaining arguments (zero or more). "" means no arguments, "**" any arguments, and "*" exactly one argument.
-    A program the policy knows (tools/exec_programs.py) still needs every option harmless and every file inside the
-    workspace."""
+    executable: str = Field(
+        description="The program: a bare name (`git`, found on PATH) or an absolute path (`/usr/bin/git`)."
+    )
+    args: str = Field(
+        default="**",
+        description="Whitespace-separated globs, one per argument, each matching a whole argument; a final `**` "
+        'matches any remaining ones: `""`, no arguments; `"**"`, any; `"*"`, exactly one. A program the policy '
+        "knows still needs every option harmless and every file inside the workspace.",
+    )
 
     @field_validator("executable")
     @classmethod
@@ -56,11 +58,29 @@ class ExecSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    security: ExecSecurity = "allowlist"
-    ask: ExecAsk = "on-miss"
-    safe_bins: list[str] = Field(default_factory=lambda: list(DEFAULT_SAFE_BINS))
-    """Programs that run unasked as pure stdin filters: only programs in the program table, with harmless options
-    and no file at all; given a file, a safe bin is judged like any other program."""
-    allowlist: list[AllowRule] = Field(default_factory=list)
-    approvers: list[str] | None = None
-    """`channel:sender_id` keys; None means the config's owners (resolved elsewhere)."""
+    security: ExecSecurity = Field(
+        default="allowlist",
+        description="`deny`: no command runs; `allowlist`: a command runs unasked only when every part of it is "
+        'allowed (a safe bin reading stdin, an `allowlist` rule, an "Allow always" entry); `full`: every command '
+        "runs unasked (unless `ask: always`). A command naming the bot's config file or state directory is denied "
+        "whatever this says.",
+    )
+    ask: ExecAsk = Field(
+        default="on-miss",
+        description="`on-miss`: a command that is not allowed asks an approver; `off`: it is refused instead; "
+        "`always`: every command asks.",
+    )
+    safe_bins: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SAFE_BINS),
+        description="Programs that run unasked as pure stdin filters (`... | wc -l`): only programs the policy "
+        "knows, with harmless options and no file at all; given a file, a safe bin is judged like any other program.",
+    )
+    allowlist: list[AllowRule] = Field(
+        default_factory=list,
+        description="Programs, with globs for their arguments, that run unasked under `security: allowlist`; empty: "
+        'even `date` or `ls` asks until a rule or an "Allow always" covers it.',
+    )
+    approvers: list[str] | None = Field(
+        default=None,
+        description="`<channel>:<user id>` of who may approve; none: the config's owners (resolved elsewhere).",
+    )

@@ -78,18 +78,54 @@ class McpServerSettings(_Section):
     """One MCP server: `command` (stdio) or `url` (streamable HTTP, or SSE for old servers), its tool filters,
     the time limit of each call, and the agents that may use it."""
 
-    command: str | None = None  # a program started with `args` in `cwd` and an environment of `env` alone
-    args: list[Text] = Field(default_factory=list)
-    env: dict[str, Text] = Field(default_factory=dict)  # added to a minimal environment (PATH, HOME, locale)
-    cwd: str | None = None  # relative to the config file's folder, which is the default
-    url: Url | None = None
-    headers: dict[str, Text] = Field(default_factory=dict)  # sent with every request, e.g. Authorization
-    transport: Literal["streamable-http", "sse"] | None = None  # for `url`; default streamable-http
-    include: list[str] = Field(default_factory=list)  # globs on the server's own tool names; empty: every tool
-    exclude: list[str] = Field(default_factory=list)  # globs; applied after include
-    timeout_seconds: float = Field(default=60, gt=0)  # one call; past it the call is cancelled on the server
-    startup_timeout_seconds: float = Field(default=30, gt=0)  # connecting, the handshake, each tool listing
-    agents: list[AgentId] | None = None  # the agents whose runs may use its tools; None: every agent
+    command: str | None = Field(
+        default=None,
+        description="Stdio: the program started (with `args`, in `cwd`, with an environment of `env` alone) and "
+        "spoken to on its stdin and stdout; give it or `url`, not both.",
+    )
+    args: list[Text] = Field(default_factory=list, description="Stdio: the program's arguments.")
+    env: dict[str, Text] = Field(
+        default_factory=dict,
+        description="Stdio: variables added to a minimal environment (PATH, HOME, the locale and a few more); none of "
+        "the bot's secrets unless written here, as `${VAR}`.",
+    )
+    cwd: str | None = Field(
+        default=None,
+        description="Stdio: the folder the program runs in, relative to the config's folder; none: the config's "
+        "folder, which it sees empty.",
+    )
+    url: Url | None = Field(
+        default=None, description="Remote: the server's http(s) URL; give it or `command`, not both."
+    )
+    headers: dict[str, Text] = Field(
+        default_factory=dict,
+        description="Remote: headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.",
+    )
+    transport: Literal["streamable-http", "sse"] | None = Field(
+        default=None,
+        description="Remote: `streamable-http`, or `sse` for old servers; none: streamable-http.",
+    )
+    include: list[str] = Field(
+        default_factory=list,
+        description="Globs on the server's own tool names: only the tools they match are offered; empty: every tool.",
+    )
+    exclude: list[str] = Field(
+        default_factory=list, description="Globs on the server's own tool names, left out after `include`."
+    )
+    timeout_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="Seconds one tool call may take; past it the call is cancelled on the server.",
+    )
+    startup_timeout_seconds: float = Field(
+        default=30,
+        gt=0,
+        description="Seconds each of connecting, the handshake and a tool listing may take before the server counts "
+        "as failed to start (it is tried again later).",
+    )
+    agents: list[AgentId] | None = Field(
+        default=None, description="The agents whose runs may use its tools; none: every agent."
+    )
 
     @model_validator(mode="after")
     def _one_way_to_reach_it(self) -> McpServerSettings:
@@ -127,7 +163,11 @@ class McpServerSettings(_Section):
 class McpSettings(_Section):
     """The `mcp:` section: the servers by name."""
 
-    servers: dict[ServerName, McpServerSettings] = Field(default_factory=dict)
+    servers: dict[ServerName, McpServerSettings] = Field(
+        default_factory=dict,
+        description="The MCP servers by name (lowercase letters, digits, `-` and `_`, at most 32): the name starts "
+        "their tools' names, `<server>__<tool>`, and is the group `mcp:<server>`.",
+    )
 
 
 def secret_entries(data: Any) -> Iterator[tuple[tuple[str, ...], Any]]:

@@ -23,10 +23,15 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 # The bot runs every command under bubblewrap: `run` installs it when it can, and starts anyway when it cannot
-# (commands are then refused with a message saying so).
+# (commands are then refused with a message saying so). Without $(CONFIG) (a fresh checkout), `bot init` asks its
+# questions at a terminal and the bot starts on what it wrote; elsewhere `run` stops with one line saying what to do.
 run: $(VENV)/.installed
+	@if [ ! -f "$(CONFIG)" ]; then \
+		if [ -t 0 ] && [ -t 1 ]; then $(BIN)/bot init --config "$(CONFIG)" || exit 1; \
+		else echo "$(CONFIG) does not exist: write it with $(BIN)/bot init --config $(CONFIG) (or run the example: make run CONFIG=bindings.example.yaml)" >&2; exit 1; fi; \
+	fi
 	@$(MAKE) --no-print-directory system-packages || echo "warning: without bubblewrap the agent's commands are refused" >&2
-	$(BIN)/bot run --config $(CONFIG)
+	$(BIN)/bot run --config "$(CONFIG)"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -50,10 +50,11 @@ def test_sections_left_empty_read_as_absent() -> None:
 
 
 def test_the_example_bindings_file_is_valid() -> None:
-    config = load_config(Path(__file__).parent.parent.parent / "bindings.yaml", environ={})
+    config = load_config(Path(__file__).parent.parent.parent / "bindings.example.yaml", environ={})
     assert config.default_agent == "main"
     assert {agent.id for agent in config.agents} >= {"main"}
     assert config.bindings, "the example shows bindings"
+    assert config.owners == [], "no placeholder owner: /whoami and `bot owners add` make the first one"
 
 
 def test_agent_ids_are_lowercased_and_the_default_is_marked_or_first() -> None:

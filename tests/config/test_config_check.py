@@ -168,7 +168,7 @@ def _message_for(match: Match, accounts: list[str]) -> RoutingInput:
 
 def test_the_shipped_example_is_clean_and_bot_route_agrees_with_the_running_router(tmp_path: Path) -> None:
     path = tmp_path / "bindings.yaml"
-    shutil.copy(ROOT / "bindings.yaml", path)
+    shutil.copy(ROOT / "bindings.example.yaml", path)
     env = environment(**DUMMIES)
     check = bot("config", "check", "--config", str(path), env=env)
     assert check.returncode == 0, check.stderr
@@ -196,7 +196,7 @@ def test_the_shipped_example_is_clean_and_bot_route_agrees_with_the_running_rout
 
 def test_every_agent_of_the_example_can_use_what_its_settings_give_it(tmp_path: Path) -> None:
     path = tmp_path / "bindings.yaml"
-    shutil.copy(ROOT / "bindings.yaml", path)
+    shutil.copy(ROOT / "bindings.example.yaml", path)
     config, errors, _ = validate_config(path, environ=DUMMIES)
     assert config is not None and errors == []
     app = App(config, tmp_path / "state")

@@ -35,8 +35,10 @@ def telegram_config(
     telegram: FakeTelegram, llm: FakeLLM, folder: Path, *, limiter: bool, concurrent: int = 4
 ) -> dict[str, Any]:
     """One open Telegram account on the fakes, an instant model, no tools, and `followup` so every DM gets its own
-    reply; everything else is the default."""
+    reply; an owner who sends nothing (an owner-less bot would also tell each sender how to become one); everything
+    else is the default."""
     return {
+        "owners": ["telegram:1"],
         "defaults": {"model": "fake/instant", "workspace_root": str(folder / "ws"), "max_concurrent": concurrent},
         "providers": {"fake": {"kind": "openai", "base_url": llm.openai_base_url}},
         "channels": {

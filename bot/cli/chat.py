@@ -20,6 +20,7 @@ from agent.runner import RunOutcome
 from bot.app import App
 from bot.approvals.gate import Approvals
 from bot.approvals.text import shown_command
+from bot.cli.gateway_tools import gateway_only, gateway_registry
 from bot.config.checks import bot_folders, own_files
 from bot.config.owners_file import owner_key
 from bot.gateway.state import open_state, transcripts_for
@@ -53,6 +54,17 @@ class ChatSession:
     session_key: str
     run: RunInfo
     peer: Peer
+    only_under_run: tuple[str, ...] = ()  # the tools a run under `bot run` has and this one lacks
+
+    @property
+    def missing_tools(self) -> str:
+        """What the console's greeting and /help say plainly: the tools this conversation does not have."""
+        if not self.only_under_run:
+            return ""
+        return (
+            f"Here the agent has no {', '.join(self.only_under_run)}: they exist only under `bot run`, where jobs and "
+            "messages are delivered to chats (`bot tools` marks them)."
+        )
 
     @property
     def job(self) -> Job:
@@ -87,7 +99,9 @@ async def open_session(app: App, agent: str | None = None, user: str | None = No
     registry = app.registry(ToolSetup(None, approvals.authorize, processes))
     transcripts = transcripts_for(config, store, app.state_dir)
     conversations = Conversations(config, store, app.state_dir, transcripts, app.runner, registry, app.hooks)
-    return ChatSession(conversations, agent, session_key, run, peer)
+    only = gateway_only(app)
+    missing = tuple(tool.name for tool in gateway_registry(app) if tool.name in only)
+    return ChatSession(conversations, agent, session_key, run, peer, missing)
 
 
 async def ask_on_terminal(record: ApprovalRecord) -> ApprovalDecision | None:
@@ -240,6 +254,8 @@ async def console_command(session: ChatSession, command: Command) -> str:
         return "\n".join(status_lines(config, job, session_record, "one message at a time (bot chat)"))
     if name == "whoami":
         return f"You are {job.principal.person} here, at the bot's own terminal: an owner."
+    if name == "help":
+        return "\n".join(filter(None, [COMMANDS_HELP, HELP, session.missing_tools]))
     return BY_NAME[name].console or COMMANDS_HELP  # pair, approve, queue, subagents: where they apply
 
 
@@ -247,6 +263,7 @@ async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable
     """The interactive console: answers stream as they are written; Ctrl-C stops the current answer."""
     read = read or _read_line
     greeting = f"Chatting with {session.agent} (session {session.session_key}){_images_note(session)}. {HELP}"
+    greeting += f" {session.missing_tools}" if session.missing_tools else ""
     print(greeting, file=sys.stderr)
     while True:
         try:

@@ -7,11 +7,12 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
 if TYPE_CHECKING:
+    from bot.config.errors import ConfigIssue
     from bot.config.settings import Config
     from bot.store import SqliteStore
     from bot.store.postgres import PostgresStore
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_OPTION",
     "STATE_OPTION",
+    "ConfigVerdict",
+    "checked_config",
     "cli_state",
     "database_url",
     "load_checked",
@@ -65,6 +68,29 @@ def load_checked(config_path: str, state_dir: Path | None = None) -> Config:
     if state_dir is not None and (conflicts := workspace_conflicts(config, state_dir)):
         raise ConfigError(config_path, conflicts)
     return config
+
+
+class ConfigVerdict(NamedTuple):
+    """What `bot config check` says of a config file: the config (None when an error is fatal), every error (fatal
+    or not: an account whose token is unset, a provider without its key) and every warning, each with its line."""
+
+    config: Config | None
+    errors: list[ConfigIssue]
+    warnings: list[ConfigIssue]
+
+    @property
+    def valid(self) -> bool:
+        return self.config is not None and not self.errors
+
+
+def checked_config(config_path: str, state_dir: Path) -> ConfigVerdict:
+    """The one verdict `bot config check` prints and `bot doctor` starts from: the validation `bot run`, `bot chat`
+    and a reload share (`.env` beside the file included), plus the warnings about sandboxes that cannot run here."""
+    from bot.config.checks import sandbox_warnings
+    from bot.config.loading import validate_config
+
+    config, errors, warnings = validate_config(config_path, state_dir=state_dir)
+    return ConfigVerdict(config, errors, warnings + (sandbox_warnings(config) if config is not None else []))
 
 
 def load_or_exit(config_path: str, state_dir: Path | None = None) -> Config:

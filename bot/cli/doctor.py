@@ -17,8 +17,9 @@ __all__ = ["doctor"]
 @STATE_OPTION
 @click.option("--models", is_flag=True, help="Also send each configured model one tiny request.")
 def doctor(config_path: str, state_dir: str | None, models: bool) -> None:
-    """Check the config, its ${VAR}s, each channel account's token against its platform, the state DB and the
-    workspaces: one line each (ok, warn, FAIL) with a fix for each failure; exit 1 when any check fails."""
+    """Give `bot config check`'s verdict (the same errors, `.env` beside the config read), then check what needs the
+    network or this machine: each channel account's token against its platform, the state DB and the workspaces.
+    One line each (ok, warn, FAIL) with a fix for each failure; exit 1 when any check fails."""
     import asyncio
     import logging
 

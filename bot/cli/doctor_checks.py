@@ -1,5 +1,6 @@
-"""`bot doctor`: checks the config, its variables, each channel account's token against its platform, the state and
-the workspaces (and with `--models` each model), one line each, with a fix for every failure."""
+"""`bot doctor`: `bot config check`'s verdict, then what needs the network or the machine: each channel account's
+token against its platform, the state and the workspaces (and with `--models` each model), one line each, with a fix
+for every failure."""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agent.messages import UserMessage
 from agent.providers.base import Completed, ModelRequest, ProviderError
 from bot.app import App
-from bot.cli.common import load_checked
+from bot.cli.common import checked_config
 from bot.config.checks import secrets_of
-from bot.config.errors import ConfigError, ConfigIssue
 from bot.config.settings import Config
 from bot.observe.redaction import Redactor
 from bot.runs.assemble import SetupError, choose_model, model_refs
@@ -106,23 +106,20 @@ def render(checks: Iterable[Check], redactor: Redactor | None = None) -> list[st
 # --- the config and its variables ---------------------------------------------------------------------------------
 
 
-def _load(config_path: str, state_dir: Path) -> tuple[Config | None, list[Check]]:
-    try:
-        config = load_checked(config_path, state_dir)  # as every command loads it: `.env` beside it included
-    except ConfigError as error:
-        count = len(error.issues)
-        detail = f"{config_path}: {count} error{'s' if count != 1 else ''}\n{error}"
-        return None, [_fail("config", detail, "correct each line named above (`bot config check` shows them too)")]
-    valid = f"{config_path}: valid ({len(config.agents)} agents, {len(config.bindings)} bindings)"
-    found = [_ok("config", valid)]
-    found += [_warn("config", warning.render(config_path)) for warning in config.warnings + _sandbox(config)]
-    return config, found
-
-
-def _sandbox(config: Config) -> list[ConfigIssue]:
-    from bot.config.checks import sandbox_warnings  # the same warnings `bot config check` gives
-
-    return sandbox_warnings(config)
+def _load(config_path: str, state_dir: Path) -> tuple[Config | None, bool, list[Check]]:
+    """`bot config check`'s verdict as report lines (the same errors and warnings, never another opinion): the
+    config (None when an error is fatal), whether it has any error, and the lines."""
+    config, errors, warnings = checked_config(config_path, state_dir)
+    if errors or config is None:
+        count = len(errors)
+        detail = "\n".join(
+            [f"{config_path}: {count} error{'s' if count != 1 else ''}"] + [i.render(config_path) for i in errors]
+        )
+        found = [_fail("config", detail, "each line says what to do (`bot config check` prints the same lines)")]
+    else:
+        found = [_ok("config", f"{config_path}: valid ({len(config.agents)} agents, {len(config.bindings)} bindings)")]
+    found += [_warn("config", warning.render(config_path)) for warning in warnings]
+    return config, bool(errors), found
 
 
 def _accounts(config: Config) -> list[tuple[str, str, dict[str, Any]]]:
@@ -135,19 +132,14 @@ def _accounts(config: Config) -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
-def _variables(config: Config) -> list[Check]:
+def _mcp_variables(config: Config) -> list[Check]:
+    """MCP servers whose ${VAR}s this environment lacks: the bot runs without them (no error for `config check`)."""
     found: list[Check] = []
-    for channel, account, _ in _accounts(config):
-        unset = sorted(set(config.unset_credentials(channel, account)))
-        if unset:
-            names = ", ".join(f"${{{name}}}" for name in unset)
-            fix = f"set {', '.join(unset)} in the environment the bot runs with (until then the account is skipped)"
-            found.append(_fail(f"env {channel}/{account}", f"{names} not set", fix))
     for server, wanted in sorted(config.mcp_unset().items()):
         unset = sorted(set(wanted))
         fix = f"set {', '.join(unset)} in the environment the bot runs with (until then the server does not start)"
-        found.append(_fail(f"env mcp {server}", f"{', '.join(f'${{{n}}}' for n in unset)} not set", fix))
-    return found or [_ok("env", "every ${VAR} the config uses is set")]
+        found.append(_warn(f"env mcp {server}", f"{', '.join(f'${{{n}}}' for n in unset)} not set", fix))
+    return found
 
 
 # --- the platforms ------------------------------------------------------------------------------------------------
@@ -419,26 +411,13 @@ def _storage(config: Config, state_dir: Path) -> list[Check]:
 # --- the models ---------------------------------------------------------------------------------------------------
 
 
-def _model_setup(config: Config) -> tuple[list[Check], list[str]]:
-    """A check for each agent without a usable model, and every model the agents use, without repeats."""
-    found: list[Check] = []
+def _model_refs(config: Config) -> list[str]:
+    """Every model the agents use, without repeats (an agent without a usable model is a `config check` error)."""
     refs: list[str] = []
     for agent in config.agents:
-        try:
+        with contextlib.suppress(SetupError):
             refs += model_refs(config, agent.id)
-        except SetupError as error:
-            found.append(_fail(f"agent {agent.id}", str(error), "name a model as <provider>/<model-id>"))
-    return found, list(dict.fromkeys(refs))
-
-
-def _providers(config: Config, refs: list[str]) -> list[Check]:
-    found: list[Check] = []
-    for ref in refs:
-        try:
-            choose_model(config, ref)
-        except SetupError as error:
-            found.append(_fail(f"model {ref}", str(error), "add the provider, or its key variable"))
-    return found or [_ok("models", f"{len(refs)} configured, each with its provider: {', '.join(refs)}")]
+    return list(dict.fromkeys(refs))
 
 
 async def _ping(app: App, ref: str) -> Check:
@@ -485,19 +464,25 @@ async def _models(app: App, refs: list[str]) -> list[Check]:
 
 
 async def diagnose(config_path: str, state_dir: Path, *, models: bool = False) -> tuple[list[Check], Redactor]:
-    """Every check, in order: the config, its variables, the channel accounts against their platforms (at once),
-    the state and workspaces, the models (with `models`: one tiny request each). The Redactor knows every secret of
-    the config, for what is printed."""
-    config, found = _load(config_path, state_dir)
+    """Every check, in order: `bot config check`'s verdict (the same lines), then only what needs the network or
+    this machine: MCP servers' variables this environment lacks, the channel accounts against their platforms (at
+    once), the state and workspaces, the models (with `models`: one tiny request each). The Redactor knows every
+    secret of the config, for what is printed."""
+    config, errors, found = _load(config_path, state_dir)
     if config is None:
         return found, Redactor()
     redactor = Redactor(secrets_of(config))
-    found += _variables(config)
+    found += _mcp_variables(config)
+    refs = _model_refs(config)
     async with httpx.AsyncClient(timeout=TIMEOUT) as client:
         channels = asyncio.create_task(_channels(config, client))
         storage = asyncio.create_task(asyncio.to_thread(_storage, config, state_dir))
-        setup, refs = _model_setup(config)
-        pinged: list[Check] = await _models(App(config, state_dir), refs) if models else _providers(config, refs)
+        if models:
+            found_models = await _models(App(config, state_dir), refs)
+        elif errors:
+            found_models = []  # the config's errors say what is missing; `ok models` would contradict them
+        else:
+            found_models = [_ok("models", f"{len(refs)} configured, each with its provider and key: {', '.join(refs)}")]
         found += await channels
         found += await storage
-    return found + setup + pinged, redactor
+    return found + found_models, redactor

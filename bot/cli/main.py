@@ -143,13 +143,12 @@ def config() -> None:
 def config_check(config_path: str, state_dir: str | None) -> None:
     """Exit 0 if the bindings file is valid; otherwise print every error and exit 1. Errors are what `bot run` would
     refuse or skip (with file, line and key path); warnings are lines that match nothing or are unwise."""
-    from bot.config.checks import sandbox_warnings
-    from bot.config.loading import validate_config
+    from bot.cli.common import checked_config
 
-    loaded, errors, warnings = validate_config(config_path, state_dir=state_dir_for(config_path, state_dir))
+    loaded, errors, warnings = checked_config(config_path, state_dir_for(config_path, state_dir))
     for issue in errors:
         click.echo(issue.render(config_path), err=True)
-    for warning in warnings + (sandbox_warnings(loaded) if loaded is not None else []):
+    for warning in warnings:
         click.echo(f"warning: {warning.render(config_path)}", err=True)
     if errors or loaded is None:
         count = len(errors)
@@ -206,11 +205,12 @@ def chat(
 def tools_command(
     config_path: str, agent: str | None, channel: str, peer: str | None, not_owner: bool, explain: bool
 ) -> None:
-    """List the tools an agent may use here (the MCP servers' too: each is started briefly), and which policy layer
-    removed each other tool."""
+    """List the tools a run of the agent gets under `bot run` (the MCP servers' too: each is started briefly; those
+    only the running gateway adds are marked), and which policy layer removed each other tool."""
     import asyncio
 
     from bot.app import App
+    from bot.cli.gateway_tools import ONLY_UNDER_RUN_NOTE, gateway_only, gateway_policy
     from routing import Peer
     from tools.policy import PolicyResult, explain_defaulted, render_policy
 
@@ -226,13 +226,29 @@ def tools_command(
 
     async def policy() -> tuple[PolicyResult, list[str]]:
         async with app.mcp.running(settle=True):  # the MCP servers' tools are listed too
-            result = app.policy(agent_id, channel, peer=target, owner=not not_owner)
+            result = gateway_policy(app, agent_id, channel, peer=target, owner=not not_owner)
             return result, explain_defaulted(app.registry(), config.tools) if explain else []
 
     result, layers = asyncio.run(policy())
     click.echo(f"agent: {agent_id}  model: {app.decisions.first_model(agent_id) or '(none)'}  channel: {channel}")
-    for line in [*render_policy(result, explain=explain), *layers]:
+    only = gateway_only(app)
+    kept = [tool.name for tool in result.kept if tool.name in only]
+    note = [f"* {ONLY_UNDER_RUN_NOTE}: {', '.join(kept)}"] if kept else []
+    for line in [*_marked(render_policy(result, explain=explain), only), *note, *layers]:
         click.echo(line)
+
+
+def _marked(lines: list[str], only: frozenset[str]) -> list[str]:
+    """`render_policy`'s lines with each kept tool that only a running gateway has marked `*`."""
+    marked: list[str] = []
+    kept = False
+    for line in lines:
+        if line.startswith(("kept (", "removed (")):
+            kept = line.startswith("kept (")
+        elif kept and line.startswith("  ") and line.split(maxsplit=1)[0] in only:
+            line += " *" if line.rstrip() == line else "*"
+        marked.append(line)
+    return marked
 
 
 @cli.command()
@@ -240,7 +256,8 @@ def tools_command(
 @click.option("--agent", default=None, help="The agent (default: the default agent).")
 @click.option("--channel", default="console", show_default=True, help="The channel the run is on.")
 def prompt(config_path: str, agent: str | None, channel: str) -> None:
-    """Print exactly what the model receives: the system prompt, then the tools as sent to the provider."""
+    """Print exactly what the model receives under `bot run`: the system prompt, then the tools as sent to the
+    provider (those only the running gateway adds, such as cron, named in a comment line)."""
     import asyncio
 
     from bot.app import App
@@ -362,19 +379,26 @@ def pairing_list(config_path: str, state_dir: str | None, channel: str | None) -
 @click.argument("channel")
 @click.argument("code")
 def pairing_approve(config_path: str, state_dir: str | None, channel: str, code: str) -> None:
-    """Let the sender who got CODE on CHANNEL talk to the bot."""
+    """Let the sender who got CODE on CHANNEL talk to the bot; they are told so (by the running bot within seconds,
+    or by the bot when it starts)."""
     import asyncio
+    import time
+
+    from bot.delivery.outbox import Delivery
+    from bot.intake.welcome import welcome
 
     async def approve() -> str | None:
         async with cli_state(config_path, state_dir) as store:
             record = await store.approve_pairing(channel.strip().lower(), code, "cli")
+            if record is not None:  # recorded in the outbox here; the bot that serves the account sends it
+                await welcome(Delivery(store, {}, time.time), record)
         return None if record is None else (record.sender_name or record.sender_id)
 
     who = asyncio.run(approve())
     if who is None:
         click.echo(f"No pending request on {channel} has the code {code} (it may have expired).", err=True)
         sys.exit(1)
-    click.echo(f"Approved {who}.")
+    click.echo(f"Approved {who}: the bot tells them they may talk now.")
 
 
 @cli.group()

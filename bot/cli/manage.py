@@ -17,12 +17,14 @@ from bot.cli.common import CONFIG_OPTION, STATE_OPTION, cli_state, load_or_exit
 from bot.config.shown import masked_config
 
 if TYPE_CHECKING:
+    from bot.config.settings import Config
     from bot.store.approvals import AllowedRule
 
 __all__ = [
     "approval_rules",
     "approved_lines",
     "config_show",
+    "non_owner_tools",
     "pairing_revoke",
     "service",
     "service_unit",
@@ -33,16 +35,32 @@ __all__ = [
 @CONFIG_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def config_show(config_path: str, as_json: bool) -> None:
-    """Print the effective config: `${VAR}` substituted, defaults filled in, every secret shown as ***."""
+    """Print the effective config: `${VAR}` substituted, defaults filled in, each agent's model, fallbacks and
+    workspace as it gets them, `tools.non_owner` merged with its default and the tools a non-owner's run of each agent
+    gets (`non_owner_tools`, under `bot run`, in a DM), every secret shown as ***."""
     config = load_or_exit(config_path)
-    data = masked_config(config)
+    data = masked_config(config, non_owner_tools(config))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
     import yaml
 
     click.echo(f"# {config.file or config_path}: effective config, secrets masked", nl=True)
+    click.echo("# agents[].non_owner_tools: what a run started by someone not in owners gets (in a DM; no MCP tools)")
     click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
+
+
+def non_owner_tools(config: Config) -> dict[str, list[str]]:
+    """Each agent's tools in a run started by someone not in `owners` (a DM under `bot run`), through the same
+    policy layers as `bot tools --not-owner`. The MCP servers are not started: their tools are not listed."""
+    from bot.app import App
+    from bot.cli.gateway_tools import gateway_policy
+
+    app = App(config)
+    return {
+        agent.id: [tool.name for tool in gateway_policy(app, agent.id, "console", owner=False).kept]
+        for agent in config.agents
+    }
 
 
 # --- bot pairing revoke -------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`bot prompt`: the system prompt and the tool schemas exactly as a run would send them to the model."""
+"""`bot prompt`: the system prompt and the tool schemas exactly as a run under `bot run` would send them to the model
+(the tools only the running gateway adds included, and named)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from agent.messages import Message
 from agent.prompt import read_bootstrap
 from agent.providers.config import sees_images
 from bot.app import App
+from bot.cli.gateway_tools import ONLY_UNDER_RUN_NOTE, gateway_only, gateway_registry
 from bot.runs.assemble import SetupError, choose_model, model_refs, policy_for, system_prompt
 from channels.base import CONSOLE, OWNERS, Capabilities
 
@@ -19,7 +21,7 @@ _ANY_KEY = {name: "(preview)" for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY
 
 
 async def preview(app: App, agent: str, channel: str) -> str:
-    """Render what the model receives for a direct message from an owner on `channel`."""
+    """Render what the model receives for a direct message from an owner on `channel` under `bot run`."""
     config = app.config
     notes: list[str] = []
     model: str | None = None
@@ -33,7 +35,7 @@ async def preview(app: App, agent: str, channel: str) -> str:
     key = f"agent:{agent}:main"
     run = app.decisions.run_info(agent, key, channel=channel, principal=OWNERS, capabilities=capabilities, model=model)
     run = run.model_copy(update={"skills": (await asyncio.to_thread(app.skills, agent)).eligible})
-    policy = policy_for(config, app.registry(), run)
+    policy = policy_for(config, gateway_registry(app), run)
     bootstrap = await read_bootstrap(Path(run.workspace) if run.workspace else None)
     if choice is None:
         from agent.providers.config import ProviderConfig
@@ -60,6 +62,9 @@ async def preview(app: App, agent: str, channel: str) -> str:
         await provider.aclose()
     dialect = provider.dialect(model_id)
     lines = [*notes, f"# agent {agent}, model {model or '(none)'}, {dispatch} tool calls, {dialect} schemas"]
+    only = gateway_only(app)
+    if kept := [tool.name for tool in policy.kept if tool.name in only]:
+        lines.append(f"# tools {ONLY_UNDER_RUN_NOTE}: {', '.join(kept)}")
     if choice is not None:
         sees, why = sees_images(choice.model_id, choice.options)
         lines.append(f"# images: {'shown to the model' if sees else 'named only, not shown'} ({why})")

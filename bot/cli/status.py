@@ -1,7 +1,7 @@
 """`bot status`: whether the bot runs and how its channels are doing, read from the status file a running gateway
 keeps in its state directory — or, with `state: {backend: postgres}`, from the database's `processes` table, where
-every process sharing the database reports (what it holds too). Exit 0 healthy, 1 a channel degraded or stalled,
-2 not running (in a cluster: no process alive)."""
+every process sharing the database reports (what it holds too). Exit 0 healthy, 1 a channel degraded or stalled or
+the config file on disk invalid (the last good config running), 2 not running (in a cluster: no process alive)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,34 @@ def _channel_line(channel: HealthSnapshot, now: float) -> str:
     return escaped("  ".join(parts))
 
 
+def refused_config(report: StatusReport, now: float) -> str | None:
+    """The line saying the config file on disk is invalid and the last good config runs (None when it is not so)."""
+    from datetime import datetime
+
+    from bot.cli.sessions import escaped
+
+    state = report.config
+    if state is None or state.refused_at is None:
+        return None
+    more = state.error_count - 1
+    first = (state.errors or ["(no error text)"])[0] + (f"; and {more} more" if more > 0 else "")
+    loaded = datetime.fromtimestamp(state.loaded_at).strftime("%Y-%m-%d %H:%M:%S")
+    return escaped(
+        f"config on disk is invalid ({first}); running the last good config from {loaded} "
+        f"({_ago(now - state.loaded_at)} ago). `bot config check` shows every error; the bot takes the file again "
+        "once it is valid"
+    )
+
+
+def healthy(report: StatusReport) -> bool:
+    """Every channel account connected (or starting) and the config on disk the one running (not refused)."""
+    return report.health == "healthy" and (report.config is None or report.config.refused_at is None)
+
+
 def _summary(report: StatusReport, now: float) -> list[str]:
-    lines = [f"running  pid {report.pid}  up {_ago(now - report.started_at)}  {report.health}"]
+    shown = "healthy" if healthy(report) else "unhealthy"
+    lines = [f"running  pid {report.pid}  up {_ago(now - report.started_at)}  {shown}"]
+    lines += [refused] if (refused := refused_config(report, now)) is not None else []
     lines += [_channel_line(channel, now) for channel in report.channels]
     queued = sum(queue.depth for queue in report.queues)
     outbox = report.outbox
@@ -95,8 +121,9 @@ def _summary(report: StatusReport, now: float) -> list[str]:
     help="The status file's report as one JSON object (a PostgreSQL state: a list, one object per process).",
 )
 def _status(config_path: str, state_dir: str | None, as_json: bool) -> None:
-    """Whether the bot runs, and how each channel account is doing (exit 0 healthy, 1 a channel degraded or
-    stalled, 2 not running). With a PostgreSQL state: every process sharing the database, alive or gone, and what
+    """Whether the bot runs, how each channel account is doing, and whether the config file on disk was refused
+    (the last good config running) (exit 0 healthy, 1 a channel degraded or stalled or the config on disk invalid,
+    2 not running). With a PostgreSQL state: every process sharing the database, alive or gone, and what
     each holds (exit 2 when none is alive, or the database cannot be reached)."""
     from bot.gateway.status import STATUS_FILE, read_report, stale_after
 
@@ -120,7 +147,7 @@ def _status(config_path: str, state_dir: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"running": True, **report.model_dump(mode="json")}, indent=2))
     else:
         click.echo("\n".join(_summary(report, now)))
-    sys.exit(HEALTHY if report.health == "healthy" else UNHEALTHY)
+    sys.exit(HEALTHY if healthy(report) else UNHEALTHY)
 
 
 # --- several processes on one PostgreSQL database ------------------------------------------------------------------
@@ -164,7 +191,9 @@ def _process_lines(view: dict[str, Any], now: float) -> list[str]:
     report = _process_health(view)
     if report is None:
         return [escaped(f"{head}  alive  up {_ago(now - view['started'])}  (its status cannot be read)")]
-    lines = [escaped(f"{head}  alive  up {_ago(now - view['started'])}  {report.health}")]
+    shown = "healthy" if healthy(report) else "unhealthy"
+    lines = [escaped(f"{head}  alive  up {_ago(now - view['started'])}  {shown}")]
+    lines += [f"  {refused}"] if (refused := refused_config(report, now)) is not None else []
     lines += [f"  {_channel_line(channel, now)}" for channel in report.channels]
     holds = view.get("holds")
     holds = holds if isinstance(holds, dict) else {}
@@ -198,7 +227,7 @@ def _cluster_status(url: str, as_json: bool) -> NoReturn:
     reports = [_process_health(view) for view in alive]
     if not alive:
         code = NOT_RUNNING
-    elif any(report is None or overall(report.channels) != "healthy" for report in reports):
+    elif any(report is None or overall(report.channels) != "healthy" or not healthy(report) for report in reports):
         code = UNHEALTHY
     else:
         code = HEALTHY

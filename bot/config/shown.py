@@ -1,11 +1,13 @@
 """The effective config as people are shown it (`bot config show`, the web Config page): defaults filled in, each
-agent's model, fallbacks and workspace as it gets them, the channel accounts' settings as their plugins fill them,
-and every credential masked."""
+agent's model, fallbacks and workspace as it gets them, `tools.non_owner` merged with its default (and, when the
+caller lists them, the tools a non-owner's run of each agent gets), the channel accounts' settings as their plugins
+fill them, and every credential masked."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -101,11 +103,26 @@ def _channels(config: Config) -> dict[str, Any]:
     return shown
 
 
-def masked_config(config: Config) -> dict[str, Any]:
-    """The effective config (after `${VAR}` substitution, with every default, and each agent's model, fallbacks and
-    workspace as it gets them, inherited or its own) as plain data, every credential
-    replaced by `***`: channel tokens and secrets, provider keys and headers, MCP servers' env and headers, and any
-    known secret found inside another value. With no `providers:` section, the providers the environment gives."""
+def _non_owner(config: Config) -> dict[str, list[str]]:
+    """`tools.non_owner` as applied: its default deny list with the config's `deny` added (the merge `bot tools
+    --not-owner --explain` explains), what `allow` lifts from it, and what `only` limits non-owners to."""
+    from tools.policy import defaulted_policies
+
+    policy = dict(defaulted_policies(config.tools))["non_owner"]
+    return {
+        "deny": list(dict.fromkeys([*policy.default, *policy.deny])),
+        "allow": list(policy.allow),
+        "only": list(policy.only),
+    }
+
+
+def masked_config(config: Config, non_owner_tools: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    """The effective config (after `${VAR}` substitution, with every default, each agent's model, fallbacks and
+    workspace as it gets them, inherited or its own, and `tools.non_owner` merged with its default deny list) as plain
+    data, every credential replaced by `***`: channel tokens and secrets, provider keys and headers, MCP servers' env
+    and headers, and any known secret found inside another value. With no `providers:` section, the providers the
+    environment gives. `non_owner_tools` (agent id -> tool names), when given, is shown as each agent's
+    `non_owner_tools`: what a run started by someone not in `owners` gets."""
     from agent.providers.config import providers_from_env
 
     data = config.model_dump(mode="json")
@@ -113,6 +130,9 @@ def masked_config(config: Config) -> dict[str, Any]:
         agent["model"] = config.model_for(agent["id"])
         agent["fallbacks"] = config.fallbacks_for(agent["id"])
         agent["workspace"] = str(config.workspace(agent["id"]))
+        if non_owner_tools is not None and agent["id"] in non_owner_tools:
+            agent["non_owner_tools"] = list(non_owner_tools[agent["id"]])
+    data["tools"] = {**(data.get("tools") or {}), "non_owner": _non_owner(config)}
     data["channels"] = _channels(config)
     if config.providers is None:
         data["providers"] = {

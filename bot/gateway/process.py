@@ -123,8 +123,9 @@ class Gateway:
             current=lambda adapter: self.adapters.get((adapter.channel, adapter.account)) is adapter,
         )  # fmt: skip
         self.status = StatusWriter(
-            app.state_dir, app.clock, app.decisions, store, self.lanes, self.channels.snapshots, lambda: self.cluster
-        )
+            app.state_dir, app.clock, app.decisions, store, self.lanes, self.channels.snapshots, lambda: self.cluster,
+            watch=lambda: self.watch,
+        )  # fmt: skip
         self.notices = ChannelNotices(app.decisions, self.delivery, self.channels.snapshots, app.clock)
         setup = ToolSetup(
             self.delivery, self.approvals.authorize, self.processes, jobs=self.jobs, sessions=self.sessions,
@@ -150,6 +151,7 @@ class Gateway:
         self.watch: ConfigWatch | None = None  # bindings.yaml looked at for changes (when loaded from a file)
         self._watch_task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[None] | None = None
+        self._pairing_task: asyncio.Task[None] | None = None
         self._held_task: asyncio.Task[int] | None = None
 
     @property
@@ -235,6 +237,7 @@ class Gateway:
         self.intake.accepting = True
         self.delivery.start()
         self._prune_task = asyncio.create_task(keep_pruning(self.store, self.config.state.retention_days), name="prune")
+        self._pairing_task = asyncio.create_task(self.intake.pairing.run(), name="pairing watch")
         for adapter in list(self.adapters.values()):
             await self._start_adapter(adapter)
         # A request whose turn runs again stays pending: the turn meets it again and waits for its card's answer.
@@ -251,7 +254,9 @@ class Gateway:
         self._scheduler_task = asyncio.create_task(self.scheduler.run(), name="scheduler")
         if self.config.file is not None:
             state, plugins = self.state_dir, self.plugins
-            self.watch = ConfigWatch(self.config.file, self.reload, load=lambda path: validated(path, state, plugins))
+            self.watch = ConfigWatch(
+                self.config.file, self.reload, load=lambda path: validated(path, state, plugins), clock=self.clock
+            )
             self._watch_task = asyncio.create_task(self.watch.run(), name="config watch")
         await self.status.start()
         self.notices.start()
@@ -362,7 +367,7 @@ class Gateway:
         if self.cluster is not None:
             await self.cluster.stop()  # no more claims, and the elected listeners closed: another process takes them
         await self.notices.stop()
-        for task in (self._watch_task, self._scheduler_task, self._prune_task, self._held_task):
+        for task in (self._watch_task, self._scheduler_task, self._prune_task, self._held_task, self._pairing_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ def _fingerprint(path: Path) -> str | None:
 
 class ConfigWatch:
     """Reloads `path` when its content changes (looked at every `poll` seconds) or when `request()` is called
-    (SIGHUP); `apply` gets each new config that validates. `load` reads and validates (`validated`)."""
+    (SIGHUP); `apply` gets each new config that validates. `load` reads and validates (`validated`). `loaded_at` is
+    when the config in use was read; `refused` the errors of the file on disk when it was refused since (at
+    `refused_at`), for `bot status`."""
 
     def __init__(
         self,
@@ -55,11 +58,16 @@ class ConfigWatch:
         *,
         load: Callable[[Path], Config],
         poll: float = POLL_SECONDS,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = path
         self.apply = apply
         self.load = load
         self.poll = poll
+        self.clock = clock
+        self.loaded_at = clock()  # when the config in use was read (the start, then each reload that applied)
+        self.refused: ConfigError | None = None  # the file on disk, refused since (None: the one in use, or fixed)
+        self.refused_at: float | None = None
         self._seen = _fingerprint(path)
         self._asked = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -94,8 +102,10 @@ class ConfigWatch:
                 config = await asyncio.to_thread(self.load, self.path)
             except ConfigError as error:
                 log.error("%s changed but is not valid; the bot keeps the config it had:\n%s", self.path, error)
+                self.refused, self.refused_at = error, self.clock()  # for `bot status` (bot.gateway.status)
                 return False
             await self.apply(config)
+            self.loaded_at, self.refused, self.refused_at = self.clock(), None, None
             log.info("%s reloaded: it applies from the next message", self.path)
             return True
 

@@ -1,7 +1,8 @@
-"""The gateway's status: each channel account's health, running turns, queues, approvals, the outbox and today's
-usage, written to `<state_dir>/status.json` every few seconds for `bot status`, removed at a clean stop. A process of
-a cluster (several processes on one PostgreSQL database) also publishes it, with what it holds, in the database's
-`processes` table, where `bot status` sees every process."""
+"""The gateway's status: each channel account's health, running turns, queues, approvals, the outbox, today's usage
+and whether the config file on disk was refused (the last good config running), written to `<state_dir>/status.json`
+every few seconds for `bot status`, removed at a clean stop. A process of a cluster (several processes on one
+PostgreSQL database) also publishes it, with what it holds, in the database's `processes` table, where `bot status`
+sees every process."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from channels.health import UNHEALTHY, ChannelHealth, HealthSnapshot
 
 if TYPE_CHECKING:
     from agent.lanes import Lanes
+    from bot.config.errors import ConfigError
     from bot.runs.decisions import Decisions
     from bot.store import Store
 
@@ -30,11 +32,14 @@ __all__ = [
     "STATUS_INTERVAL",
     "ChannelBoard",
     "ClusterMember",
+    "ConfigState",
     "OutboxBacklog",
     "QueueDepth",
     "StatusReport",
     "StatusWriter",
     "UsageToday",
+    "WatchedConfig",
+    "config_state",
     "overall",
     "read_report",
     "stale_after",
@@ -45,6 +50,7 @@ log = logging.getLogger(__name__)
 STATUS_FILE = "status.json"
 STATUS_INTERVAL = 2.0  # seconds between two writes of the file
 STALE_WRITES = 3  # a file not rewritten for this many intervals belongs to a process that hangs or is gone
+SHOWN_ERRORS = 5  # of a refused config file's errors, the first ones the status keeps
 
 Health = Literal["healthy", "unhealthy"]
 
@@ -80,6 +86,43 @@ class UsageToday(BaseModel):
     cache_write_tokens: int = 0
 
 
+class ConfigState(BaseModel):
+    """The config file the gateway watches: when the config in use was read (at the start, or by the last reload that
+    applied), and, when the file on disk was refused since, when and why (its errors as `bot config check` prints
+    them, the first few, and how many there are)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    loaded_at: float
+    refused_at: float | None = None
+    errors: list[str] = []
+    error_count: int = 0
+
+
+class WatchedConfig(Protocol):
+    """What the status reads of the gateway's config watch (bot.gateway.reload.ConfigWatch)."""
+
+    path: Path
+    loaded_at: float
+    refused: ConfigError | None
+    refused_at: float | None
+
+
+def config_state(watch: WatchedConfig | None) -> ConfigState | None:
+    """The watch's view as the status file holds it (None: no file is watched, e.g. a config built in code)."""
+    if watch is None:
+        return None
+    refused = watch.refused
+    if refused is None or watch.refused_at is None:
+        return ConfigState(file=str(watch.path), loaded_at=watch.loaded_at)
+    errors = [issue.render(str(watch.path)) for issue in refused.issues]
+    return ConfigState(
+        file=str(watch.path), loaded_at=watch.loaded_at, refused_at=watch.refused_at,
+        errors=errors[:SHOWN_ERRORS], error_count=len(errors),
+    )  # fmt: skip
+
+
 class StatusReport(BaseModel):
     """One gateway process at one moment, as `status.json` holds it (times in seconds since the epoch)."""
 
@@ -96,6 +139,7 @@ class StatusReport(BaseModel):
     pending_approvals: int = 0
     outbox: OutboxBacklog = OutboxBacklog()
     usage_today: UsageToday
+    config: ConfigState | None = None  # None: no config file watched (or a status written before this was kept)
 
 
 def overall(channels: Sequence[HealthSnapshot]) -> Health:
@@ -171,12 +215,14 @@ class StatusWriter:
         cluster: Callable[[], ClusterMember | None] = lambda: None,
         *,
         interval: float = STATUS_INTERVAL,
+        watch: Callable[[], WatchedConfig | None] = lambda: None,
     ) -> None:
         self.decisions = decisions  # the config at each write: a live reload replaces it
         self.store = store
         self.lanes = lanes
         self.channels = channels
         self.cluster = cluster  # the gateway joins its cluster (if any) at start
+        self.watch = watch  # the config file's watch (made at start): whether the file on disk was refused
         self.clock = clock
         self.interval = interval
         self.path = state_dir / STATUS_FILE
@@ -213,6 +259,7 @@ class StatusWriter:
                 cache_read_tokens=sum(model.cache_read_tokens for model in models),
                 cache_write_tokens=sum(model.cache_write_tokens for model in models),
             ),
+            config=config_state(self.watch()),
         )
 
     async def write(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.config.owners_file import owner_key
-from bot.store import PairingStore
+from bot.store import PairingRecord, PairingStore
 from channels.base import AccountSettings, InboundMessage
 
 PAIRING_TTL_SECONDS = 3600.0
@@ -14,11 +14,13 @@ MAX_PENDING_PAIRINGS = 10  # per account; a new request then replaces the oldest
 
 @dataclass(frozen=True)
 class AccessVerdict:
-    """Whether a message reaches the bot; why not (for the journal); and what, if anything, to answer."""
+    """Whether a message reaches the bot; why not (for the journal); what, if anything, to answer; and the pairing
+    request a stranger's message made."""
 
     allowed: bool
     reason: str = ""
     reply: str | None = None
+    pairing: PairingRecord | None = None  # the request a stranger's message made (or already had)
 
 
 ALLOWED = AccessVerdict(True)
@@ -75,4 +77,4 @@ async def _direct(
         f"owner to approve it: `bot pairing approve {message.channel} {request.code}`, or /pair {request.code} "
         f"in a chat with me. Your id: {owner_key(message.channel, message.sender_id)}"
     )
-    return AccessVerdict(False, "pairing requested", reply)
+    return AccessVerdict(False, "pairing requested", reply, request)

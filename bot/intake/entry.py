@@ -15,6 +15,8 @@ from bot.delivery.outbox import Delivery
 from bot.intake.access import check_access
 from bot.intake.commands import BY_NAME, parse_command
 from bot.intake.handlers import Command, CommandParts, SubagentsCommand
+from bot.intake.ownerless import OwnerlessHint, ownerless_hint
+from bot.intake.welcome import PairingWatch
 from bot.intake.whoami import asks_whoami_in_dm, stranger_whoami
 from bot.observe.metrics import Metrics
 from bot.runs.principal import principal_of
@@ -80,6 +82,8 @@ class Intake:
         self.metrics = metrics or Metrics()  # each message received is counted (a gateway's, shared)
         self.offer = offer
         self.commands = CommandParts(decisions, store, delivery, lanes, approvals, clock, health, subagents)
+        self.ownerless = OwnerlessHint()  # while no owner is set: each person's first DM says how to become one
+        self.pairing = PairingWatch(store, delivery)  # runs in the gateway: welcomes whom an owner let in elsewhere
 
     @property
     def config(self) -> Config:
@@ -162,10 +166,15 @@ class Intake:
         verdict = await check_access(message, settings, self.store, self.decisions.owners, pair=not asks_id)
         if not verdict.allowed and asks_id:
             verdict = stranger_whoami(message, settings, verdict)
+        if verdict.pairing is not None:
+            self.pairing.watch(verdict.pairing)  # approved from the CLI, they are told they may talk now
         if not verdict.allowed:  # strangers reach nothing: no typing, no agent, at most a pairing code
             replies = self.delivery.replies(record.id, message, verdict.reply or "")
             await self.delivery.close([record.id], "done", verdict.reason, replies=replies)
             return
+        if self.ownerless.due(message, self.decisions.owners, self.config.file, command.name if command else None):
+            hint = ownerless_hint(message)  # before the answer, in the chat's order: how to become the owner
+            await self.delivery.reply(message, hint, key=OwnerlessHint.key(message))
         route = self.router.resolve(message.routing_input())
         job = self._job(record.id, record.received, message, route.agent, route.session_key)
         if command is not None:

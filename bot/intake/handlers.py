@@ -26,11 +26,10 @@ from bot.intake.session_commands import (
     think_command,
     usage_command,
 )
+from bot.intake.welcome import welcome
 from bot.intake.whoami import whoami
 from bot.store import IntakeStore
 from bot.turns.turn import Job
-from channels.base import InboundMessage
-from routing import Peer
 
 if TYPE_CHECKING:
     from bot.config.settings import Config
@@ -195,14 +194,7 @@ async def pair(parts: CommandParts, job: Job, command: Command) -> str:
     if approved is None:
         parts.pair_misses[who] = [*misses, now]
         return "No pending request has that code (it may have expired)."
-    stranger = InboundMessage(
-        channel=approved.channel,
-        account=approved.account,
-        peer=Peer("direct", approved.sender_id),
-        sender_id=approved.sender_id,
-        message_id=f"pairing-{approved.code}",
-    )
-    await parts.delivery.reply(stranger, "You're approved: I'm listening now.")
+    await welcome(parts.delivery, approved)  # they are told they may talk now
     return f"Approved {approved.sender_name or approved.sender_id}."
 
 

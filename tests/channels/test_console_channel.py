@@ -17,7 +17,8 @@ from channels.console import ConsoleAdapter
 from routing import Peer
 
 
-async def test_bot_run_serves_the_console_until_its_input_ends(tmp_path: Path, fake_llm: FakeLLM) -> None:
+async def console_bot(tmp_path: Path, fake_llm: FakeLLM) -> asyncio.subprocess.Process:
+    """`bot run` on a config with only the console channel, its stdin and stdout piped (no API keys inherited)."""
     config = tmp_path / "bindings.yaml"
     config.write_text(
         json.dumps(
@@ -29,12 +30,16 @@ async def test_bot_run_serves_the_console_until_its_input_ends(tmp_path: Path, f
             }
         )
     )
-    fake_llm.script("First answer.", "Second answer.")
     env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}
-    process = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "run", "--config", str(config),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
+
+
+async def test_bot_run_serves_the_console_until_its_input_ends(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.script("First answer.", "Second answer.")
+    process = await console_bot(tmp_path, fake_llm)
     try:
         out, err = await asyncio.wait_for(process.communicate(b"hello\n\nhow are you?\n"), 60)
     finally:
@@ -47,6 +52,32 @@ async def test_bot_run_serves_the_console_until_its_input_ends(tmp_path: Path, f
         "hello",
         "how are you?",
     ]
+
+
+async def test_bot_run_answers_help_and_new_on_the_console_itself_and_exit_stops(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    fake_llm.script("First answer.", "Second answer.", "Never asked.")
+    process = await console_bot(tmp_path, fake_llm)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(b"hello\n")
+        assert await asyncio.wait_for(process.stdout.readline(), 60) == b"First answer.\n"
+        out, err = await asyncio.wait_for(process.communicate(b"/help\n/new\nagain\n/exit\nnot read\n"), 60)
+    finally:
+        if process.returncode is None:  # only when something hung: the test does not leave it running
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, err.decode()
+    shown = out.decode()
+    assert shown.endswith("Started a new conversation.\nSecond answer.\n")
+    assert "Commands:" in shown and "/new or /reset" in shown  # /help: answered by the gateway's command table
+    assert "Started a new conversation." in shown
+    texts = [
+        [unstamped(message["content"][-1]["text"]) for message in request.body["messages"] if message["role"] == "user"]
+        for request in fake_llm.requests
+    ]
+    assert texts == [["hello"], ["again"]]  # neither /help nor /new reached the model; /exit ended the input
 
 
 async def test_the_console_adapter_delivers_lines_and_prints_replies() -> None:

@@ -129,6 +129,34 @@ def test_config_show_without_providers_shows_the_environments_with_their_keys_ma
     assert json.loads(result.stdout)["providers"]["openrouter"]["api_key"] == "***"
 
 
+def test_config_show_shows_the_non_owner_profile_as_applied_like_bot_tools_not_owner(tmp_path: Path) -> None:
+    path = tmp_path / "bindings.yaml"
+    path.write_text(
+        "defaults: {model: openrouter/some-model}\n"
+        "agents: [{id: main}, {id: quiet, tools: {deny: [web_fetch]}}]\n"
+        "tools:\n  non_owner: {allow: [cron], deny: [memory_get]}\n"
+    )
+    result = bot("config", "show", "--json", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    # the default deny list with the config's deny added; allow lifts cron out of group:automation
+    assert shown["tools"]["non_owner"] == {
+        "deny": ["group:runtime", "write", "edit", "memory_write", "group:mcp", "group:automation", "group:sessions",
+                 "memory_get"],
+        "allow": ["cron"],
+        "only": [],
+    }  # fmt: skip
+    agents = {agent["id"]: agent["non_owner_tools"] for agent in shown["agents"]}
+    assert "cron" in agents["main"] and "read" in agents["main"]  # cron exists under `bot run`, and is lifted
+    assert not {"exec", "write", "memory_get", "sessions_send"} & set(agents["main"])
+    assert agents["quiet"] == [name for name in agents["main"] if name != "web_fetch"]  # the agent's own layer too
+    for agent, names in agents.items():  # the same lists as `bot tools --not-owner` gives
+        listed = bot("tools", "--config", str(path), "--agent", agent, "--not-owner")
+        assert listed.returncode == 0, listed.stderr
+        kept = listed.stdout.split("kept (")[1].split("removed (")[0].splitlines()[1:]
+        assert [line.split()[0] for line in kept] == names
+
+
 def test_config_show_refuses_a_broken_config_like_config_check(tmp_path: Path) -> None:
     path = tmp_path / "bindings.yaml"
     path.write_text("agents:\n  - id: main\n    modle: x\n")
@@ -163,10 +191,14 @@ async def test_a_revoked_pairing_makes_the_sender_a_stranger_again_on_the_runnin
         code = pairing_code(first)
         code_listed, listed = await run_cli("pairing", "list", *config)
         assert code_listed == 0 and code in listed and f"({STRANGER})" in listed
-        assert await run_cli("pairing", "approve", "telegram", code, *config) == (0, "Approved Stranger.\n")
+        approved = await run_cli("pairing", "approve", "telegram", code, *config)
+        assert approved == (0, "Approved Stranger: the bot tells them they may talk now.\n")
+        welcome = "You're approved: I'm listening now."  # the running bot sends what the CLI recorded, unprompted
+        await eventually(lambda: tg.sent[STRANGER][1:] == [welcome], "the welcome after `bot pairing approve`")
 
         await tg.private_message("now?", user_id=STRANGER, name="Stranger")
         await eventually(lambda: "Hello, paired friend." in tg.sent[STRANGER], "the paired sender's answer")
+        assert tg.sent[STRANGER][1:] == [welcome, "Hello, paired friend."]  # told once
         code_listed, listed = await run_cli("pairing", "list", *config)
         assert code_listed == 0 and "No pending pairing requests." in listed
         assert re.search(rf"telegram/main  {STRANGER}  Stranger  approved by cli", listed), listed
@@ -188,6 +220,22 @@ async def test_a_revoked_pairing_makes_the_sender_a_stranger_again_on_the_runnin
         status, said = await run_cli("pairing", "revoke", "telegram", str(STRANGER), *config)
         assert status == 1 and "has no pairing and no pending request" in said
         assert len(fake_llm.requests) == 1
+
+
+async def test_a_pairing_approved_while_the_bot_is_stopped_is_told_when_it_starts(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    tg = fake_telegram
+    settings = pairing_config(fake_llm, tg, tmp_path)
+    async with bot_run(settings, tmp_path, STARTED) as path:
+        await tg.private_message("hello?", user_id=STRANGER, name="Stranger")
+        code = pairing_code((await tg.wait_sent(STRANGER, 1))[0])
+    approved = await run_cli("pairing", "approve", "telegram", code, "--config", str(path))
+    assert approved == (0, "Approved Stranger: the bot tells them they may talk now.\n")
+    assert tg.sent[STRANGER][1:] == []
+    async with bot_run(settings, tmp_path, STARTED):
+        await eventually(lambda: tg.sent[STRANGER][1:] == ["You're approved: I'm listening now."], "the welcome")
+    assert len(fake_llm.requests) == 0
 
 
 # --- bot approvals rules against a running bot ---------------------------------------------------------------------

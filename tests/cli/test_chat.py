@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -189,8 +190,41 @@ async def test_bot_tools_lists_kept_and_removed_tools(tmp_path: Path) -> None:
     assert "kept (0)" in out
     assert "session_status" in out and "agent" in out.split("removed")[1]
     code, out, _ = await bot("tools", "--config", str(config), "--channel", "telegram", "--peer", "group:-100")
-    assert "kept (13):\n  message\n  exec\n  process\n  read" in out
+    assert "kept (19):\n  message *\n  exec\n  process\n  read" in out
     assert "session_status  group" in out.split("removed")[1]
+
+
+GATEWAY_TOOLS = ["cron", "sessions_list", "sessions_history", "sessions_spawn", "sessions_send", "subagents"]
+
+
+async def test_bot_tools_and_bot_prompt_list_the_gateways_tools_and_bot_chat_says_it_lacks_them(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    config = write_config(tmp_path, fake_llm, "openai")
+    code, out, err = await bot("tools", "--config", str(config))
+    assert code == 0, err
+    kept = out.split("kept (")[1].split("\n* ")[0].splitlines()[1:]
+    marked = [line.split()[0] for line in kept if line.endswith(" *")]
+    assert marked == ["message", *GATEWAY_TOOLS]  # what a run under `bot run` gets beyond `bot chat`'s
+    assert (
+        f"only under `bot run`, not in `bot chat` (the running gateway adds them): message, {', '.join(GATEWAY_TOOLS)}"
+        in out
+    )
+
+    code, out, err = await bot("prompt", "--config", str(config))
+    assert code == 0, err
+    names = re.findall(r'^  "name": "(\w+)",$', out.split("=== tools")[1], re.MULTILINE)
+    assert set(GATEWAY_TOOLS) <= set(names)  # the schemas the model gets under `bot run`
+    assert "# tools only under `bot run`, not in `bot chat`" in out
+
+    fake_llm.script("Hello.")
+    code, _, err = await bot("chat", "--config", str(config), stdin="hi\n/help\n/exit\n")
+    assert code == 0, err
+    said = "Here the agent has no message, cron, sessions_list"
+    assert err.count(said) == 2  # in the greeting and in /help
+    sent = [tool["function"]["name"] for tool in fake_llm.requests[0].body["tools"]]
+    assert not set(GATEWAY_TOOLS) & set(sent) and "read" in sent  # and it is so: the model was offered none
+    assert len(fake_llm.requests) == 1  # /help went to nobody but the console
 
 
 def rows(text: str) -> list[str]:

@@ -41,8 +41,16 @@ def test_pairing_is_listed_approved_and_revoked_in_the_database(tmp_path: Path, 
     assert f"telegram/main  {request.code}  Stranger (77)" in listed.output
 
     approved = CliRunner().invoke(cli, ["pairing", "approve", "telegram", request.code, "--config", config])
-    assert approved.exit_code == 0 and "Approved Stranger." in approved.output
+    assert approved.exit_code == 0 and "Approved Stranger: the bot tells them" in approved.output
     assert asyncio.run(allowed(postgres_url))
+
+    async def unsent() -> list[str]:
+        async with await PostgresStore.open(postgres_url) as store:
+            return [
+                record.payload["text"] for record in await store.unsent_outbox() if record.target["peer"]["id"] == "77"
+            ]
+
+    assert asyncio.run(unsent()) == ["You're approved: I'm listening now."]  # for the bot that serves telegram/main
 
     revoked = CliRunner().invoke(cli, ["pairing", "revoke", "telegram", "77", "--config", config])
     assert revoked.exit_code == 0, revoked.output

@@ -21,6 +21,7 @@ from fakes.telegram import FakeTelegram
 from bot.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION, PostgresStore
 
 LLM_KEY = "sk-doctor-test-key-0123456789"
+MODEL_KEYS = ("OPENROUTER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 def config(tmp_path: Path, llm: FakeLLM, *channels: dict[str, Any], **sections: Any) -> dict[str, Any]:
@@ -31,14 +32,17 @@ def config(tmp_path: Path, llm: FakeLLM, *channels: dict[str, Any], **sections: 
 
 
 async def doctor(
-    tmp_path: Path, settings: dict[str, Any], *args: str, env: dict[str, str] | None = None
+    tmp_path: Path, settings: dict[str, Any], *args: str, env: dict[str, str] | None = None, command: str = "doctor"
 ) -> tuple[int, str]:
-    """`bot doctor` on `settings` (written to tmp_path/bindings.yaml): its exit status and its output."""
+    """`bot doctor` (or another `command`, e.g. `config check`) on `settings` (written to tmp_path/bindings.yaml):
+    its exit status and its output. No model key of the test's environment is passed on."""
     path = tmp_path / "bindings.yaml"
     path.write_text(json.dumps(settings), encoding="utf-8")
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD")}
+    environ = {
+        key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD") and key not in MODEL_KEYS
+    }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "doctor", "--config", str(path), *args,
+        sys.executable, "-m", "bot", *command.split(), "--config", str(path), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**environ, **(env or {})},
     )  # fmt: skip
     try:
@@ -94,7 +98,6 @@ async def test_all_green_exits_0_and_prints_no_token(
     assert "FAIL" not in out.replace("0 FAIL", "")
     assert "warn " not in out
     assert line(out, "ok    config ")
-    assert line(out, "ok    env ")
     assert f"@{fake_telegram.username}" in line(out, "ok    telegram/main ")
     assert "switchbot" in line(out, "ok    discord/main ")
     assert "Message Content Intent is on" in line(out, "ok    discord/main intent")
@@ -104,7 +107,7 @@ async def test_all_green_exits_0_and_prints_no_token(
     assert "quick_check ok" in line(out, "ok    state.db")
     assert line(out, "ok    state dir")
     assert "made at the first start" in line(out, "ok    workspace main")
-    assert "fake/m, fake/m2" in line(out, "ok    models")
+    assert "each with its provider and key: fake/m, fake/m2" in line(out, "ok    models")
     assert fake_llm.requests == []  # without --models no model is asked
     assert_no_secrets(out, fake_telegram.token, fake_discord.token, fake_slack.bot_token, fake_slack.app_token, LLM_KEY)
 
@@ -176,9 +179,9 @@ async def test_an_unset_variable_fails_naming_it(
     settings = config(tmp_path, fake_llm, telegram(fake_telegram, token="${DOCTOR_TEST_TELEGRAM_TOKEN}"))
     code, out = await doctor(tmp_path, settings)
     assert code == 1, out
-    unset = line(out, "FAIL  env telegram/main")
-    assert "${DOCTOR_TEST_TELEGRAM_TOKEN} not set" in unset and "set DOCTOR_TEST_TELEGRAM_TOKEN" in unset
-    assert "telegram/main " not in out.replace("env telegram/main ", "")  # not checked against Telegram
+    unset = line(out, "FAIL  config")  # as `bot config check` says it
+    assert "${DOCTOR_TEST_TELEGRAM_TOKEN} is not set" in unset and "channels.telegram.accounts.main" in unset
+    assert "telegram/main " not in out  # not checked against Telegram
 
     code, out = await doctor(tmp_path, settings, env={"DOCTOR_TEST_TELEGRAM_TOKEN": fake_telegram.token})
     assert code == 0, out
@@ -193,7 +196,7 @@ async def test_a_token_in_the_env_file_beside_the_config_counts_as_for_every_oth
     (tmp_path / ".env").write_text(f"DOCTOR_TEST_DOTENV_TOKEN={fake_telegram.token}\n")
     code, out = await doctor(tmp_path, settings)
     assert code == 0, out
-    assert line(out, "ok    env ") and line(out, "ok    telegram/main ")
+    assert line(out, "ok    config ") and line(out, "ok    telegram/main ")
     assert_no_secrets(out, fake_telegram.token)
 
 
@@ -205,6 +208,44 @@ async def test_an_invalid_config_fails_with_the_errors(tmp_path: Path, fake_llm:
     failed = line(out, "FAIL  config")
     assert "1 error" in failed and "no agent 'ghost'" in failed
     assert out.splitlines()[-1] == "0 ok, 0 warn, 1 FAIL"
+
+
+async def test_doctor_gives_the_verdict_of_config_check_with_a_missing_key_and_with_everything_set(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    # As shipped: no providers section, an openrouter model, and no OPENROUTER_API_KEY anywhere.
+    settings = config(tmp_path, fake_llm, telegram(fake_telegram))
+    del settings["providers"]
+    settings["defaults"]["model"] = "openrouter/anthropic/claude-sonnet-4"
+    settings["agents"][1]["fallbacks"] = []
+    checked, said = await doctor(tmp_path, settings, command="config check")
+    code, out = await doctor(tmp_path, settings)
+    assert checked == code == 1, (said, out)
+    errors = [text for text in said.splitlines() if "has no API key" in text]
+    assert len(errors) == 1 and "OPENROUTER_API_KEY" in errors[0]
+    failed = line(out, "FAIL  config")
+    said_errors = [text for text in said.splitlines()[:-1] if not text.startswith("warning: ")]
+    assert [text.strip() for text in failed.splitlines()[1:-1]] == said_errors  # the same lines
+    said_warnings = [text.removeprefix("warning: ") for text in said.splitlines() if text.startswith("warning: ")]
+    assert said_warnings and [text[len("warn  config") :].strip() for text in out.splitlines() if
+                              text.startswith("warn  config")] == said_warnings  # fmt: skip
+    assert "ok    models" not in out  # it said so before: it contradicted the missing key
+    assert line(out, "ok    telegram/main ")  # and it still checks what needs the network
+
+    code, out = await doctor(tmp_path, settings, "--models")
+    assert code == 1 and line(out, "FAIL  model openrouter/anthropic/claude-sonnet-4"), out
+
+    # Everything set (the key in the .env beside the file, as every command reads it): both say valid.
+    settings = config(tmp_path, fake_llm, telegram(fake_telegram))
+    settings["providers"]["fake"]["api_key"] = "${DOCTOR_AGREE_KEY}"
+    (tmp_path / ".env").write_text(f"DOCTOR_AGREE_KEY={LLM_KEY}\n", encoding="utf-8")
+    checked, said = await doctor(tmp_path, settings, command="config check")
+    code, out = await doctor(tmp_path, settings)
+    assert checked == code == 0, (said, out)
+    assert said.strip().endswith("valid (2 agents, 0 bindings)")
+    assert "valid (2 agents, 0 bindings)" in line(out, "ok    config ")
+    assert "fake/m, fake/m2" in line(out, "ok    models")
+    assert_no_secrets(out + said, LLM_KEY, fake_telegram.token)
 
 
 async def test_a_corrupt_state_db_fails(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -92,6 +92,7 @@ async def test_bot_run_serves_a_plugin_channel_and_its_tool_answers_the_model(
         Reply.text("Shouted: HELLO"),
     )
     data = config(tmp_path, {"inbox": str(inbox), "outbox": str(outbox)}, fake_llm.openai_base_url)
+    data["owners"] = ["filechat:owner"]  # someone: nobody is told how to become the owner (bot.intake.ownerless)
     async with bot_run(data, tmp_path, "channel filechat account main started", env=with_plugin(site)):
         await eventually(lambda: outbox.exists() and outbox.read_text().strip() != "", "the answer in the outbox file")
     assert [json.loads(line) for line in outbox.read_text().splitlines()] == [

@@ -25,6 +25,7 @@ def bot_config(path: Path, llm: FakeLLM, bridge: FakeBridge) -> dict[str, Any]:
     return config_dict(
         path, llm, loopback(bridge, poll_timeout=1), timeout, defaults={"model": "fake/model-a"},
         session={"queue": {"debounce_ms": 0}},
+        owners=["loopback:owner"],  # someone, so that nobody is told how to become the owner (bot.intake.ownerless)
     )  # fmt: skip
 
 

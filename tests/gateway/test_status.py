@@ -301,3 +301,56 @@ async def test_bot_status_beside_a_running_a_stopped_and_a_killed_bot(
         if bot.returncode is None:
             bot.kill()
             await bot.wait()
+
+
+async def bot_status_text(folder: Path) -> tuple[int, str]:
+    """`bot status` (its lines, not --json) on the test's config: its exit status and what it printed."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "status", "--config", str(folder / "bindings.yaml"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await process.communicate()
+    assert process.returncode is not None and not err, err.decode()
+    return process.returncode, out.decode()
+
+
+async def test_bot_status_says_when_the_config_on_disk_is_invalid_and_the_last_good_one_runs(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    settings = config_dict(
+        tmp_path, fake_llm, telegram(fake_telegram), agents=[{"id": "main", "default": True}],
+        owners=[f"telegram:{TG_OWNER}"],
+    )  # fmt: skip
+    seen: list[tuple[int, str]] = []
+
+    async def status_is(code: int, *words: str) -> bool:
+        seen.append(await bot_status_text(tmp_path))
+        return seen[-1][0] == code and all(word in seen[-1][1] for word in words)
+
+    bot = await launch_bot(settings, tmp_path, STARTED)
+    try:
+        await eventually(lambda: status_is(0, "healthy", "telegram/main  connected"), "a healthy bot")
+        assert "config on disk" not in seen[-1][1]
+        started = time.time()
+        broken = {**settings, "bindings": [{"agent": "ghost", "match": {"channel": "telegram"}}]}
+        path = tmp_path / "bindings.yaml"
+        path.write_text(json.dumps(broken, indent=2), encoding="utf-8")
+        line = json.dumps(broken, indent=2).splitlines().index('      "agent": "ghost",') + 1
+        await eventually(lambda: status_is(1, "config on disk is invalid"), "bot status to see the refused file")
+        out = seen[-1][1]
+        first, refused, *_ = out.splitlines()
+        assert first.startswith(f"running  pid {bot.pid}") and first.endswith("unhealthy")
+        assert f"({path}:{line}: bindings[0].agent: no agent 'ghost'" in refused
+        assert "; running the last good config from " in refused  # loaded when the bot started
+        _, report = await bot_status(tmp_path)
+        assert report["config"]["error_count"] == 1 and report["config"]["loaded_at"] <= started
+        assert report["config"]["refused_at"] >= started
+
+        path.write_text(json.dumps(settings, indent=2), encoding="utf-8")  # fixed: taken again, healthy again
+        await eventually(lambda: status_is(0, "healthy"), "bot status to see the file taken again")
+        assert "config on disk" not in seen[-1][1]
+        _, report = await bot_status(tmp_path)
+        assert report["config"]["refused_at"] is None and report["config"]["loaded_at"] >= started
+    finally:
+        bot.send_signal(signal.SIGTERM)
+        assert await bot.wait() == 0

@@ -88,6 +88,7 @@ async def test_bot_run_verbose_logs_neither_the_token_nor_the_model_key(
     fake_llm.script("Hello.", Reply.error(401))
     account = telegram(tg, token="${SB_TELEGRAM}", dm_policy="open")
     config = config_dict(tmp_path, fake_llm, {"providers": {"fake": {"api_key": "${SB_MODEL}"}}}, account)
+    config["owners"] = ["telegram:1"]  # someone else: the DM is not told how to become the owner (bot.intake.ownerless)
     env = {"SB_TELEGRAM": tg.token, "SB_MODEL": KEY}  # names that do not look secret: the config says they are
     async with bot_run(config, tmp_path, "channel telegram account main started", "-v", env=env):
         await tg.private_message("hi")

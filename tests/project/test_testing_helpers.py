@@ -1,6 +1,6 @@
 """The test helpers Switchboard ships for people who write their own tools and agents: `MemoryChannel`
-(channels/memory.py) and `ScriptedProvider` (agent/providers/scripted.py). The first test is the README's example,
-word for word; the others pin down each helper's own behaviour."""
+(channels/memory.py) and `ScriptedProvider` (agent/providers/scripted.py). The first test is the example of
+docs/guides/testing.md, word for word; the others pin down each helper's own behaviour."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from channels import (
 from routing import Peer
 from tools import Tool, ToolContext, ToolResult, json_result
 
-# --- the README's example ---------------------------------------------------------------------------------------------
+# --- the docs' example (docs/guides/testing.md) ---------------------------------------------------------------------
 
 
 class ShoutArguments(BaseModel):
@@ -73,10 +73,9 @@ async def test_the_agent_shouts(tmp_path: Path) -> None:
     assert tool == "shout" and json.loads(result) == {"shouted": "HELLO"}
 
 
-def test_the_readme_shows_the_example_above_as_it_is_here() -> None:
-    readme = (Path(__file__).resolve().parent.parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Testing your own tools and agents\n", 1)[1]
-    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+def test_the_docs_show_the_example_above_as_it_is_here() -> None:
+    guide = Path(__file__).resolve().parent.parent.parent / "docs" / "guides" / "testing.md"
+    block = guide.read_text(encoding="utf-8").split("```python\n", 1)[1].split("```", 1)[0]
     imports, code = block.split("\n\n\n", 1)
     exec(imports, {})  # what the example imports is there under those names
     assert code in Path(__file__).read_text(encoding="utf-8")

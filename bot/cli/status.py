@@ -81,14 +81,8 @@ def refused_config(report: StatusReport, now: float) -> str | None:
     )
 
 
-def healthy(report: StatusReport) -> bool:
-    """Every channel account connected (or starting) and the config on disk the one running (not refused)."""
-    return report.health == "healthy" and (report.config is None or report.config.refused_at is None)
-
-
 def _summary(report: StatusReport, now: float) -> list[str]:
-    shown = "healthy" if healthy(report) else "unhealthy"
-    lines = [f"running  pid {report.pid}  up {_ago(now - report.started_at)}  {shown}"]
+    lines = [f"running  pid {report.pid}  up {_ago(now - report.started_at)}  {report.health}"]
     lines += [refused] if (refused := refused_config(report, now)) is not None else []
     lines += [_channel_line(channel, now) for channel in report.channels]
     queued = sum(queue.depth for queue in report.queues)
@@ -147,7 +141,7 @@ def _status(config_path: str, state_dir: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"running": True, **report.model_dump(mode="json")}, indent=2))
     else:
         click.echo("\n".join(_summary(report, now)))
-    sys.exit(HEALTHY if healthy(report) else UNHEALTHY)
+    sys.exit(HEALTHY if report.health == "healthy" else UNHEALTHY)
 
 
 # --- several processes on one PostgreSQL database ------------------------------------------------------------------
@@ -191,8 +185,7 @@ def _process_lines(view: dict[str, Any], now: float) -> list[str]:
     report = _process_health(view)
     if report is None:
         return [escaped(f"{head}  alive  up {_ago(now - view['started'])}  (its status cannot be read)")]
-    shown = "healthy" if healthy(report) else "unhealthy"
-    lines = [escaped(f"{head}  alive  up {_ago(now - view['started'])}  {shown}")]
+    lines = [escaped(f"{head}  alive  up {_ago(now - view['started'])}  {report.health}")]
     lines += [f"  {refused}"] if (refused := refused_config(report, now)) is not None else []
     lines += [f"  {_channel_line(channel, now)}" for channel in report.channels]
     holds = view.get("holds")
@@ -210,9 +203,8 @@ def _process_lines(view: dict[str, Any], now: float) -> list[str]:
 
 def _cluster_status(url: str, as_json: bool) -> NoReturn:
     """Every process reporting to the database at `url` (those gone within the last hour too), and the exit status:
-    2 when none is alive, 1 when an alive one has a channel degraded or stalled (or a status that cannot be read),
-    else 0."""
-    from bot.gateway.status import overall
+    2 when none is alive, 1 when an alive one is unhealthy (a channel degraded or stalled, its config file refused)
+    or has a status that cannot be read, else 0."""
     from bot.store.base import StoreError
     from bot.store.postgres.processes import read_processes
 
@@ -227,7 +219,7 @@ def _cluster_status(url: str, as_json: bool) -> NoReturn:
     reports = [_process_health(view) for view in alive]
     if not alive:
         code = NOT_RUNNING
-    elif any(report is None or overall(report.channels) != "healthy" or not healthy(report) for report in reports):
+    elif any(report is None or report.health != "healthy" for report in reports):
         code = UNHEALTHY
     else:
         code = HEALTHY

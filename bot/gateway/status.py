@@ -142,9 +142,11 @@ class StatusReport(BaseModel):
     config: ConfigState | None = None  # None: no config file watched (or a status written before this was kept)
 
 
-def overall(channels: Sequence[HealthSnapshot]) -> Health:
-    """`unhealthy` when any channel account is degraded or stalled."""
-    return "unhealthy" if any(channel.state in UNHEALTHY for channel in channels) else "healthy"
+def overall(channels: Sequence[HealthSnapshot], config: ConfigState | None = None) -> Health:
+    """`unhealthy` when any channel account is degraded or stalled, or the config file on disk was refused (the
+    last good config running)."""
+    down = any(channel.state in UNHEALTHY for channel in channels)
+    return "unhealthy" if down or (config is not None and config.refused_at is not None) else "healthy"
 
 
 def stale_after(report: StatusReport) -> float:
@@ -236,7 +238,7 @@ class StatusWriter:
         from bot.intake.session_commands import start_of_day
 
         config, store, lanes, now = self.decisions.config, self.store, self.lanes, self.clock()
-        channels = self.channels()
+        channels, watched = self.channels(), config_state(self.watch())
         unsent, oldest = await store.outbox_backlog()
         today = start_of_day(now, config.timezone_for(config.default_agent))
         models = await store.usage_by_model(today)
@@ -245,7 +247,7 @@ class StatusWriter:
             started_at=self._started_at,
             written_at=now,
             interval=self.interval,
-            health=overall(channels),
+            health=overall(channels, watched),
             channels=channels,
             running_turns=lanes.running_count(),
             queues=[QueueDepth(session_key=key, depth=lanes.depth(key)) for key in sorted(lanes.pending_items())],
@@ -259,7 +261,7 @@ class StatusWriter:
                 cache_read_tokens=sum(model.cache_read_tokens for model in models),
                 cache_write_tokens=sum(model.cache_write_tokens for model in models),
             ),
-            config=config_state(self.watch()),
+            config=watched,
         )
 
     async def write(self) -> None:

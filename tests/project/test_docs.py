@@ -14,6 +14,7 @@ from configs import merged
 from bot.cli.main import cli
 from bot.config.loading import validate_config
 from bot.config.settings import Config
+from tools.policy_config import NON_OWNER_DENY, SUBAGENT_DENY
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -64,3 +65,12 @@ def test_the_references_name_every_section_and_command() -> None:
     assert all(f"## `{section}`" in config for section in Config.model_fields)
     commands = reference.cli_reference()
     assert all(f"## `bot {name}`" in commands for name in cli.commands)
+
+
+@pytest.mark.parametrize(("layer", "default"), [("non_owner", NON_OWNER_DENY), ("subagent", SUBAGENT_DENY)])
+def test_the_tools_guide_names_each_default_deny_list_as_the_code_has_it(layer: str, default: tuple[str, ...]) -> None:
+    rows = (DOCS / "guides" / "tools.md").read_text(encoding="utf-8").splitlines()
+    row = next(line for line in rows if line.startswith(f"| `{layer}`"))
+    listed = re.search(r"the default deny list ((?:`[^`]+`(?:, )?)+)", row)
+    assert listed is not None, row
+    assert tuple(re.findall(r"`([^`]+)`", listed.group(1))) == default

@@ -54,3 +54,10 @@ class _Bot(ExtBot[None]):
         # has, and `get_updates` parses every update. tests/project/test_private_apis.py fails if PTB changes `_post`.
         data = {"offset": offset, "timeout": timeout, "allowed_updates": ALLOWED_UPDATES}
         return await self._post("getUpdates", data, read_timeout=timeout + 10)
+
+    async def send_message_id(self, chat_id: int | str, text: str, **parameters: Any) -> int:
+        """sendMessage with the parameters `send_message` takes, answering only the sent message's id: its answer is
+        not made into a `Message` (about half the CPU of a send). The same request (None values left out), the same
+        rate limiter and the same errors, all through `_post` as `send_message` goes."""
+        result = await self._post("sendMessage", {"chat_id": chat_id, "text": text, **parameters})
+        return int(result["message_id"])

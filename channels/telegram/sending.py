@@ -93,13 +93,13 @@ class SendingMixin(AdapterState):
         except ChatMigrated as error:
             log.warning("telegram %s: chat %s moved to %s", self.account, chat_id, error.new_chat_id)
             sent = await self._deliver(error.new_chat_id, thread, message, batches)
-        return str(sent.message_id)
+        return str(sent)
 
     async def _deliver(
         self, chat_id: int | str, thread: int | None, message: OutboundMessage, batches: list[list[_Upload]]
-    ) -> Message:
+    ) -> int:
         """The text, the files and the poll, in this order; the first message sent replies and carries the buttons.
-        Returns the last message sent."""
+        Returns the id of the last message sent."""
         reply = ReplyParameters(int(message.reply_to), allow_sending_without_reply=True) if message.reply_to else None
         head: dict[str, Any] = {
             "message_thread_id": thread,
@@ -108,22 +108,23 @@ class SendingMixin(AdapterState):
         }
         rest: dict[str, Any] = {"message_thread_id": thread}
         caption = _caption(message, batches)
-        sent: Message | None = None
+        sent: int | None = None
         if caption is None and (message.text.strip() or not (batches or message.poll)):
             sent = await self._send_text(chat_id, message.text, head)
             head = rest
         for batch in batches:
-            sent = await self._send_files(chat_id, batch, caption or "", head)
+            sent = (await self._send_files(chat_id, batch, caption or "", head)).message_id
             head, caption = rest, None
         if message.poll is not None:
-            sent = await self.bot.send_poll(chat_id, message.poll.question, message.poll.options, **head)
+            poll = await self.bot.send_poll(chat_id, message.poll.question, message.poll.options, **head)
+            sent = poll.message_id
         if sent is None:
             raise AssertionError("nothing was sent")  # not reached: a message has a text, files or a poll
         return sent
 
-    async def _send_text(self, chat_id: int | str, text: str, kwargs: dict[str, Any]) -> Message:
-        async def attempt(body: str | None, mode: str | None) -> Message:
-            return await self.bot.send_message(chat_id, body or "", parse_mode=mode, **kwargs)
+    async def _send_text(self, chat_id: int | str, text: str, kwargs: dict[str, Any]) -> int:
+        async def attempt(body: str | None, mode: str | None) -> int:
+            return await self.bot.send_message_id(chat_id, body or "", parse_mode=mode, **kwargs)
 
         return await self._html_or_plain(attempt, text)
 

@@ -19,7 +19,7 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 from fakes.telegram import FakeTelegram
 from slack_bolt.adapter.socket_mode.internals import build_headers
 from slack_sdk.socket_mode.request import SocketModeRequest
-from telegram import Bot
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 from telegram.ext import ExtBot
 from telegram.request import BaseRequest, RequestData
 
@@ -64,6 +64,24 @@ async def test_raw_updates_returns_the_unparsed_list(tg: FakeTelegram) -> None:
     async with bot:
         updates = await bot.raw_updates(0, 0)
     assert isinstance(updates, list)
+
+
+async def test_send_message_id_makes_the_request_send_message_makes_and_answers_its_id(tg: FakeTelegram) -> None:
+    bot = _Bot(tg.token, base_url=f"{tg.url}/bot", request=AiohttpRequest(), get_updates_request=AiohttpRequest())
+    parameters: dict[str, Any] = {
+        "parse_mode": "HTML",
+        "message_thread_id": 7,
+        "reply_markup": InlineKeyboardMarkup([[InlineKeyboardButton("Allow", callback_data="a:1")]]),
+        "reply_parameters": ReplyParameters(5, allow_sending_without_reply=True),
+    }
+    async with bot:
+        parsed = await bot.send_message(-100123, "<b>hi</b>", **parameters)
+        raw = await bot.send_message_id(-100123, "<b>hi</b>", **parameters)
+        plain = await bot.send_message_id(-100123, "plain", parse_mode=None, message_thread_id=None)
+    sent = tg.calls("sendMessage")
+    assert sent[0] == sent[1] and sent[0]["reply_markup"] and sent[0]["reply_parameters"]
+    assert set(sent[2]) == {"chat_id", "text"}  # None values left out, as send_message leaves them out
+    assert raw == parsed.message_id + 1 and plain == raw + 1
 
 
 def test_ptb_marks_a_timeout_not_given_with_default_none() -> None:

@@ -61,3 +61,8 @@ class _Bot(ExtBot[None]):
         rate limiter and the same errors, all through `_post` as `send_message` goes."""
         result = await self._post("sendMessage", {"chat_id": chat_id, "text": text, **parameters})
         return int(result["message_id"])
+
+    async def edit_text(self, chat_id: int | str, message_id: int, text: str, **parameters: Any) -> None:
+        """editMessageText with the parameters `edit_message_text` takes, its answer not made into a `Message` (a
+        streamed answer's preview is edited many times)."""
+        await self._post("editMessageText", {"chat_id": chat_id, "message_id": message_id, "text": text, **parameters})

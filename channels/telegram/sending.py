@@ -188,9 +188,7 @@ class SendingMixin(AdapterState):
             text = text[: CAPABILITIES.max_text_length - 1] + "…"
 
         async def attempt(body: str | None, mode: str | None) -> None:
-            await self.bot.edit_message_text(
-                body or "", chat_id=chat_id, message_id=int(message_id), parse_mode=mode, reply_markup=markup
-            )
+            await self.bot.edit_text(chat_id, int(message_id), body or "", parse_mode=mode, reply_markup=markup)
 
         try:
             await self._html_or_plain(attempt, text)

@@ -66,7 +66,7 @@ async def test_raw_updates_returns_the_unparsed_list(tg: FakeTelegram) -> None:
     assert isinstance(updates, list)
 
 
-async def test_send_message_id_makes_the_request_send_message_makes_and_answers_its_id(tg: FakeTelegram) -> None:
+async def test_send_message_id_and_edit_text_make_the_requests_ptbs_own_methods_make(tg: FakeTelegram) -> None:
     bot = _Bot(tg.token, base_url=f"{tg.url}/bot", request=AiohttpRequest(), get_updates_request=AiohttpRequest())
     parameters: dict[str, Any] = {
         "parse_mode": "HTML",
@@ -74,6 +74,7 @@ async def test_send_message_id_makes_the_request_send_message_makes_and_answers_
         "reply_markup": InlineKeyboardMarkup([[InlineKeyboardButton("Allow", callback_data="a:1")]]),
         "reply_parameters": ReplyParameters(5, allow_sending_without_reply=True),
     }
+    parameters_of_an_edit = {"parse_mode": "HTML", "reply_markup": parameters["reply_markup"]}
     async with bot:
         parsed = await bot.send_message(-100123, "<b>hi</b>", **parameters)
         raw = await bot.send_message_id(-100123, "<b>hi</b>", **parameters)
@@ -82,6 +83,11 @@ async def test_send_message_id_makes_the_request_send_message_makes_and_answers_
     assert sent[0] == sent[1] and sent[0]["reply_markup"] and sent[0]["reply_parameters"]
     assert set(sent[2]) == {"chat_id", "text"}  # None values left out, as send_message leaves them out
     assert raw == parsed.message_id + 1 and plain == raw + 1
+    async with bot:
+        await bot.edit_message_text("<i>new</i>", chat_id=-100123, message_id=raw, **parameters_of_an_edit)
+        await bot.edit_text(-100123, raw, "<i>newer</i>", **parameters_of_an_edit)
+    edits = tg.calls("editMessageText")
+    assert len(edits) == 2 and edits[0] | {"text": "<i>newer</i>"} == edits[1] and edits[0]["reply_markup"]
 
 
 def test_ptb_marks_a_timeout_not_given_with_default_none() -> None:

@@ -20,7 +20,7 @@ from agent.runner import RunOutcome
 from bot.app import App
 from bot.approvals.gate import Approvals
 from bot.approvals.text import shown_command
-from bot.cli.gateway_tools import gateway_only, gateway_registry
+from bot.cli.gateway_tools import gateway_only
 from bot.config.checks import bot_folders, own_files
 from bot.config.owners_file import owner_key
 from bot.gateway.state import open_state, transcripts_for
@@ -99,9 +99,7 @@ async def open_session(app: App, agent: str | None = None, user: str | None = No
     registry = app.registry(ToolSetup(None, approvals.authorize, processes))
     transcripts = transcripts_for(config, store, app.state_dir)
     conversations = Conversations(config, store, app.state_dir, transcripts, app.runner, registry, app.hooks)
-    only = gateway_only(app)
-    missing = tuple(tool.name for tool in gateway_registry(app) if tool.name in only)
-    return ChatSession(conversations, agent, session_key, run, peer, missing)
+    return ChatSession(conversations, agent, session_key, run, peer, gateway_only(app))
 
 
 async def ask_on_terminal(record: ApprovalRecord) -> ApprovalDecision | None:

@@ -46,11 +46,11 @@ def gateway_registry(app: App) -> ToolRegistry:
     return app.registry(setup)
 
 
-def gateway_only(app: App) -> frozenset[str]:
-    """The names of the tools a gateway run has and `bot chat`'s runs lack: `message` (no chat to send to),
-    `cron`, the session tools and the subagent tools."""
+def gateway_only(app: App) -> tuple[str, ...]:
+    """The names of the tools a gateway run has and `bot chat`'s runs lack, in the registry's order: `message` (no
+    chat to send to), `cron`, the session tools and the subagent tools."""
     plain = {tool.name for tool in app.registry(ToolSetup(None, nobody_to_ask, ProcessTable()))}
-    return frozenset(tool.name for tool in gateway_registry(app) if tool.name not in plain)
+    return tuple(tool.name for tool in gateway_registry(app) if tool.name not in plain)
 
 
 def gateway_policy(app: App, agent: str, channel: str, *, peer: Peer | None = None, owner: bool = True) -> PolicyResult:

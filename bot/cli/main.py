@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -238,7 +238,7 @@ def tools_command(
         click.echo(line)
 
 
-def _marked(lines: list[str], only: frozenset[str]) -> list[str]:
+def _marked(lines: list[str], only: Collection[str]) -> list[str]:
     """`render_policy`'s lines with each kept tool that only a running gateway has marked `*`."""
     marked: list[str] = []
     kept = False

@@ -137,3 +137,10 @@ class Webhook(BaseModel):
         if "{body}" not in value:
             raise ValueError("must say where the body goes: {body}")
         return value
+
+
+def distinct_webhooks(value: list[Webhook]) -> list[Webhook]:
+    """`webhooks` as written, unless two share a name (one address, `POST /hooks/<name>`) or a secret (a sender of
+    one could start the other)."""
+    distinct("webhook", [hook.name for hook in value], "secret", [hook.secret for hook in value])
+    return value

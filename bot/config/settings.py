@@ -21,7 +21,7 @@ from bot.config.agents import (
     MessageConfig as MessageConfig,
 )
 from bot.config.errors import ConfigIssue, Loc
-from bot.config.http_api import API_CHANNEL, HttpApiSettings, Webhook
+from bot.config.http_api import API_CHANNEL, HttpApiSettings, Webhook, distinct_webhooks
 from bot.config.schedules import CronJob
 from bot.config.values import (
     AccountMatch,
@@ -359,10 +359,10 @@ class Config(Section):
         description="The OpenAI-compatible API on the web listener: its keys, each a sender like a person, and its "
         "limits.",
     )
-    webhooks: list[Webhook] = Field(
+    webhooks: Annotated[list[Webhook], AfterValidator(distinct_webhooks)] = Field(
         default_factory=list,
         description="Signed webhooks on the web listener: `POST /hooks/<name>` starts a turn whose answer goes to a "
-        "configured chat.",
+        "configured chat; each has a name and a secret of its own.",
     )
     channels: dict[str, Any] = Field(
         default_factory=dict,

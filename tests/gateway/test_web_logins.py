@@ -80,6 +80,27 @@ def test_a_web_section_that_would_be_unsafe_or_wrong_is_refused(
     assert ANN not in str(error.value) and "short" not in str(error.value)  # a secret, even a bad one, is not shown
 
 
+LISTENING = {"listen": "127.0.0.1:8765"}
+
+
+@pytest.mark.parametrize(
+    ("second", "problem"),
+    [
+        ({"name": "deploy", "secret": BOB}, "a name of its own"),
+        ({"name": "alerts", "secret": ANN}, "a secret of its own"),
+    ],
+)
+def test_two_webhooks_with_one_name_or_one_secret_are_refused(
+    tmp_path: Path, second: dict[str, str], problem: str
+) -> None:
+    first = {"name": "deploy", "secret": ANN, "deliver": {"channel": "memory", "to": "direct:1"}}
+    with pytest.raises(ConfigError) as error:
+        config_of(tmp_path, "http://127.0.0.1:9/v1", web=LISTENING, webhooks=[first, first | second])
+    assert f"webhooks: each webhook needs {problem}" in str(error.value)
+    assert ANN not in str(error.value) and BOB not in str(error.value)
+    assert config_of(tmp_path, "http://127.0.0.1:9/v1", web=LISTENING, webhooks=[first]).webhooks[0].name == "deploy"
+
+
 def test_remote_listening_is_allowed_when_asked_for(tmp_path: Path) -> None:
     config = config_of(tmp_path, "http://127.0.0.1:9/v1", web={"listen": "0.0.0.0:8765", "allow_remote": True})
     assert config.web.listen == "0.0.0.0:8765"

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from configs import merged
@@ -74,3 +75,35 @@ def test_the_tools_guide_names_each_default_deny_list_as_the_code_has_it(layer: 
     listed = re.search(r"the default deny list ((?:`[^`]+`(?:, )?)+)", row)
     assert listed is not None, row
     assert tuple(re.findall(r"`([^`]+)`", listed.group(1))) == default
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """Every `bot …` command line the README and the docs show: code spans and lines of code blocks that start with
+    `bot ` or `.venv/bin/bot `."""
+    pages = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    found = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        blocks = [line for block in re.findall(r"```\w*\n(.*?)```", text, re.DOTALL) for line in block.splitlines()]
+        for line in [*re.findall(r"`([^`\n]+)`", text), *blocks]:
+            if re.match(r"(\.venv/bin/)?bot [a-z]", line.strip()):
+                found.append((page.name, line.strip().split("#")[0].strip()))
+    return found
+
+
+def test_every_bot_command_the_docs_show_exists_with_its_options() -> None:
+    shown = shown_commands()
+    assert len(shown) >= 40
+    wrong = []
+    for page, line in shown:
+        words = line.removeprefix(".venv/bin/").split()[1:]
+        command: click.Command = cli
+        while isinstance(command, click.Group) and words and words[0] in command.commands:
+            command = command.commands[words.pop(0)]
+        if command is cli:
+            wrong.append(f"{page}: no such command: {line}")
+            continue
+        known = {name for param in command.params for name in [*param.opts, *param.secondary_opts]} | {"--help"}
+        options = [word.split("=")[0] for word in words if word.startswith("--")]
+        wrong += [f"{page}: no option {option}: {line}" for option in options if option not in known]
+    assert wrong == []

@@ -107,3 +107,11 @@ def test_every_bot_command_the_docs_show_exists_with_its_options() -> None:
         options = [word.split("=")[0] for word in words if word.startswith("--")]
         wrong += [f"{page}: no option {option}: {line}" for option in options if option not in known]
     assert wrong == []
+
+
+def test_the_chat_commands_page_lists_the_command_table_and_nothing_else() -> None:
+    from bot.intake.commands import BY_NAME
+
+    rows = (DOCS / "reference" / "chat-commands.md").read_text(encoding="utf-8").split("\n## ")[0]
+    first_cells = [line.split("|")[1] for line in rows.splitlines() if line.startswith("| `/")]
+    assert {name for cell in first_cells for name in re.findall(r"`/(\w+)", cell)} == set(BY_NAME)

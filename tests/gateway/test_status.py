@@ -252,15 +252,21 @@ TG_OWNER = 4242
 STARTED = "channel telegram account main started"
 
 
-async def bot_status(folder: Path) -> tuple[int, dict[str, Any]]:
-    """`bot status --json` on the test's config: its exit status and what it printed."""
+async def bot_status_text(folder: Path, *options: str) -> tuple[int, str]:
+    """`bot status` on the test's config: its exit status and what it printed."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "status", "--json", "--config", str(folder / "bindings.yaml"),
+        sys.executable, "-m", "bot", "status", *options, "--config", str(folder / "bindings.yaml"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await process.communicate()
     assert process.returncode is not None and not err, err.decode()
-    return process.returncode, json.loads(out)
+    return process.returncode, out.decode()
+
+
+async def bot_status(folder: Path) -> tuple[int, dict[str, Any]]:
+    """`bot status --json` on the test's config: its exit status and the report."""
+    code, out = await bot_status_text(folder, "--json")
+    return code, json.loads(out)
 
 
 async def test_bot_status_beside_a_running_a_stopped_and_a_killed_bot(
@@ -301,17 +307,6 @@ async def test_bot_status_beside_a_running_a_stopped_and_a_killed_bot(
         if bot.returncode is None:
             bot.kill()
             await bot.wait()
-
-
-async def bot_status_text(folder: Path) -> tuple[int, str]:
-    """`bot status` (its lines, not --json) on the test's config: its exit status and what it printed."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "status", "--config", str(folder / "bindings.yaml"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await process.communicate()
-    assert process.returncode is not None and not err, err.decode()
-    return process.returncode, out.decode()
 
 
 async def test_bot_status_says_when_the_config_on_disk_is_invalid_and_the_last_good_one_runs(

@@ -35,6 +35,7 @@ run: $(VENV)/.installed
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy bot channels routing agent tools tests/fakes
 
 # The tests run real programs: bubblewrap (the sandbox), git (the exec policy's repository checks), prlimit, a

@@ -24,6 +24,7 @@ import psycopg
 
 from agent.lanes import Lanes
 from bot.store import InboundRecord, OutboxRecord
+from bot.store.answers import ANSWERS_KEPT_SECONDS
 from bot.store.base import Fence, fenced
 from bot.store.database import dumps
 from bot.store.postgres.cluster import LANES_CHANNEL, LockKind, PgMember
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 APPROVALS_CHANNEL = "switchboard_approvals"  # NOTIFY payload: the id of an approval request just decided
 ANSWERS_CHANNEL = "switchboard_answers"  # NOTIFY payload: a message between sessions whose answer is recorded
-ANSWERS_KEPT_SECONDS = 24 * 3600.0  # how long an answer between sessions is kept (pruned once an hour)
 SWEEP_SECONDS = 1.0  # how often a process looks for lanes nobody holds, listeners to win, idle lanes to give back
 RECONNECT_SECONDS = 2.0  # the wait before opening a lost lock connection again
 UNROUTED_BATCH = 100  # journaled messages without a lane given one per pass
@@ -148,13 +148,6 @@ class Cluster:
             return False
         await self.member.notify(ANSWERS_CHANNEL, job)
         return True
-
-    async def give_up(self, job: str) -> str | None:
-        """A send stops waiting for the answer to `job`: None, so that the answer comes back as a message; or the
-        answer, when it was handed over just before."""
-        if await self.member.put_answer(job, None):
-            return None
-        return (await self.member.get_answer(job))[1]
 
     async def read(self, job: str) -> str | None:
         """The answer handed over for `job` (None when there is none)."""

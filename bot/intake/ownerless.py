@@ -29,8 +29,8 @@ def ownerless_hint(message: InboundMessage) -> str:
 
 class OwnerlessHint:
     """Decides who gets the hint: a direct message's sender, while the bot has no owner and its config is a file,
-    once per person and account in this process (the outbox key keeps it to once a day across restarts and
-    processes)."""
+    once per person and account in this process (across restarts and processes, the outbox key keeps it to once
+    while its entry is kept: `state.retention_days`)."""
 
     def __init__(self) -> None:
         self._told: set[tuple[str, str, str]] = set()

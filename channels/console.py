@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import getpass
+import io
 import itertools
 import logging
+import os
+import stat
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import TextIO
 
 from channels.base import (
@@ -62,7 +67,7 @@ class ConsoleAdapter(TextOnly):
 
     async def _read(self, on_message: OnMessage) -> None:
         try:
-            while line := await asyncio.to_thread(self.source.readline):
+            async for line in _lines(self.source):
                 text = line.rstrip("\n")
                 if not text.strip():
                     continue
@@ -83,7 +88,7 @@ class ConsoleAdapter(TextOnly):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()  # a read blocked in its thread ends with the process
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
@@ -109,3 +114,48 @@ class ConsoleAdapter(TextOnly):
 
     async def typing(self, target: ChatTarget) -> None:
         return None
+
+
+async def _lines(source: TextIO) -> AsyncIterator[str]:
+    """The lines of `source` as they come. A terminal or a pipe is read when the loop sees it readable, so a stop
+    while nobody types ends at once: a read blocked in a thread would hold the process until the next line. Any
+    other source (a file, a StringIO) is read line by line in a thread."""
+    try:
+        descriptor = source.fileno()
+        readable = stat.S_ISFIFO(os.fstat(descriptor).st_mode) or os.isatty(descriptor)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        readable = False
+    if not readable:
+        while line := await asyncio.to_thread(source.readline):
+            yield line
+        return
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def read() -> None:  # called as the loop sees the input readable, so that the read never blocks the loop
+        try:
+            chunk = os.read(descriptor, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""  # an input that fails is an input that ended
+        chunks.put_nowait(chunk)
+        if not chunk:  # at the end the input stays readable: nothing more to look at
+            loop.remove_reader(descriptor)
+
+    decoder = codecs.getincrementaldecoder(source.encoding or "utf-8")(errors="replace")
+    pending = ""
+    loop.add_reader(descriptor, read)
+    try:
+        while True:
+            chunk = await chunks.get()
+            pending += decoder.decode(chunk, final=not chunk)
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                yield line + "\n"
+            if not chunk:  # the end of input: what is left, unterminated, is a line too
+                if pending:
+                    yield pending
+                return
+    finally:
+        loop.remove_reader(descriptor)

@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -102,3 +103,19 @@ async def test_the_console_adapter_delivers_lines_and_prints_replies() -> None:
     await adapter.send(target, OutboundMessage(text="Hi Ada."))
     assert out.getvalue() == "Hi Ada.\n"
     await adapter.stop()
+
+
+async def test_bot_run_serving_the_console_stops_on_sigterm_while_nobody_types(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    process = await console_bot(tmp_path, fake_llm)
+    assert process.stdin is not None and process.stderr is not None
+    try:
+        while b"console" not in await asyncio.wait_for(process.stderr.readline(), 60):
+            pass  # its start-up lines: it serves the console and waits on a read that nobody answers
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 60) == 0  # the input left open, unread, does not hold it
+    finally:
+        if process.returncode is None:  # only when something hung: the test does not leave it running
+            process.kill()
+            await process.wait()

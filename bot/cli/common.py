@@ -78,9 +78,12 @@ class ConfigVerdict(NamedTuple):
     errors: list[ConfigIssue]
     warnings: list[ConfigIssue]
 
-    @property
-    def valid(self) -> bool:
-        return self.config is not None and not self.errors
+    def summary(self, config_path: str) -> str:
+        """The verdict's last line: `<file>: N errors`, or `<file>: valid (A agents, B bindings)`."""
+        if self.errors or self.config is None:
+            count = len(self.errors)
+            return f"{config_path}: {count} error{'s' if count != 1 else ''}"
+        return f"{config_path}: valid ({len(self.config.agents)} agents, {len(self.config.bindings)} bindings)"
 
 
 def checked_config(config_path: str, state_dir: Path) -> ConfigVerdict:

@@ -109,16 +109,14 @@ def render(checks: Iterable[Check], redactor: Redactor | None = None) -> list[st
 def _load(config_path: str, state_dir: Path) -> tuple[Config | None, bool, list[Check]]:
     """`bot config check`'s verdict as report lines (the same errors and warnings, never another opinion): the
     config (None when an error is fatal), whether it has any error, and the lines."""
-    config, errors, warnings = checked_config(config_path, state_dir)
+    verdict = checked_config(config_path, state_dir)
+    config, errors = verdict.config, verdict.errors
     if errors or config is None:
-        count = len(errors)
-        detail = "\n".join(
-            [f"{config_path}: {count} error{'s' if count != 1 else ''}"] + [i.render(config_path) for i in errors]
-        )
+        detail = "\n".join([verdict.summary(config_path)] + [issue.render(config_path) for issue in errors])
         found = [_fail("config", detail, "each line says what to do (`bot config check` prints the same lines)")]
     else:
-        found = [_ok("config", f"{config_path}: valid ({len(config.agents)} agents, {len(config.bindings)} bindings)")]
-    found += [_warn("config", warning.render(config_path)) for warning in warnings]
+        found = [_ok("config", verdict.summary(config_path))]
+    found += [_warn("config", warning.render(config_path)) for warning in verdict.warnings]
     return config, bool(errors), found
 
 

@@ -145,16 +145,15 @@ def config_check(config_path: str, state_dir: str | None) -> None:
     refuse or skip (with file, line and key path); warnings are lines that match nothing or are unwise."""
     from bot.cli.common import checked_config
 
-    loaded, errors, warnings = checked_config(config_path, state_dir_for(config_path, state_dir))
-    for issue in errors:
+    verdict = checked_config(config_path, state_dir_for(config_path, state_dir))
+    for issue in verdict.errors:
         click.echo(issue.render(config_path), err=True)
-    for warning in warnings:
+    for warning in verdict.warnings:
         click.echo(f"warning: {warning.render(config_path)}", err=True)
-    if errors or loaded is None:
-        count = len(errors)
-        click.echo(f"{config_path}: {count} error{'s' if count != 1 else ''}", err=True)
+    if verdict.errors or verdict.config is None:
+        click.echo(verdict.summary(config_path), err=True)
         sys.exit(1)
-    click.echo(f"{config_path}: valid ({len(loaded.agents)} agents, {len(loaded.bindings)} bindings)")
+    click.echo(verdict.summary(config_path))
 
 
 @cli.command()

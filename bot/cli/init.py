@@ -118,6 +118,11 @@ def _ask(config_path: Path) -> Choices:
     return Choices(platforms, provider, model_choice, owners, check=False, write_env=None)
 
 
+def _secret_of(platform: Platform, variable: str) -> str:
+    """What a platform's variable holds, as init names it: `Slack app token` for SLACK_APP_TOKEN."""
+    return f"{platform.title} {variable.split('_', 1)[1].lower().replace('_', ' ')}"
+
+
 def _wanted(choices: Choices, *, everything: bool) -> list[tuple[str, str]]:
     """(variable, what it holds) of the secrets to ask for, in order: each platform's token(s), then the model key;
     only the tokens that are checked unless `everything`."""
@@ -126,7 +131,7 @@ def _wanted(choices: Choices, *, everything: bool) -> list[tuple[str, str]]:
         platform = PLATFORMS[name]
         for index, variable in enumerate(platform.variables):
             if everything or (choices.check and index == 0):
-                wanted.append((variable, f"{platform.title} {variable.split('_', 1)[1].lower().replace('_', ' ')}"))
+                wanted.append((variable, _secret_of(platform, variable)))
     if everything:
         wanted.append((choices.provider.variable, f"{choices.provider.title} API key"))
     return wanted
@@ -237,13 +242,11 @@ def _what(choices: Choices, variable: str) -> str:
         return f"your {choices.provider.title} API key"
     for platform in PLATFORMS.values():
         if variable in platform.variables:
-            return f"your {platform.title} {variable.split('_', 1)[1].lower().replace('_', ' ')}"
+            return f"your {_secret_of(platform, variable)}"
     return variable
 
 
-def _from_flags(
-    platforms: list[str], provider: str | None, base_url: str | None, model: str | None, owners: list[str]
-) -> tuple[ProviderChoice, str | None]:
+def _from_flags(provider: str | None, base_url: str | None, model: str | None) -> tuple[ProviderChoice, str | None]:
     """The provider and model the flags name; BadParameter for a combination that cannot be written."""
     if provider == COMPATIBLE:
         if not base_url or not model:
@@ -332,7 +335,7 @@ def init(
         choices.write_env = write_env
     else:
         platforms = [name for name, on in (("telegram", telegram), ("discord", discord), ("slack", slack)) if on]
-        chosen, model_choice = _from_flags(platforms, provider, base_url, model, list(owners))
+        chosen, model_choice = _from_flags(provider, base_url, model)
         choices = Choices(platforms, chosen, model_choice, list(owners), check, write_env)
     _url(api_base_url, "--api-base-url")
     _url(choices.provider.base_url, "--base-url")

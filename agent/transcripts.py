@@ -80,11 +80,12 @@ class FileTranscripts:
 
     async def history(self, session_id: str) -> list[Message]:
         path = self.path(session_id)
-        kept = self._histories.get(session_id)
-        if kept is not None and kept[0] == _size(path):
+        kept, size = self._histories.get(session_id), _size(path)
+        if kept is not None and kept[0] == size:
             self._histories.move_to_end(session_id)
             return list(kept[1])
-        size, history = await asyncio.to_thread(_sized_history, path)
+        # A new session has no file yet: nothing to read, so no trip off the event loop.
+        size, history = (0, []) if size == 0 else await asyncio.to_thread(_sized_history, path)
         self._keep(session_id, size, history)
         return list(history)
 

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.images import has_images, load_recent_images
 from agent.messages import Message
@@ -69,14 +70,18 @@ class RunInputs:
         """`history` with the images of its latest `image_turns` user turns (the one being answered among them) read
         back from their files, the bootstrap files of the agent's workspace (even when the run works in a
         non-owner's own folder of it; created on first use, as the workspace is), and the agent's skills report.
-        Stats run on the event loop; reading, when a stat shows it is needed, does not. ScopeError for a run's
-        folder that is not its sender's own (tools.provenance.prepare_root)."""
+        Stats run on the event loop, and so does making a sender's folder ready (a few system calls: a trip to a
+        thread and back costs more); reading files, when a stat shows it is needed, does not. ScopeError for a
+        run's folder that is not its sender's own (tools.provenance.prepare_root)."""
         config = self._config()
         if config is not self._kept_for or len(self._kept) > INPUTS_KEPT:
             self._kept, self._kept_for, self._folders = {}, config, {}
-        kept = self._fresh(config, run)
-        if kept is not None and not any(map(has_images, history)):
-            return list(history), *kept
+        found, stale = self._fresh(config, run)
+        images = any(map(has_images, history))
+        if not stale and not images:
+            return list(history), found["bootstrap"], found["skills"]
+        if stale <= {"folder"} and not images:
+            return self._read(config, history, run, image_turns)
         return await asyncio.to_thread(self._read, config, history, run, image_turns)
 
     def _reads(self, config: Config, run: RunInfo) -> dict[str, _Read]:
@@ -114,16 +119,18 @@ class RunInputs:
             stamps += (stamp(folder) for folder in path.split(os.pathsep) if folder)
         return tuple(stamps)
 
-    def _fresh(self, config: Config, run: RunInfo) -> tuple[list[tuple[str, str]], SkillReport] | None:
-        found: dict[str, object] = {"bootstrap": []}
+    def _fresh(self, config: Config, run: RunInfo) -> tuple[dict[str, Any], set[str]]:
+        """What is kept for the run and still fresh, by name ("bootstrap": [] when it has no workspace), and the names
+        whose stamps changed or that were never read."""
+        found: dict[str, Any] = {"bootstrap": []}
+        stale: set[str] = set()
         for name, (key, stamps) in self._reads(config, run).items():
             kept = self._kept.get(key)
             if kept is None or kept.stamps != stamps():
-                return None
-            found[name] = kept.value
-        bootstrap, skills = found["bootstrap"], found["skills"]
-        assert isinstance(bootstrap, list) and isinstance(skills, SkillReport)
-        return bootstrap, skills
+                stale.add(name)
+            else:
+                found[name] = kept.value
+        return found, stale
 
     def _read(
         self, config: Config, history: list[Message], run: RunInfo, image_turns: int
@@ -134,12 +141,23 @@ class RunInputs:
             prepare_root(run)  # a ScopeError leaves the folder unkept: the next run checks again
         reads = self._reads(config, run)
         before = {name: stamps() for name, (_, stamps) in reads.items()}  # the folders as the check left them
-        bootstrap = load_bootstrap(Path(agent_workspace)) if agent_workspace else []
-        skills = self._skills(config, run.agent)
+        fresh = {
+            name: kept.value
+            for name, (key, _) in reads.items()
+            if (kept := self._kept.get(key)) and kept.stamps == before[name]
+        }
+        # What is kept and unchanged is not read again: a new sender of an agent only gets its own folder made ready.
+        if "bootstrap" in fresh:
+            bootstrap = fresh["bootstrap"]
+        else:
+            bootstrap = load_bootstrap(Path(agent_workspace)) if agent_workspace else []
+        skills = fresh["skills"] if "skills" in fresh else self._skills(config, run.agent)
+        assert isinstance(bootstrap, list) and isinstance(skills, SkillReport)
         values: dict[str, object] = {"skills": skills, "bootstrap": bootstrap, "folder": True}
         if self._kept_for is config:
             for name, (key, _) in reads.items():
-                self._kept[key] = _Kept(before[name], values[name])
+                if name not in fresh:
+                    self._kept[key] = _Kept(before[name], values[name])
         # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
         return load_recent_images(history, image_turns - 1), bootstrap, skills
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from configs import config_of
@@ -39,10 +40,10 @@ def owner_run(workspace: Path) -> RunInfo:
     return RunInfo(agent="main", session_key="s", sender_is_owner=True, workspace=str(workspace))
 
 
-def stranger_run(workspace: Path, name: str = "Ann") -> RunInfo:
-    folder = workspace / "senders" / "telegram-7"
+def stranger_run(workspace: Path, name: str = "Ann", sender: str = "7") -> RunInfo:
+    folder = workspace / "senders" / f"telegram-{sender}"
     return RunInfo(
-        agent="main", session_key="s", channel="telegram", sender_id="7", sender_name=name,
+        agent="main", session_key="s", channel="telegram", sender_id=sender, sender_name=name,
         workspace=str(folder), agent_workspace=str(workspace),
     )  # fmt: skip
 
@@ -104,6 +105,33 @@ def test_a_senders_folder_replaced_by_a_link_is_refused_on_the_next_run(tmp_path
     os.symlink(elsewhere, folder)
     with pytest.raises(ScopeError):
         reads.read(run)
+
+
+def test_a_new_sender_gets_a_folder_on_the_event_loop_and_the_agents_files_are_not_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    workspace = reads.config.workspace("main")
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "AGENTS.md").write_text("Be brief.")
+    first = reads.read(stranger_run(workspace))
+    trips: list[object] = []
+    real = asyncio.to_thread
+
+    async def counted(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        trips.append(func)
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    for sender in ("8", "9"):
+        run = stranger_run(workspace, f"Guest {sender}", sender)
+        assert reads.read(run) == first
+        assert Path(run.workspace or "").is_dir()
+        assert (workspace / ".switchboard" / "senders" / f"telegram-{sender}.json").is_file()
+    assert reads.made == 1 and trips == []  # one skills report for the agent; each folder made without a thread
+    (workspace / "AGENTS.md").write_text("Be very brief.")
+    assert reads.read(stranger_run(workspace, "Guest 10", "10"))[0] == [("AGENTS.md", "Be very brief.")]
+    assert len(trips) == 1 and reads.made == 1  # an edited file is read again, off the event loop
 
 
 def test_a_sender_who_changes_their_name_is_recorded_again(tmp_path: Path) -> None:

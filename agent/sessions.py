@@ -167,7 +167,14 @@ def _is_compaction(line: bytes) -> bool:
 
 def _append(path: Path, data: bytes) -> tuple[int, int]:
     """Write `data` at the end of the file; its size before and after."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _append_to(path, data)
+    except FileNotFoundError:  # the first transcript of all: its folder is made once, not checked at each write
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _append_to(path, data)
+
+
+def _append_to(path: Path, data: bytes) -> tuple[int, int]:
     with open(path, "a+b") as handle:
         size = handle.seek(0, os.SEEK_END)
         if size:

@@ -63,6 +63,7 @@ class RunInputs:
         self._kept: dict[tuple[object, ...], _Kept] = {}
         self._kept_for: Config | None = None
         self._folders: dict[str, tuple[str, ...]] = {}  # each agent's skill folders, in the config kept for
+        self._listed: dict[str, tuple[Stamp, list[str]]] = {}  # a skill folder's names, at the folder's stamp
 
     async def read(
         self, history: list[Message], run: RunInfo, image_turns: int
@@ -75,7 +76,7 @@ class RunInputs:
         run's folder that is not its sender's own (tools.provenance.prepare_root)."""
         config = self._config()
         if config is not self._kept_for or len(self._kept) > INPUTS_KEPT:
-            self._kept, self._kept_for, self._folders = {}, config, {}
+            self._kept, self._kept_for, self._folders, self._listed = {}, config, {}, {}
         found, stale = self._fresh(config, run)
         images = any(map(has_images, history))
         if not stale and not images:
@@ -103,12 +104,17 @@ class RunInputs:
             folders = self._folders[agent] = tuple(str(folder) for _, folder in skill_folders(config, agent))
         stamps: list[Stamp] = []
         for folder in folders:
-            stamps.append(stamp(folder))
-            try:
-                with os.scandir(folder) as listing:
-                    names = sorted(entry.name for entry in listing if not entry.name.startswith("."))
-            except OSError:
-                continue
+            stamps.append(folder_stamp := stamp(folder))
+            listed = self._listed.get(folder)
+            if listed is not None and listed[0] == folder_stamp:
+                names = listed[1]  # the same stamp: no entry added, removed or renamed since it was listed
+            else:
+                try:
+                    with os.scandir(folder) as listing:
+                        names = sorted(entry.name for entry in listing if not entry.name.startswith("."))
+                except OSError:
+                    continue
+                self._listed[folder] = (folder_stamp, names)
             for name in names:
                 child = f"{folder}{os.sep}{name}"
                 stamps += (stamp(child), stamp(child, follow=False), stamp(f"{child}{os.sep}{SKILL_FILE}"))

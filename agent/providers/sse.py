@@ -1,4 +1,4 @@
-"""Plumbing the providers share: the request body's bytes and cache markers, server-sent events over httpx,
+"""Plumbing the providers share: the request body's bytes and cache markers, server-sent events over HTTP,
 classified errors, streamed tool arguments."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from agent.providers.base import ErrorKind, ProviderError
-from agent.providers.transport import provider_client
+from agent.providers.transport import post_stream, provider_client
 
 MESSAGE_LIMIT = 300  # characters of the provider's own error message kept in ours
 RAW_ARGUMENTS_LIMIT = 200  # characters of unparsable tool arguments shown back to the model
@@ -141,7 +141,7 @@ def short_message(error: ErrorObject, fallback: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
 
-def parse_retry_after(headers: httpx.Headers, now: datetime | None = None) -> float | None:
+def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
     """Seconds to wait, from `retry-after-ms` or `Retry-After` (seconds or an HTTP date); None when absent."""
     millis = headers.get("retry-after-ms")
     if millis:
@@ -206,7 +206,7 @@ class SSEClient:
         text = redact(f"{self.provider}: {message}", self._secrets)
         return ProviderError(kind, text, status=status, retry_after=retry_after)
 
-    def http_error(self, status: int, body: str, headers: httpx.Headers) -> ProviderError:
+    def http_error(self, status: int, body: str, headers: Mapping[str, str]) -> ProviderError:
         """The error an HTTP error response means."""
         try:
             payload: Any = json.loads(body)
@@ -252,16 +252,16 @@ class SSEClient:
         content = encode_body(body)
         headers = {"content-type": "application/json"} | headers
         try:
-            async with client.stream("POST", url, content=content, headers=headers, timeout=self._timeout) as response:
+            async with post_stream(client, url, content=content, headers=headers, timeout=self._timeout) as answer:
                 answering = True
-                if response.status_code >= 300:
-                    text = (await response.aread()).decode("utf-8", "replace")
-                    raise self.http_error(response.status_code, text, response.headers)
-                if "json" in response.headers.get("content-type", ""):
+                if answer.status >= 300:
+                    text = (await answer.read()).decode("utf-8", "replace")
+                    raise self.http_error(answer.status, text, answer.headers)
+                if "json" in answer.headers.get("content-type", ""):
                     # A 200 with a JSON body where a stream belongs: some proxies report errors this way.
-                    text = (await response.aread()).decode("utf-8", "replace")
+                    text = (await answer.read()).decode("utf-8", "replace")
                     raise self._json_instead_of_stream(text)
-                lines = response.aiter_lines()
+                lines = answer.lines()
                 try:
                     async for event in parse_sse(lines):
                         yield event

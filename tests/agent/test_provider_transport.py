@@ -1,8 +1,10 @@
-"""The providers' aiohttp-backed httpx transport: what httpx's own transport does, it does too (the provider
-tests in test_providers.py all run through it as well)."""
+"""The providers' aiohttp-backed httpx transport, and the POST whose answer streams straight from aiohttp
+(`post_stream`): what httpx's own transport does, they do too (the provider tests in test_providers.py all run
+through them as well)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import json
@@ -21,7 +23,7 @@ from agent.providers.builtins import build_provider
 from agent.providers.config import ProviderConfig
 from agent.providers.openai import OpenAIProvider
 from agent.providers.sse import encode_body
-from agent.providers.transport import provider_client
+from agent.providers.transport import post_stream, provider_client
 
 
 @pytest.fixture
@@ -32,7 +34,7 @@ async def llm() -> AsyncIterator[FakeLLM]:
 
 @contextlib.asynccontextmanager
 async def serving(
-    handler: Callable[[web.Request], Awaitable[web.Response]], host: str = "127.0.0.1"
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], host: str = "127.0.0.1"
 ) -> AsyncIterator[str]:
     """A local server answering every request with `handler`; yields its URL, with `host` as the host name."""
     app = web.Application()
@@ -145,3 +147,63 @@ async def test_the_body_arrives_as_the_bytes_the_provider_encoded(
     assert sent.raw == encode_body(provider.request_body(request))
     assert "Ünïcode".encode() in sent.raw  # compact UTF-8, not \u escapes
     assert (sent.headers["content-type"], sent.headers["content-length"]) == ("application/json", str(len(sent.raw)))
+
+
+STREAMED_PIECES = [b"data: one\r", b"\ndata: t", b"wo\rdata: caf\xc3", b"\xa9\n\r\n", b"\n", b"data: last, no end"]
+STREAMED_LINES = ["data: one", "data: two", "data: café", "", "", "data: last, no end"]
+
+
+async def streamed_lines(client: httpx.AsyncClient, url: str) -> list[str]:
+    async with client, post_stream(client, url, content=b"{}", headers={}, timeout=httpx.Timeout(5)) as answer:
+        assert answer.status == 200 and answer.headers["Content-Type"] == "text/event-stream"
+        return [line async for line in answer.lines()]
+
+
+async def test_a_streamed_answer_has_the_lines_httpx_reads_whatever_the_line_ends_and_chunks() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in STREAMED_PIECES:  # each its own write: a CRLF and a character's two bytes split between writes
+            await response.write(piece)
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
+
+    async with serving(handler) as url:
+        straight, through_httpx = (
+            await streamed_lines(provider_client(), url),
+            await streamed_lines(httpx.AsyncClient(), url),
+        )
+    assert straight == STREAMED_LINES  # CRLF, LF and a bare CR end a line; the last one needs none
+    assert straight == through_httpx
+
+
+async def test_a_compressed_event_stream_is_decoded_once() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        body = gzip.compress(b"".join(STREAMED_PIECES))
+        return web.Response(body=body, headers={"Content-Encoding": "gzip", "Content-Type": "text/event-stream"})
+
+    async with serving(handler) as url:
+        assert await streamed_lines(provider_client(), url) == STREAMED_LINES
+
+
+async def test_a_stream_left_unread_does_not_poison_the_next_call(llm: FakeLLM) -> None:
+    llm.script("first answer " * 200, "second")
+    async with provider_client() as client:
+        url = f"{llm.openai_base_url}/chat/completions"
+        async with post_stream(
+            client, url, content=b'{"stream": true}', headers={}, timeout=httpx.Timeout(5)
+        ) as streamed:
+            async for _ in streamed.lines():
+                break  # walk away mid-body: that connection must be closed, not reused
+        assert await answer(client, llm.openai_base_url) == "second"
+
+
+async def test_a_refused_connection_to_a_stream_is_httpx_connect_error() -> None:
+    with refusing_port() as port:
+        async with provider_client() as client:
+            with pytest.raises(httpx.ConnectError):
+                async with post_stream(
+                    client, f"http://127.0.0.1:{port}", content=b"", headers={}, timeout=httpx.Timeout(5)
+                ):
+                    pass

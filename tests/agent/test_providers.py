@@ -610,6 +610,14 @@ async def test_a_provider_without_a_client_makes_and_closes_its_own(llm: FakeLLM
         await provider.aclose()
 
 
+@KINDS
+async def test_a_plugins_own_httpx_client_streams_the_same_answer(llm: FakeLLM, kind: str) -> None:
+    llm.script("hello from httpx")
+    async with httpx.AsyncClient() as own:  # not ours: the answer comes through httpx's own streaming
+        assert completed(await collect(make(llm, own, kind))).message.text == "hello from httpx"
+    assert len(llm.requests) == 1
+
+
 # --- SSE parsing --------------------------------------------------------------------------------------------------
 
 

@@ -81,7 +81,7 @@ async def test_a_debug_log_holds_no_secret_and_the_turn_s_lines_carry_its_contex
             assert (record["session_key"], record["channel"], record["account"]) == (SESSION, "telegram", "main")
         # the model's requests carry it, and so does every line that names the run
         run_id = in_run[0]["run_id"]
-        assert sum(record["logger"] == "httpx" for record in in_run) == 2
+        assert sum(record["logger"] == "agent.providers.transport" for record in in_run) == 2
         about_run = [record for record in records if run_id in record["message"]]
         assert about_run and all(record.get("run_id") == run_id for record in about_run)
     else:

@@ -75,7 +75,8 @@ flaky: $(VENV)/.installed-dev
 	$(BIN)/python tests/flake_hunt.py --runs $(RUNS) -- $(PARALLEL)
 
 # The speed guard: the pipeline, start-up, idle-memory and Telegram figures beside bench/baseline.json, in under a
-# minute (`$(BIN)/python bench/guard.py --save` records a new baseline, `--readme` rewrites README.md's table). The
+# minute (`$(BIN)/python bench/guard.py --runs 3 --save` records a new baseline from the median of three runs,
+# `--readme` rewrites README.md's table). The
 # other benchmarks run on their own: bench/routing.py alone takes longer than all of these.
 bench: $(VENV)/.installed
 	$(BIN)/python bench/guard.py

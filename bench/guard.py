@@ -8,8 +8,10 @@ bot's CPU ms per DM). Each figure is printed beside the committed baseline with 
 where it is more than 15 % worse in its direction (lower messages/s; higher latency, start-up, RSS or CPU). A
 benchmark is not a test: the exit status is 0 whatever the figures, unless a benchmark crashed.
 
-`--save` writes the run as the new baseline (with the date, the commit and the machine); `--readme` rewrites the
-figures table in README.md's "## Performance" section, between its bench:guard markers, from the same run.
+`--runs N` runs everything N times and takes each figure's median (about 17 s a run): on a machine whose speed
+wanders, a baseline is best saved from three. `--save` writes the figures as the new baseline (with the date, the
+commit, the machine and the number of runs); `--readme` rewrites the figures table in README.md's "## Performance"
+section, between its bench:guard markers, from the same figures.
 """
 
 from __future__ import annotations
@@ -167,11 +169,17 @@ def commit() -> str:
     return found.stdout.strip() or "unknown"
 
 
-def record(figures: dict[str, float], *, date: str, revision: str, on: dict[str, Any]) -> dict[str, Any]:
-    """The baseline.json record of a run: its figures (in FIGURES' order), date, commit and machine."""
+def record(figures: dict[str, float], *, date: str, revision: str, on: dict[str, Any], runs: int = 1) -> dict[str, Any]:
+    """The baseline.json record of a run: its figures (in FIGURES' order), date, commit, machine and number of runs
+    the figures are the median of."""
     known = [figure.key for figure in FIGURES if figure.key in figures]
     ordered = {key: round(figures[key], 4) for key in known}
-    return {"date": date, "commit": revision, "machine": on, "figures": ordered}
+    return {"date": date, "commit": revision, "machine": on, "runs": runs, "figures": ordered}
+
+
+def median_figures(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over `runs` (the figures the first run has)."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 def write_baseline(path: Path, baseline: dict[str, Any]) -> None:
@@ -197,9 +205,14 @@ def readme_block(figures: dict[str, float], baseline: dict[str, Any]) -> str:
     lines += [
         "",
         f"Measured {baseline['date']} by `bench/guard.py --readme` (commit {baseline['commit']}; {on['cores']} cores,"
-        f" Python {on['python']}); start-up and idle RSS\nare the median of three starts, the other figures one run's.",
+        f" Python {on['python']}):\n{_runs_text(baseline.get('runs', 1))}; start-up and idle RSS in each run are the"
+        f" median of {STARTS} starts.",
     ]
     return "\n".join(lines)
+
+
+def _runs_text(runs: int) -> str:
+    return "one run" if runs == 1 else f"each figure the median of {runs} runs"
 
 
 def rewrite_readme(text: str, block: str) -> str:
@@ -244,10 +257,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--save", action="store_true", help="write this run as the baseline")
     parser.add_argument("--readme", action="store_true", help="rewrite README.md's figures table from this run")
     parser.add_argument("--baseline", type=Path, default=BASELINE, help="the baseline file (default: %(default)s)")
+    parser.add_argument(
+        "--runs", type=int, default=1, help="run everything this many times; each figure is their median (default: 1)"
+    )
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs takes a number of runs, 1 or more")
     began = time.monotonic()
     print(f"Python {platform.python_version()}, {os.cpu_count()} cores; pipeline latency in ms, start-up in s")
-    figures = asyncio.run(run())
+    figures = median_figures([asyncio.run(run()) for _ in range(args.runs)])
     baseline = read_baseline(args.baseline)
     comparisons = compare(figures, baseline)
     print()
@@ -259,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     print(table(comparisons))
     print(summary(comparisons, baseline))
-    now = record(figures, date=datetime.date.today().isoformat(), revision=commit(), on=machine())
+    now = record(figures, date=datetime.date.today().isoformat(), revision=commit(), on=machine(), runs=args.runs)
     if args.save:
         write_baseline(args.baseline, now)
         print(f"saved as the baseline: {args.baseline}")

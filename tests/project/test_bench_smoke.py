@@ -130,12 +130,13 @@ def test_the_guard_writes_and_reads_its_baseline(tmp_path: Path) -> None:
     assert guard["read_baseline"](path) is None
     run = {"idle_rss_mib": 70.123456, "pipeline_1_rate": 250.0, "not_a_figure": 1.0}
     machine = {"cores": 2, "python": "3.11.7"}
-    record = guard["record"](run, date="2026-11-29", revision="abc1234", on=machine)
+    record = guard["record"](run, date="2026-11-29", revision="abc1234", on=machine, runs=3)
     guard["write_baseline"](path, record)
     assert json.loads(path.read_text()) == {
         "date": "2026-11-29",
         "commit": "abc1234",
         "machine": machine,
+        "runs": 3,
         "figures": {"pipeline_1_rate": 250.0, "idle_rss_mib": 70.1235},  # FIGURES' order, known figures only
     }
     assert guard["read_baseline"](path) == record
@@ -147,7 +148,15 @@ def test_the_committed_baseline_holds_every_figure_of_the_guard() -> None:
     baseline = guard["read_baseline"](BENCH / "baseline.json")
     assert baseline is not None
     assert list(baseline["figures"]) == [figure.key for figure in guard["FIGURES"]]
-    assert set(baseline) == {"date", "commit", "machine", "figures"} and set(baseline["machine"]) == {"cores", "python"}
+    assert set(baseline) == {"date", "commit", "machine", "runs", "figures"}
+    assert set(baseline["machine"]) == {"cores", "python"} and baseline["runs"] >= 1
+
+
+def test_the_guard_takes_each_figures_median_over_its_runs() -> None:
+    guard = load("guard.py")
+    runs = [{"pipeline_1_rate": 300.0, "startup_s": 0.9}, {"pipeline_1_rate": 250.0, "startup_s": 0.5}]
+    runs.append({"pipeline_1_rate": 280.0, "startup_s": 0.6})
+    assert guard["median_figures"](runs) == {"pipeline_1_rate": 280.0, "startup_s": 0.6}
 
 
 def test_the_guard_rewrites_only_the_readme_block_between_its_markers() -> None:
@@ -161,7 +170,11 @@ def test_the_guard_rewrites_only_the_readme_block_between_its_markers() -> None:
         "| pipeline, 1 session, 300 messages: throughput | 250 msg/s | higher |",
         "| start-up: `bot run` → first getUpdates | 0.51 s | lower |",
     ]
-    assert "Measured 2026-11-29 by `bench/guard.py --readme` (commit abc1234; 2 cores, Python 3.11.7)" in block
+    assert (
+        "Measured 2026-11-29 by `bench/guard.py --readme` (commit abc1234; 2 cores, Python 3.11.7):\none run;" in block
+    )
+    medians = guard["readme_block"]({"startup_s": 0.5}, record | {"runs": 3})
+    assert "(commit abc1234; 2 cores, Python 3.11.7):\neach figure the median of 3 runs;" in medians
     text = f"## Performance\n\nIntro.\n{start}\nold table\n{end}\n\nThe rest.\n"
     assert (
         guard["rewrite_readme"](text, "new table")

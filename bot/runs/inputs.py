@@ -128,15 +128,17 @@ class RunInputs:
     def _fresh(self, config: Config, run: RunInfo) -> tuple[dict[str, Any], set[str]]:
         """What is kept for the run and still fresh, by name ("bootstrap": [] when it has no workspace), and the names
         whose stamps changed or that were never read."""
-        found: dict[str, Any] = {"bootstrap": []}
-        stale: set[str] = set()
-        for name, (key, stamps) in self._reads(config, run).items():
-            kept = self._kept.get(key)
-            if kept is None or kept.stamps != stamps():
-                stale.add(name)
-            else:
-                found[name] = kept.value
-        return found, stale
+        reads = self._reads(config, run)
+        found = self._still_kept(reads, {name: stamps() for name, (_, stamps) in reads.items()})
+        return {"bootstrap": []} | found, set(reads) - set(found)
+
+    def _still_kept(self, reads: dict[str, _Read], stamps: dict[str, tuple[Stamp, ...]]) -> dict[str, Any]:
+        """The values kept for `reads` whose stamps are still `stamps`, by name."""
+        return {
+            name: kept.value
+            for name, (key, _) in reads.items()
+            if (kept := self._kept.get(key)) is not None and kept.stamps == stamps[name]
+        }
 
     def _read(
         self, config: Config, history: list[Message], run: RunInfo, image_turns: int
@@ -147,11 +149,7 @@ class RunInputs:
             prepare_root(run)  # a ScopeError leaves the folder unkept: the next run checks again
         reads = self._reads(config, run)
         before = {name: stamps() for name, (_, stamps) in reads.items()}  # the folders as the check left them
-        fresh = {
-            name: kept.value
-            for name, (key, _) in reads.items()
-            if (kept := self._kept.get(key)) and kept.stamps == before[name]
-        }
+        fresh = self._still_kept(reads, before)
         # What is kept and unchanged is not read again: a new sender of an agent only gets its own folder made ready.
         if "bootstrap" in fresh:
             bootstrap = fresh["bootstrap"]

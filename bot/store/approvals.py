@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import Field
 
 from bot.store.base import Record
-from bot.store.database import Part, delete, dumps, dumps_list, execute, first, scalar
+from bot.store.database import Part, delete, dumps, execute, first, scalar
 
 __all__ = [
     "AllowedRule", "AllowedRuleStore", "ApprovalDecision", "ApprovalRecord", "ApprovalStatus", "ApprovalStore",
@@ -197,7 +197,7 @@ def approval_seal(key: bytes, approval_id: str, status: str, decision: str | Non
 def approval_row(record: ApprovalRecord) -> dict[str, object]:
     """A request as the `approvals` columns take it (either backend's), by column name."""
     row = record.model_dump()
-    row.update(approvers=dumps_list(record.approvers), messages=dumps_list(record.messages))
+    row.update(approvers=dumps(record.approvers), messages=dumps(record.messages))
     row["offer_always"] = int(record.offer_always)
     return row
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import Field
 
 from bot.store.base import Record
-from bot.store.database import Part, delete, dumps, dumps_list, loads, write_transaction
+from bot.store.database import Part, delete, dumps, loads, write_transaction
 from bot.store.journal import JournalEntry, journal_entry
 
 __all__ = [
@@ -145,7 +145,7 @@ class SqliteJobs(Part):
             "UPDATE job_runs SET status = ?, detail = ?, message_ids = ?, ended = ?"
             " WHERE id = ? AND status IN ('requested', 'running')"
         )
-        await self._call(_execute, sql, (status, detail, dumps_list(list(message_ids)), self._db.clock(), run_id))
+        await self._call(_execute, sql, (status, detail, dumps(list(message_ids)), self._db.clock(), run_id))
 
     async def settle_job_runs(self) -> list[JobRunRecord]:
         return await self._call(_settle_runs, self._db.clock())
@@ -317,7 +317,7 @@ def _settle_runs(connection: sqlite3.Connection, now: float) -> list[JobRunRecor
             status, detail, ids = outcome
             connection.execute(
                 "UPDATE job_runs SET status = ?, detail = ?, message_ids = ?, ended = ? WHERE id = ?",
-                (status, detail, dumps_list(ids), now, run["id"]),
+                (status, detail, dumps(ids), now, run["id"]),
             )
             ended.append(run["id"])
     if not ended:

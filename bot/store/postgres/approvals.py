@@ -17,7 +17,7 @@ from bot.store.approvals import (
     approval_row,
     approval_seal,
 )
-from bot.store.database import dumps_list, loads
+from bot.store.database import dumps, loads
 from bot.store.postgres.database import PgPart
 
 __all__ = ["PgApprovals"]
@@ -52,9 +52,7 @@ class PgApprovals(PgPart):
             messages: list[Any] = loads(row["messages"])
             if shown in messages:
                 return
-            await tx.execute(
-                "UPDATE approvals SET messages = %s WHERE id = %s", dumps_list([*messages, shown]), approval_id
-            )
+            await tx.execute("UPDATE approvals SET messages = %s WHERE id = %s", dumps([*messages, shown]), approval_id)
 
     async def is_approval_message(
         self, channel: str, account: str, peer_kind: str, peer_id: str, message_id: str

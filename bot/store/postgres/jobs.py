@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bot.store.database import dumps, dumps_list
+from bot.store.database import dumps
 from bot.store.jobs import (
     JobRecord,
     JobRunRecord,
@@ -96,7 +96,7 @@ class PgJobs(PgPart):
             f"UPDATE job_runs SET status = %s, detail = %s, message_ids = %s, ended = %s WHERE id = %s AND {_OPEN}",
             status,
             detail,
-            dumps_list(list(message_ids)),
+            dumps(list(message_ids)),
             self._db.clock(),
             run_id,
         )
@@ -128,7 +128,7 @@ class PgJobs(PgPart):
                     " WHERE id = %s AND status = 'running' RETURNING *",
                     status,
                     detail,
-                    dumps_list(ids),
+                    dumps(ids),
                     now,
                     run["id"],
                 )

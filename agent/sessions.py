@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -40,6 +41,7 @@ _BLOCK = 64 * 1024  # bytes read at a time, backwards from the end, looking for 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
+@functools.lru_cache(maxsize=4096)  # a turn asks several times; building a Path costs more than the lookup
 def transcript_for(state_dir: Path, session_id: str) -> Path:
     """Where the transcript of a session id lives: `state_dir/transcripts/<session_id>.jsonl`.
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 from channels.health import ChannelState
 from tools.hooks import Block, Hooks, Rewrite, ToolInvocation
@@ -44,6 +45,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
+        # Each metric's series by their label values: `labels()` checks and locks on every call, several a message.
+        self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.messages_in = Counter(
             "switchboard_messages_in", "Messages journaled from the channels.", ["channel", "account"],
             registry=registry,
@@ -86,10 +89,10 @@ class Metrics:
     # --- as things happen -------------------------------------------------------------------------------------------
 
     def received(self, channel: str, account: str) -> None:
-        self.messages_in.labels(channel, account).inc()
+        self._of(self.messages_in, channel, account).inc()
 
     def sent(self, channel: str, account: str, kind: str) -> None:
-        self.messages_out.labels(channel, account, kind).inc()
+        self._of(self.messages_out, channel, account, kind).inc()
 
     def used(self, agent: str, model: str | None, usage: Usage) -> None:
         model = model or "unknown"
@@ -99,16 +102,24 @@ class Metrics:
             ("cache_read", usage.cache_read_tokens),
             ("cache_write", usage.cache_write_tokens),
         ):
-            self.tokens.labels(agent, model, kind).inc(count)
+            self._of(self.tokens, agent, model, kind).inc(count)
 
     def tool_called(self, tool: str, result: ToolResult) -> None:
-        self.tool_calls.labels(tool, "error" if result.is_error else "ok").inc()
+        self._of(self.tool_calls, tool, "error" if result.is_error else "ok").inc()
 
     def decided(self, decision: str) -> None:
-        self.approvals.labels(decision).inc()
+        self._of(self.approvals, decision).inc()
 
     def turn_took(self, agent: str, seconds: float) -> None:
-        self.turn_seconds.labels(agent).observe(seconds)
+        self._of(self.turn_seconds, agent).observe(seconds)
+
+    def _of(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """The series of `metric` with these label values (made on first use, as `labels()` makes it)."""
+        key = (id(metric), values)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = metric.labels(*values)
+        return series
 
     # --- at scrape time ---------------------------------------------------------------------------------------------
 

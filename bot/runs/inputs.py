@@ -144,9 +144,10 @@ class RunInputs:
         self, config: Config, history: list[Message], run: RunInfo, image_turns: int
     ) -> tuple[list[Message], list[tuple[str, str]], SkillReport]:
         agent_workspace = run.agent_workspace or run.workspace
-        if agent_workspace:
+        # prepare_root makes the agent's workspace on its way (a ScopeError leaves the folder unkept: the next run
+        # checks again); a run without a folder of its own still gets it made, for its bootstrap files.
+        if agent_workspace and prepare_root(run) is None:
             Path(agent_workspace).mkdir(parents=True, exist_ok=True)
-            prepare_root(run)  # a ScopeError leaves the folder unkept: the next run checks again
         reads = self._reads(config, run)
         before = {name: stamps() for name, (_, stamps) in reads.items()}  # the folders as the check left them
         fresh = self._still_kept(reads, before)

@@ -15,22 +15,41 @@ class Stopped(Exception):
 
 
 async def unless_stopped(work: Awaitable[_T], stop: asyncio.Event) -> _T:
-    """Await `work`, but cancel it (and wait for it to clean up) and raise Stopped as soon as `stop` is set."""
-    task = asyncio.ensure_future(work)
+    """Await `work`, but cancel it (and wait for it to clean up) and raise Stopped as soon as `stop` is set.
+
+    `work` runs in the caller's task, as asyncio.timeout runs what it limits: setting `stop` cancels that task,
+    and the cancellation is taken back (Task.uncancel) once it has come out of `work`. One task waits on `stop`;
+    a task for `work` too, and asyncio.wait over both, cost more than many an awaited call itself."""
+    if stop.is_set():
+        if asyncio.iscoroutine(work):
+            work.close()  # never started: nothing to clean up
+        raise Stopped
+    task = asyncio.current_task()
+    assert task is not None, "unless_stopped runs in a task"
+    watching = True
+    stopping = False
+
+    def on_stop(_: object) -> None:
+        nonlocal stopping
+        if watching and stop.is_set():
+            stopping = True
+            task.cancel()
+
     waiter = asyncio.ensure_future(stop.wait())
+    waiter.add_done_callback(on_stop)
     try:
-        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the caller itself is being cancelled
-        task.cancel()
+        result = await work
+    except asyncio.CancelledError:
+        if stopping and task.uncancel() == 0:  # ours alone: the caller itself is not being cancelled
+            raise Stopped from None
         raise
     finally:
+        watching = False
         waiter.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    raise Stopped
+    if stopping:  # `work` caught the cancellation and returned anyway: it was still stopped
+        task.uncancel()
+        raise Stopped
+    return result
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:

@@ -191,11 +191,19 @@ async def _stream_once(turn: Turn, dispatch: Dispatch, messages: list[Message], 
     request = build_request(turn, dispatch, messages)
 
     async def consume() -> Completed:
-        async for event in turn.provider.stream(request, api_key=turn.api_key):
-            if isinstance(event, TextDelta) and dispatch == "native" and event.text:
-                await out.add(event.text)
-            elif isinstance(event, Completed):
-                return event
+        events = turn.provider.stream(request, api_key=turn.api_key)
+        try:
+            async for event in events:
+                if isinstance(event, TextDelta) and dispatch == "native" and event.text:
+                    await out.add(event.text)
+                elif isinstance(event, Completed):
+                    return event
+        finally:
+            # Closed here, when Completed comes (a generator has a line or two after it): left to the garbage
+            # collector, the stream and the response it reads would be closed later, in a task of their own.
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
         raise ProviderError("network", "the model's stream ended without completing")
 
     return await unless_stopped(consume(), turn.cancel)

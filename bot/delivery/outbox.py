@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol
 
 from bot.observe.metrics import Metrics
-from bot.store import DeliveryStore, OutboxEntry, OutboxRecord
+from bot.store import DeliveryStore, OutboxEntry, OutboxRecord, SessionTouch
 from channels.base import (
     Capabilities,
     ChannelAdapter,
@@ -368,10 +368,13 @@ class Delivery:
         *,
         replies: Sequence[OutboxEntry] = (),
         session_key: str | None = None,
+        touch: SessionTouch | None = None,
     ) -> None:
-        """Record the replies and finish the messages' journal rows in one step (a crash leaves both or
-        neither), then let the outbox send the replies."""
-        records = await self.store.finish_inbound(inbound_ids, status, error, session_key=session_key, replies=replies)
+        """Record the replies, finish the messages' journal rows and write `touch` (the run's addition to its
+        session's row) in one step (a crash leaves all or none), then let the outbox send the replies."""
+        records = await self.store.finish_inbound(
+            inbound_ids, status, error, session_key=session_key, replies=replies, touch=touch
+        )
         self._recorded(records)
         if replies:
             self._wake.set()

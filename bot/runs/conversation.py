@@ -22,7 +22,7 @@ from bot.config.settings import Config
 from bot.observe.metrics import Metrics
 from bot.runs.assemble import build_turn, candidates, skill_report
 from bot.runs.inputs import RunInputs
-from bot.store import Store
+from bot.store import SessionTouch, Store
 from channels.base import ChatTarget
 from routing import Peer
 from tools.base import RunInfo
@@ -63,10 +63,13 @@ class Conversations(ReadsLiveConfig):
         steer: Callable[[], Awaitable[list[UserMessage]]] | None = None,
         record: Callable[[RunOutcome], bool] = lambda outcome: True,
         timeout_seconds: float | None = None,
+        touches: list[SessionTouch] | None = None,
     ) -> RunOutcome:
         """Run the agent on `user` in `run.session_key`; the transcript and session index gain what happened
         (unless `record(outcome)` says no: a turn cut short by shutdown is run again from the same history). The
-        run's time limit is the agent's, or `timeout_seconds` when that is shorter (a subagent's own).
+        run's time limit is the agent's, or `timeout_seconds` when that is shorter (a subagent's own). With
+        `touches`, the session's row is not written here: its update joins the list, for the caller to write with
+        the journal rows the run answered (Delivery.close), in their transaction.
 
         SetupError (from `candidates`) when the agent has no usable model."""
         session = await self.store.ensure_session(run.session_key, run.agent, principal=run.principal.key)
@@ -113,20 +116,28 @@ class Conversations(ReadsLiveConfig):
                 outcome.run_id, run.session_key, outcome.model_ref, usage.input_tokens, usage.cache_read_tokens,
                 usage.cache_write_tokens, usage.output_tokens, extra={"run_id": outcome.run_id},
             )  # fmt: skip
-        # The transcript's file and the session's row are apart: both written at once, neither waits on the other.
-        async with asyncio.TaskGroup() as writes:
-            writes.create_task(self.transcripts.append(session_id, outcome.messages))
-            writes.create_task(
-                self.store.touch_session(
-                    run.session_key,
-                    model=outcome.model_ref,
-                    usage=usage,
-                    channel=target.channel if target else run.channel,
-                    account=target.account if target else None,
-                    target=target.model_dump(mode="json") if target else None,
-                    principal=run.principal.key,
-                )
-            )
+        touch = SessionTouch(
+            session_key=run.session_key,
+            model=outcome.model_ref,
+            usage=usage,
+            channel=target.channel if target else run.channel,
+            account=target.account if target else None,
+            target=target.model_dump(mode="json") if target else None,
+            principal=run.principal.key,
+        )
+        if touches is not None:
+            await self.transcripts.append(session_id, outcome.messages)
+            touches.append(touch)
+            return outcome
+        # The transcript's file and the session's row are apart: both written at once, neither waits on the other
+        # (the row in a task; the transcript here, where a file's append does not even wait).
+        touched = asyncio.ensure_future(self.store.touch_session(**dict(touch)))
+        try:
+            await self.transcripts.append(session_id, outcome.messages)
+        except BaseException:
+            touched.cancel()
+            raise
+        await touched
         return outcome
 
     def skills(self, agent: str) -> SkillReport:

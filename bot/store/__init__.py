@@ -14,7 +14,7 @@ from bot.store.outbox import OutboxEntry, OutboxRecord, OutboxStatus, OutboxStor
 from bot.store.pairing import PAIRING_ALPHABET, PairingRecord, PairingStore
 from bot.store.previews import PreviewRecord, PreviewStore
 from bot.store.schema import SCHEMA_VERSION
-from bot.store.sessions import SessionRecord, SessionStore, new_session_id
+from bot.store.sessions import SessionRecord, SessionStore, SessionTouch, new_session_id
 from bot.store.sqlite import SqliteStore
 from bot.store.subagents import SubagentRecord, SubagentStatus, SubagentStore
 
@@ -53,6 +53,7 @@ __all__ = [
     "RunStatus",
     "SessionRecord",
     "SessionStore",
+    "SessionTouch",
     "SqliteStore",
     "Store",
     "StoreError",

@@ -14,9 +14,9 @@ from bot.store.base import Record
 from bot.store.database import Part, delete, dumps, first, loads, scalar, write_transaction
 
 __all__ = [
-    "USAGE_BY_MODEL", "ModelUsage", "SessionRecord", "SessionStore", "SqliteSessions", "UsageRow", "check_overrides",
-    "merged_overrides",
-    "new_session_id", "session_record", "token_counts", "usage_counts",
+    "USAGE_BY_MODEL", "ModelUsage", "SessionRecord", "SessionStore", "SessionTouch", "SqliteSessions", "UsageRow",
+    "check_overrides", "merged_overrides", "new_session_id", "session_record", "token_counts", "touched",
+    "usage_counts",
 ]  # fmt: skip
 
 
@@ -42,6 +42,25 @@ class SessionRecord(Record):
     # Whom its turns have acted for (channels.base.Principal.key: `owners`, or a person's `channel:id`), in the order
     # they first did. Kept across `/new` (the same people are in the chat).
     people: list[str] = Field(default_factory=list)
+
+
+class SessionTouch(Record):
+    """What a finished run adds to its session's row: the model, the tokens (a `usage` row too), where it answered,
+    whom it acted for. Written alone (`touch_session`) or with the journal rows the run answered
+    (`JournalStore.finish_inbound`), in their transaction."""
+
+    session_key: str
+    model: str | None = None
+    usage: Usage | None = None
+    channel: str | None = None
+    account: str | None = None
+    target: dict[str, Any] | None = None
+    principal: str | None = None
+
+    def params(self) -> tuple[object, ...]:
+        """The values `touched` writes, in its order; ValueError for a negative token count."""
+        target = dumps(self.target) if self.target is not None else None
+        return (self.model, *usage_counts(self.usage), self.channel, self.account, target, self.principal)
 
 
 class UsageRow(Record):
@@ -161,9 +180,11 @@ class SqliteSessions(Part):
         target: dict[str, Any] | None = None,
         principal: str | None = None,
     ) -> SessionRecord:
-        counts = usage_counts(usage)
-        values = (model, *counts, channel, account, dumps(target) if target is not None else None, principal)
-        return await self._call(_touch_session, session_key, self._db.clock(), *values, usage is not None)
+        touch = SessionTouch(
+            session_key=session_key, model=model, usage=usage, channel=channel, account=account, target=target,
+            principal=principal,
+        )  # fmt: skip
+        return await self._call(_touch_session, touch, touch.params(), self._db.clock())
 
     async def reset_session(self, session_key: str) -> SessionRecord:
         return await self._call(_reset_session, session_key, new_session_id(), self._db.clock())
@@ -284,44 +305,40 @@ def usage_counts(usage: Usage | None) -> tuple[int, int, int, int]:
 
 
 def _touch_session(
-    connection: sqlite3.Connection,
-    session_key: str,
-    now: float,
-    model: str | None,
-    tokens_in: int,
-    tokens_out: int,
-    cache_read: int,
-    cache_write: int,
-    channel: str | None,
-    account: str | None,
-    target: str | None,
-    principal: str | None,
-    record_usage: bool,
+    connection: sqlite3.Connection, touch: SessionTouch, params: tuple[object, ...], now: float
 ) -> SessionRecord:
     with write_transaction(connection):
-        row = first(
-            connection,
-            "UPDATE sessions SET updated = ?, model = coalesce(?, model),"
-            " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
-            " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
-            " last_target = coalesce(?, last_target),"
-            f" people = {_WITH_PERSON}"
-            " WHERE session_key = ? RETURNING *",
-            (
-                now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target,
-                principal, principal, principal, session_key,
-            ),
-        )  # fmt: skip
+        row = touched(connection, touch, params, now)
         if row is None:
-            raise KeyError(f"no session {session_key!r}")
-        if record_usage:
-            connection.execute(
-                "INSERT INTO usage (at, session_key, agent, model, input_tokens, output_tokens, cache_read_tokens,"
-                " cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (now, session_key, row["agent"], row["model"], tokens_in, tokens_out, cache_read, cache_write),
-            )
+            raise KeyError(f"no session {touch.session_key!r}")
     return session_record(row)
+
+
+def touched(connection: sqlite3.Connection, touch: SessionTouch, params: tuple[object, ...], now: float) -> Row | None:
+    """Write `touch` (its `params()`, taken on the event loop) into its session's row, and its tokens into `usage`
+    when it has any, in the transaction under way; the row as it is now, or None when there is no such session."""
+    model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, principal = params
+    row = first(
+        connection,
+        "UPDATE sessions SET updated = ?, model = coalesce(?, model),"
+        " input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+        " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
+        " last_channel = coalesce(?, last_channel), last_account = coalesce(?, last_account),"
+        " last_target = coalesce(?, last_target),"
+        f" people = {_WITH_PERSON}"
+        " WHERE session_key = ? RETURNING *",
+        (
+            now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target,
+            principal, principal, principal, touch.session_key,
+        ),
+    )  # fmt: skip
+    if row is not None and touch.usage is not None:
+        connection.execute(
+            "INSERT INTO usage (at, session_key, agent, model, input_tokens, output_tokens, cache_read_tokens,"
+            " cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (now, touch.session_key, row["agent"], row["model"], tokens_in, tokens_out, cache_read, cache_write),
+        )
+    return row
 
 
 # The session's people with the turn's principal added once (three times the same parameter: none leaves them).

@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +24,15 @@ from bot.config.schedules import quiet
 from bot.delivery.outbox import Delivery, quoted
 from bot.runs.assemble import SetupError
 from bot.runs.conversation import Conversations
-from bot.store import InboundRecord, InboxStore, PreviewStore, SubagentRecord, SubagentStatus, SubagentStore
+from bot.store import (
+    InboundRecord,
+    InboxStore,
+    PreviewStore,
+    SessionTouch,
+    SubagentRecord,
+    SubagentStatus,
+    SubagentStore,
+)  # fmt: skip
 from bot.turns.media import InboxBook, Received, describe, images, receive, refusal
 from bot.turns.streaming import StreamingReply
 from channels.base import ChatTarget, InboundMessage, Principal
@@ -214,8 +222,9 @@ class Turns:
         self.sent.forget(key)
         self.delivery.note_answer(newest.inbound_id, key)
         steered: list[Job] = []
+        touches: list[SessionTouch] = []  # the run's addition to its session's row, written with the journal's close
         try:
-            answer = await self._answer(key, jobs, control, steered, stream)
+            answer = await self._answer(key, jobs, control, steered, stream, touches=touches)
             text = answer.text
             scheduled = newest.message.scheduled
             if scheduled is not None and scheduled.kind == "heartbeat" and quiet(text):
@@ -230,7 +239,8 @@ class Turns:
             quote = stream is None or not stream.shown  # a streamed answer's first message quoted already
             replies = self.delivery.replies(newest.inbound_id, newest.message, text, chunks, quote=quote)
             replies += self.delivery.turn_end(newest.inbound_id, newest.message, _message_ids(jobs + steered))
-            await self.delivery.close(inbound_ids + _ids(steered), replies=replies, session_key=key)
+            touch = touches[0] if touches else None
+            await self.delivery.close(inbound_ids + _ids(steered), replies=replies, session_key=key, touch=touch)
         except asyncio.CancelledError:
             raise  # shutdown: the journal keeps them unfinished, so the next start runs them again
         except _Interrupted:
@@ -243,8 +253,10 @@ class Turns:
             sorry = "Sorry, something went wrong on my side."
             replies = self.delivery.replies(newest.inbound_id, newest.message, sorry)
             replies += self.delivery.turn_end(newest.inbound_id, newest.message, _message_ids(jobs + steered))
-            failed = inbound_ids + _ids(steered)
-            await self.delivery.close(failed, "failed", type(error).__name__, replies=replies, session_key=key)
+            failed, touch = inbound_ids + _ids(steered), touches[0] if touches else None
+            await self.delivery.close(
+                failed, "failed", type(error).__name__, replies=replies, session_key=key, touch=touch
+            )
 
     async def _child(self, key: str, jobs: list[Job], control: RunControl[Job], subagents: DerivedEnds) -> None:
         """A subagent's turn: its task (and what was steered to it) answered in its own session, nothing sent to a
@@ -333,9 +345,11 @@ class Turns:
         stream: StreamingReply | None = None,
         *,
         timeout: float | None = None,
+        touches: list[SessionTouch] | None = None,
     ) -> _Answer:
         """Run the agent on the batch: the text to send ("" for none) and how the run ended. The messages steered
-        into the run are added to `steered` (their journal rows close with the batch's)."""
+        into the run are added to `steered` (their journal rows close with the batch's); with `touches`, the run's
+        addition to its session's row too (Conversations.answer)."""
         sender = jobs[-1].message
         scheduled = sender.scheduled
         adapter = self.delivery.adapter_for(sender.channel, sender.account)
@@ -361,7 +375,7 @@ class Turns:
 
         # A person waits on a chat's answer; nobody watches a subagent or another session's message being answered.
         shown = adapter is not None and (scheduled is None or scheduled.kind not in ("subagent", "steer", "agent"))
-        typing = asyncio.create_task(self._typing(sender)) if shown else None
+        typing = _Typing(self._typing, sender) if shown else None
 
         async def take_steered() -> list[UserMessage]:
             taken = control.take_steered()
@@ -379,6 +393,7 @@ class Turns:
                 steer=take_steered,
                 record=lambda outcome: not interrupted(outcome),
                 timeout_seconds=timeout,
+                touches=touches,
             )
         except SetupError as error:
             log.error("agent %s cannot answer: %s", run.agent, error)
@@ -387,7 +402,7 @@ class Turns:
         finally:
             control.ran()  # what is left is recording and sending: the next waiting turn may start
             if typing is not None:
-                typing.cancel()
+                typing.stop()
         if interrupted(outcome):
             raise _Interrupted  # nothing recorded: the next start runs the turn again from the same history
         if outcome.result is not None:
@@ -420,12 +435,27 @@ class Turns:
         adapter = self.delivery.adapter_for(message.channel, message.account)
         if adapter is None:
             return
-        # An answer that comes at once needs no indicator: one API call saved per message.
-        await asyncio.sleep(TYPING_DELAY_SECONDS)
         while True:
             with contextlib.suppress(Exception):
                 await adapter.typing(message.target())
             await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+
+class _Typing:
+    """The typing indicator of one turn: `show(message)` starts once the answer has taken TYPING_DELAY_SECONDS (an
+    answer that comes at once needs none: an API call saved per message, and no task made for it)."""
+
+    def __init__(self, show: Callable[[InboundMessage], Coroutine[None, None, None]], message: InboundMessage) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(TYPING_DELAY_SECONDS, self._start, show, message)
+
+    def _start(self, show: Callable[[InboundMessage], Coroutine[None, None, None]], message: InboundMessage) -> None:
+        self._task = asyncio.create_task(show(message), name="typing")
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 def _principal(jobs: Sequence[Job]) -> Principal:

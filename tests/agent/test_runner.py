@@ -502,6 +502,26 @@ async def test_a_turn_that_ignores_its_cancel_is_cancelled_after_the_grace_perio
     assert "cancelling" in h.decisions[1].reason
 
 
+async def test_in_real_time_the_limit_and_the_grace_period_are_the_event_loop_s_timers(h: Harness) -> None:
+    """Without a sleep of its own, the runner waits out the limit and the grace period on the loop's timers (no
+    task sleeps for them): a stuck turn still ends as a timeout, cancelled once the grace period is over."""
+    never = asyncio.Event()
+
+    async def stuck(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    runner = Runner(cancel_grace_seconds=0.01)
+    try:
+        spec = h.spec(h.candidate("alpha/model-a"), make_turn=stuck, timeout_seconds=0.01)
+        outcome = await asyncio.wait_for(runner.run(spec), WAIT)
+    finally:
+        await runner.aclose()
+    assert outcome.status == "timeout"
+    assert h.kinds() == ["timeout", "timeout"]
+    assert "cancelling" in h.decisions[1].reason
+
+
 async def test_no_retry_once_a_tool_has_run(h: Harness) -> None:
     count = Count()
     h.tools = [count]

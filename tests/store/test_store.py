@@ -17,7 +17,7 @@ from agent.messages import Usage
 from bot.store import InboundRecord, OutboxEntry, StoreError
 from bot.store.approvals import ApprovalRecord
 from bot.store.journal import JournalEntry
-from bot.store.sessions import ModelUsage, UsageRow
+from bot.store.sessions import ModelUsage, SessionTouch, UsageRow
 from bot.store.subagents import SubagentRecord
 
 TARGET = {"chat_id": "42", "thread_id": None}
@@ -313,6 +313,58 @@ async def test_finishing_is_all_or_nothing(store: AnyStore) -> None:
     assert await store.unsent_outbox() == []  # no attempt left a reply behind
     assert [record.id for record in await store.unfinished_inbound()] == [first.id]
     assert [preview.inbound_id for preview in await store.previews()] == [first.id]
+
+
+async def test_finishing_writes_the_runs_addition_to_its_session_in_the_same_step(
+    store: AnyStore, clock: FakeClock
+) -> None:
+    """The run's model, tokens, target and person go into its session's row (and a usage row) with the journal's
+    close: a failed close writes none of it, so a turn run again after it is not counted twice."""
+    key = "agent:main:telegram:direct:7"
+    await store.ensure_session(key, "main")
+    first, second = await inbound(store, "1"), await inbound(store, "2")
+    await store.mark_inbound(second.id, "done")
+    clock.advance(4)
+    touch = SessionTouch(
+        session_key=key, model="openai/gpt-x", usage=Usage(input_tokens=30, output_tokens=3), channel="telegram",
+        account="default", target=TARGET, principal="telegram:7",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="already done"):
+        await store.finish_inbound([first.id, second.id], "done", replies=[reply(first.id, "hi")], touch=touch)
+    untouched = await store.get_session(key)
+    assert untouched is not None and (untouched.input_tokens, untouched.model, untouched.people) == (0, None, [])
+    assert await store.usage_since(0) == []
+
+    await store.finish_inbound([first.id], "done", session_key=key, replies=[reply(first.id, "hi")], touch=touch)
+    session = await store.get_session(key)
+    assert session is not None
+    assert (session.updated, session.model, session.input_tokens, session.output_tokens) == (
+        clock.now, "openai/gpt-x", 30, 3,
+    )  # fmt: skip
+    assert (session.last_channel, session.last_account, session.last_target) == ("telegram", "default", TARGET)
+    assert session.people == ["telegram:7"]
+    assert [(row.session_key, row.model, row.input_tokens) for row in await store.usage_since(0)] == [
+        (key, "openai/gpt-x", 30)
+    ]
+
+
+async def test_a_touch_that_cannot_be_written_never_costs_the_replies(
+    store: AnyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session that is not there, or token counts below zero: the touch is logged and left out; the replies are
+    recorded and the messages finished."""
+    first, second = await inbound(store, "1"), await inbound(store, "2")
+    nobody = SessionTouch(session_key="agent:main:nobody", usage=Usage(input_tokens=1, output_tokens=1))
+    await store.finish_inbound([first.id], "done", replies=[reply(first.id, "a")], touch=nobody)
+    await store.ensure_session("k", "main")
+    negative = SessionTouch(session_key="k", usage=Usage(input_tokens=-1, output_tokens=0))
+    await store.finish_inbound([second.id], "done", replies=[reply(second.id, "b")], touch=negative)
+    assert [entry.payload for entry in await store.unsent_outbox()] == [{"t": "a"}, {"t": "b"}]
+    assert await store.unfinished_inbound() == []
+    assert await store.usage_since(0) == []
+    logged = caplog.text
+    assert "no session 'agent:main:nobody' to record its run in" in logged
+    assert "session 'k': the run's record is left out" in logged
 
 
 async def test_unfinished_inbound_comes_back_in_arrival_order_to_another_process_and_after_reopen(

@@ -13,15 +13,15 @@ from bot.store.sessions import (
     ModelUsage,
     SessionRecord,
     SessionStore,
+    SessionTouch,
     UsageRow,
     check_overrides,
     merged_overrides,
     new_session_id,
     session_record,
-    usage_counts,
 )
 
-__all__ = ["PgSessions"]
+__all__ = ["PgSessions", "touched"]
 
 # The session's people with the turn's principal added once (three times the same parameter: none leaves them).
 _WITH_PERSON = (
@@ -58,39 +58,15 @@ class PgSessions(PgPart):
         target: dict[str, Any] | None = None,
         principal: str | None = None,
     ) -> SessionRecord:
-        counts = usage_counts(usage)
-        now = self._db.clock()
+        touch = SessionTouch(
+            session_key=session_key, model=model, usage=usage, channel=channel, account=account, target=target,
+            principal=principal,
+        )  # fmt: skip
+        params = touch.params()
         async with self._db.transaction() as tx:
-            row = await tx.fetchone(
-                "UPDATE sessions SET updated = %s, model = coalesce(%s, model),"
-                " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
-                " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
-                " last_channel = coalesce(%s, last_channel), last_account = coalesce(%s, last_account),"
-                " last_target = coalesce(%s, last_target),"
-                f" people = {_WITH_PERSON} WHERE session_key = %s RETURNING *",
-                now,
-                model,
-                *counts,
-                channel,
-                account,
-                dumps(target) if target is not None else None,
-                principal,
-                principal,
-                principal,
-                session_key,
-            )
+            row = await touched(tx, touch, params, self._db.clock())
             if row is None:
                 raise KeyError(f"no session {session_key!r}")
-            if usage is not None:
-                await tx.execute(
-                    "INSERT INTO usage (at, session_key, agent, model, input_tokens, output_tokens,"
-                    " cache_read_tokens, cache_write_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    now,
-                    session_key,
-                    row["agent"],
-                    row["model"],
-                    *counts,
-                )
         return session_record(row)
 
     async def reset_session(self, session_key: str) -> SessionRecord:
@@ -199,3 +175,25 @@ async def _ensure_session(
     )  # fmt: skip
     assert row is not None
     return session_record(row)
+
+
+async def touched(tx: PgTx, touch: SessionTouch, params: tuple[object, ...], now: float) -> dict[str, Any] | None:
+    """bot.store.sessions.touched on PostgreSQL, in the transaction `tx`."""
+    model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, principal = params
+    row = await tx.fetchone(
+        "UPDATE sessions SET updated = %s, model = coalesce(%s, model),"
+        " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
+        " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
+        " last_channel = coalesce(%s, last_channel), last_account = coalesce(%s, last_account),"
+        " last_target = coalesce(%s, last_target),"
+        f" people = {_WITH_PERSON} WHERE session_key = %s RETURNING *",
+        now, model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target,
+        principal, principal, principal, touch.session_key,
+    )  # fmt: skip
+    if row is not None and touch.usage is not None:
+        await tx.execute(
+            "INSERT INTO usage (at, session_key, agent, model, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            now, touch.session_key, row["agent"], row["model"], tokens_in, tokens_out, cache_read, cache_write,
+        )  # fmt: skip
+    return row

@@ -23,6 +23,10 @@ _NEWLINE = re.compile(r"\r\n?")
 _BLANK = re.compile(r"[\s>]*")  # a blank line, also one inside a quote (`>` alone)
 # Where markdown-it's text rule stops (its list, as in markdown-it.js), and `|` for spoilers.
 _TERMINATOR = re.compile(r"[\n!#$%&*+\-:<=@\[\\\]^_`{}~|]")
+# Text that is one plain paragraph: none of those, no `>` (a quote), tab, carriage return or NUL (which the parser
+# replaces); a line starting with a number and `.` or `)` may be a list item.
+_PLAIN = re.compile(r"[^\n!#$%&*+\-:<=>@\[\\\]^_`{}~|\t\r\x00]*")
+_NUMBERED = re.compile(r"[0-9]+[.)]")
 
 
 # --- the parser: CommonMark, raw HTML as text, ~~strike~~ and Telegram's ||spoiler|| ------------------------------
@@ -123,6 +127,12 @@ def parse(text: str) -> SyntaxTreeNode:
     return SyntaxTreeNode(_parser().parse(text))
 
 
+def plain(text: str) -> bool:
+    """Whether `text` is one paragraph of plain text to the parser: one line, no character a Markdown rule starts
+    at, no `>` (a quote), not a list's number, no white space at either end (which the parser drops)."""
+    return _PLAIN.fullmatch(text) is not None and text == text.strip() and _NUMBERED.match(text) is None
+
+
 # --- rendering: what both platforms share -------------------------------------------------------------------------
 
 STYLES = ("em", "strong", "s", "spoiler")  # italic, bold, strike, spoiler: markdown-it's node types
@@ -189,7 +199,11 @@ class Renderer(ABC):
     # blocks
 
     def render(self) -> str:
-        """The whole text, rendered."""
+        """The whole text, rendered. A line with no character any Markdown rule starts at (nor a list's number) is
+        one paragraph of plain text, as the parser would find: escaped without building its tree (many a reply is
+        such a line, and a streamed one is rendered again at each edit)."""
+        if plain(self.source):
+            return self.escape(self.source)
         return self.blocks(parse(self.source).children)
 
     def blocks(self, nodes: Sequence[SyntaxTreeNode]) -> str:

@@ -4,12 +4,14 @@ and no input, however broken, gives Telegram HTML it would refuse."""
 from __future__ import annotations
 
 import itertools
+import random
 import re
+from collections.abc import Callable
 
 import pytest
 from fakes.telegram import parse_html
 
-from channels.markdown import RULE
+from channels.markdown import RULE, plain
 from channels.markup_slack import markdown_to_mrkdwn as slack
 from channels.markup_telegram import markdown_to_html as telegram
 
@@ -288,3 +290,35 @@ def test_slack_output_never_opens_a_token_outside_our_links() -> None:
         mrkdwn = slack(text)
         outside_links = re.sub(r"<https?://[^<>\s|]+(?:\|[^<>]*)?>", "", mrkdwn)
         assert "<" not in outside_links, (text, mrkdwn)
+
+
+# --- plain text: rendered without the parser, exactly as the parser would ------------------------------------------
+
+
+def _plain_candidates() -> list[str]:
+    """Short texts of letters, digits, spaces and the punctuation a plain reply has, and a sprinkle of what makes
+    Markdown (each such text must go to the parser): a fixed seed, so the same texts every run."""
+    rng = random.Random(20261129)
+    alphabet = "ab yz09.,?'\"();/é€😀" + "ab " * 6
+    special = "!#$%&*+-:<=>@[\\]^_`{}~|\t\r\n\x00"
+    texts = ["", "ok", " ok", "ok ", "1. one", "1) one", "12.5 kg", "2024 was a year", "> quoted", "    code"]
+    for _ in range(2_000):
+        chosen = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+        if rng.random() < 0.3:
+            at = rng.randint(0, len(chosen))
+            chosen = chosen[:at] + rng.choice(special) + chosen[at:]
+        texts.append(chosen)
+    return texts
+
+
+@pytest.mark.parametrize("render", [telegram, slack])
+def test_a_plain_line_renders_without_the_parser_exactly_as_the_parser_renders_it(
+    render: Callable[[str], str],
+) -> None:
+    """A line ending is not plain, so `text + "\n"` always goes to the parser; to it, that is the same paragraph."""
+    texts = _plain_candidates()
+    for text in texts:
+        assert render(text) == render(text + "\n"), repr(text)
+    shortcut = [text for text in texts if plain(text)]
+    assert len(shortcut) > 500  # many took the shortcut: the comparison was not all parser against parser
+    assert not any(plain(text) for text in (" ok", "ok ", "1. one", "1) one", "> quoted", "    code", "a\nb"))

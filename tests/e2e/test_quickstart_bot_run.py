@@ -120,6 +120,8 @@ async def test_the_quick_start_works_as_written_against_the_fake_telegram(
         await eventually(lambda: STARTED in log_text() or process.returncode is not None, STARTED)
         assert STARTED in log_text(), log_text()
         await tg.wait_calls("getUpdates", 1)
+        # Said once the gateway is up, which may be a moment after the first poll: the channel starts first.
+        await eventually(lambda: "No owner yet" in log_text() or process.returncode is not None, "the no-owner hint")
         assert "No owner yet" in log_text() and "/whoami" in log_text() and "bot owners add" in log_text()
 
         # 5. /whoami in a DM, then bot owners add with the id it gave

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import time
@@ -103,6 +104,7 @@ class KeyPool:
         return min(self.cooling_for(provider, key) for key in keys or [NO_KEY])
 
     @staticmethod
+    @functools.lru_cache(maxsize=1024)  # asked several times a run, for the same few keys
     def _slot(provider: str, key: str) -> tuple[str, str]:
         return provider, hashlib.sha256(key.encode()).hexdigest()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -116,6 +117,7 @@ def sender_workspace(workspace: Path, channel: str, sender_id: str) -> Path:
 NOBODY_FOLDER = "_nobody"  # every sender's folder name has a dash: this one is never a person's
 
 
+@functools.lru_cache(maxsize=4096)  # every non-owner's run asks; the path is the same each time
 def person_workspace(workspace: Path, person: str | None) -> Path:
     """The folder of a non-owner's run acting for `person` (`channel:id`); for nobody in particular (None), a
     folder of its own that no person's run shares."""

@@ -99,6 +99,17 @@ def policy_for(
 ) -> PolicyResult:
     """The tools this run may use, and why each other tool was left out; the `tools.sandbox` layer applies exactly
     when the run's commands are sandboxed (`run.sandbox`)."""
+    by_group = config.tools is not None and config.tools.by_group  # only `tools.by_group` tells chats apart
+    fields = (
+        run.sender_is_owner, run.agent, run.model, run.channel, peer.kind if peer else None,
+        peer.id if peer and by_group else None, run.sandbox is not None, run.depth, config.subagents.max_depth,
+    )  # fmt: skip
+    key = (id(config), fields, tuple(map(id, registry)))  # the Selection is made only when it is not known yet
+    known = _POLICIES.get(key)
+    if known is not None and known[0] is config:
+        return known[1]
+    if len(_POLICIES) >= POLICIES_KEPT:
+        _POLICIES.clear()
     provider, model = split_model(run.model) if run.model else (None, None)
     selection = Selection(
         is_owner=run.sender_is_owner,
@@ -106,20 +117,12 @@ def policy_for(
         provider=provider,
         model=model,
         channel=run.channel,
-        peer_kind=peer.kind if peer else None,
-        peer_id=peer.id if peer else None,
+        peer_kind=fields[4],
+        peer_id=fields[5],
         sandboxed=run.sandbox is not None,
         depth=run.depth,
         max_depth=config.subagents.max_depth,
     )
-    if config.tools is None or not config.tools.by_group:  # only `tools.by_group` tells one chat from another
-        selection = selection.model_copy(update={"peer_id": None})
-    key = (id(config), selection, tuple(map(id, registry)))
-    known = _POLICIES.get(key)
-    if known is not None and known[0] is config:
-        return known[1]
-    if len(_POLICIES) >= POLICIES_KEPT:
-        _POLICIES.clear()
     policy = select_tools(registry, selection, config.tools, config.agent(run.agent).tools)
     _POLICIES[key] = (config, policy)  # the config held, so that its id is not reused while the entry is kept
     return policy
@@ -128,7 +131,7 @@ def policy_for(
 # The policies decided lately: select_tools is pure, so the same config, selection and tools (the very objects: an
 # MCP server that reconnects brings new ones) give the same result; kept apart from the run, as a result is shared.
 POLICIES_KEPT = 512
-_POLICIES: dict[tuple[int, Selection, tuple[int, ...]], tuple[Config, PolicyResult]] = {}
+_POLICIES: dict[tuple[int, tuple[object, ...], tuple[int, ...]], tuple[Config, PolicyResult]] = {}
 
 
 def skill_report(config: Config, agent_id: str, protected: Sequence[str]) -> SkillReport:

@@ -62,7 +62,7 @@ class RunInputs:
         self._config = config
         self._kept: dict[tuple[object, ...], _Kept] = {}
         self._kept_for: Config | None = None
-        self._folders: dict[str, tuple[str, ...]] = {}  # each agent's skill folders, in the config kept for
+        self._folders: dict[str, tuple[str, ...]] = {}  # each agent's skill folders (not the shipped ones)
         self._listed: dict[str, tuple[Stamp, list[str]]] = {}  # a skill folder's names, at the folder's stamp
 
     async def read(
@@ -98,10 +98,12 @@ class RunInputs:
 
     def _skill_stamps(self, config: Config, agent: str) -> tuple[Stamp, ...]:
         """Each folder skills are looked for in, each folder in it (itself and as a link) and its SKILL.md, and the
-        PATH folders when a skill needs a program (it is offered once the program is installed)."""
+        PATH folders when a skill needs a program (it is offered once the program is installed). The shipped skills
+        are files of the installed package, which change with its code: they are not stamped at each run."""
         folders = self._folders.get(agent)
         if folders is None:
-            folders = self._folders[agent] = tuple(str(folder) for _, folder in skill_folders(config, agent))
+            found = skill_folders(config, agent)
+            folders = self._folders[agent] = tuple(str(folder) for source, folder in found if source != "shipped")
         stamps: list[Stamp] = []
         for folder in folders:
             stamps.append(folder_stamp := stamp(folder))

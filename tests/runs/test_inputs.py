@@ -16,7 +16,7 @@ from bot.runs.assemble import skill_report
 from bot.runs.inputs import RunInputs
 from tools.base import RunInfo
 from tools.provenance import ScopeError
-from tools.skills import SkillReport
+from tools.skills import SHIPPED_SKILLS, SkillReport
 
 
 class Reads:
@@ -147,3 +147,24 @@ def test_a_sender_who_changes_their_name_is_recorded_again(tmp_path: Path) -> No
     record.unlink()  # gone (a person removed it): the next run writes it again
     reads.read(stranger_run(workspace, "Annie"))
     assert record.is_file()
+
+
+def test_the_shipped_skills_are_not_stamped_at_each_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """They are files of the installed package, which change with its code: a run stats its own folders only. They
+    are still offered (found by the report, which reads them with everything else)."""
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    run = owner_run(reads.config.workspace("main"))
+    _, skills = reads.read(run)
+    assert skills, "the shipped skills are offered"
+    looked_at: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        looked_at.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    assert reads.read(run)[1] == skills
+    assert reads.made == 1
+    assert looked_at, "the run's own folders are stamped"
+    assert not [path for path in looked_at if path.startswith(str(SHIPPED_SKILLS))]

@@ -100,9 +100,10 @@ def policy_for(
     """The tools this run may use, and why each other tool was left out; the `tools.sandbox` layer applies exactly
     when the run's commands are sandboxed (`run.sandbox`)."""
     by_group = config.tools is not None and config.tools.by_group  # only `tools.by_group` tells chats apart
+    peer_kind, peer_id = (peer.kind, peer.id if by_group else None) if peer else (None, None)
     fields = (
-        run.sender_is_owner, run.agent, run.model, run.channel, peer.kind if peer else None,
-        peer.id if peer and by_group else None, run.sandbox is not None, run.depth, config.subagents.max_depth,
+        run.sender_is_owner, run.agent, run.model, run.channel, peer_kind, peer_id, run.sandbox is not None,
+        run.depth, config.subagents.max_depth,
     )  # fmt: skip
     key = (id(config), fields, tuple(map(id, registry)))  # the Selection is made only when it is not known yet
     known = _POLICIES.get(key)
@@ -117,8 +118,8 @@ def policy_for(
         provider=provider,
         model=model,
         channel=run.channel,
-        peer_kind=fields[4],
-        peer_id=fields[5],
+        peer_kind=peer_kind,
+        peer_id=peer_id,
         sandboxed=run.sandbox is not None,
         depth=run.depth,
         max_depth=config.subagents.max_depth,

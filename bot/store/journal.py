@@ -15,7 +15,7 @@ from bot.store.sessions import SessionTouch, touched
 
 __all__ = [
     "InboundRecord", "InboundStatus", "JournalEntry", "JournalStore", "SqliteJournal", "check_inbound_status",
-    "inbound_record", "journal_entry", "touch_params",
+    "inbound_record", "journal_entry",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,7 @@ class JournalStore(Protocol):
         answered them, the row whose replies hold their answer, and forgetting their streamed previews), and write
         `touch` (what the run that answered them adds to its session's row), in one transaction: after a crash all
         of it happened or none did. KeyError for an unknown message, ValueError for one already finished; nothing
-        is written then. A touch whose session is gone, or whose token counts are negative, is logged and left out:
-        it never costs the replies."""
+        is written then. A touch whose session is gone is logged and left out: it never costs the replies."""
 
     async def unfinished_inbound(self) -> list[InboundRecord]:
         """Pending and running messages in arrival order: after a crash, the work to run again."""
@@ -107,9 +106,8 @@ class SqliteJournal(Part):
     ) -> list[OutboxRecord]:
         rows = [outbox_row(reply) for reply in replies]
         answered = answered_in(replies)
-        touching = touch_params(touch)
         return await self._call(
-            _finish_inbound, list(inbound_ids), status, error, session_key, answered, rows, touching, self._db.clock()
+            _finish_inbound, list(inbound_ids), status, error, session_key, answered, rows, touch, self._db.clock()
         )
 
     async def unfinished_inbound(self) -> list[InboundRecord]:
@@ -190,29 +188,17 @@ def _finish_inbound(
     session_key: str | None,
     answered: int | None,
     rows: list[tuple[object, ...]],
-    touching: tuple[SessionTouch, tuple[object, ...]] | None,
+    touch: SessionTouch | None,
     now: float,
 ) -> list[OutboxRecord]:
     with write_transaction(connection):
-        if touching is not None and touched(connection, *touching, now) is None:
-            log.warning("no session %r to record its run in; the replies are recorded", touching[0].session_key)
+        if touch is not None and touched(connection, touch, now) is None:
+            log.warning("no session %r to record its run in; the replies are recorded", touch.session_key)
         records = [insert_outbox(connection, row, now) for row in rows]
         for inbound_id in inbound_ids:
             _mark_inbound(connection, inbound_id, status, error, now, session_key, answered)
         delete_previews(connection, inbound_ids)
     return records
-
-
-def touch_params(touch: SessionTouch | None) -> tuple[SessionTouch, tuple[object, ...]] | None:
-    """`touch` with the values it writes (SessionTouch.params), or None: none, or one with a negative token count
-    (logged), which is left out rather than costing the replies it is written with."""
-    if touch is None:
-        return None
-    try:
-        return touch, touch.params()
-    except ValueError as error:
-        log.error("session %r: the run's record is left out: %s", touch.session_key, error)
-        return None
 
 
 def answered_in(replies: Sequence[OutboxEntry]) -> int | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import secrets
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from agent.messages import Usage
 from bot.store.base import Record
@@ -44,6 +44,11 @@ class SessionRecord(Record):
     people: list[str] = Field(default_factory=list)
 
 
+def _counted(usage: Usage | None) -> Usage | None:
+    usage_counts(usage)  # ValueError for a negative count
+    return usage
+
+
 class SessionTouch(Record):
     """What a finished run adds to its session's row: the model, the tokens (a `usage` row too), where it answered,
     whom it acted for. Written alone (`touch_session`) or with the journal rows the run answered
@@ -51,16 +56,11 @@ class SessionTouch(Record):
 
     session_key: str
     model: str | None = None
-    usage: Usage | None = None
+    usage: Annotated[Usage | None, AfterValidator(_counted)] = None  # no negative token count: ValueError
     channel: str | None = None
     account: str | None = None
     target: dict[str, Any] | None = None
     principal: str | None = None
-
-    def params(self) -> tuple[object, ...]:
-        """The values `touched` writes, in its order; ValueError for a negative token count."""
-        target = dumps(self.target) if self.target is not None else None
-        return (self.model, *usage_counts(self.usage), self.channel, self.account, target, self.principal)
 
 
 class UsageRow(Record):
@@ -184,7 +184,7 @@ class SqliteSessions(Part):
             session_key=session_key, model=model, usage=usage, channel=channel, account=account, target=target,
             principal=principal,
         )  # fmt: skip
-        return await self._call(_touch_session, touch, touch.params(), self._db.clock())
+        return await self._call(_touch_session, touch, self._db.clock())
 
     async def reset_session(self, session_key: str) -> SessionRecord:
         return await self._call(_reset_session, session_key, new_session_id(), self._db.clock())
@@ -304,20 +304,20 @@ def usage_counts(usage: Usage | None) -> tuple[int, int, int, int]:
     return counts
 
 
-def _touch_session(
-    connection: sqlite3.Connection, touch: SessionTouch, params: tuple[object, ...], now: float
-) -> SessionRecord:
+def _touch_session(connection: sqlite3.Connection, touch: SessionTouch, now: float) -> SessionRecord:
     with write_transaction(connection):
-        row = touched(connection, touch, params, now)
+        row = touched(connection, touch, now)
         if row is None:
             raise KeyError(f"no session {touch.session_key!r}")
     return session_record(row)
 
 
-def touched(connection: sqlite3.Connection, touch: SessionTouch, params: tuple[object, ...], now: float) -> Row | None:
-    """Write `touch` (its `params()`, taken on the event loop) into its session's row, and its tokens into `usage`
-    when it has any, in the transaction under way; the row as it is now, or None when there is no such session."""
-    model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, principal = params
+def touched(connection: sqlite3.Connection, touch: SessionTouch, now: float) -> Row | None:
+    """Write `touch` into its session's row, and its tokens into `usage` when it has any, in the transaction under
+    way; the row as it is now, or None when there is no such session."""
+    model, channel, account, principal = touch.model, touch.channel, touch.account, touch.principal
+    tokens_in, tokens_out, cache_read, cache_write = usage_counts(touch.usage)
+    target = dumps(touch.target) if touch.target is not None else None
     row = first(
         connection,
         "UPDATE sessions SET updated = ?, model = coalesce(?, model),"

@@ -32,7 +32,7 @@ from bot.store import (
     SubagentRecord,
     SubagentStatus,
     SubagentStore,
-)  # fmt: skip
+)
 from bot.turns.media import InboxBook, Received, describe, images, receive, refusal
 from bot.turns.streaming import StreamingReply
 from channels.base import ChatTarget, InboundMessage, Principal

@@ -15,7 +15,6 @@ from bot.store.journal import (
     answered_in,
     check_inbound_status,
     inbound_record,
-    touch_params,
 )
 from bot.store.outbox import OutboxEntry, OutboxRecord, outbox_row
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx, check_fence
@@ -64,14 +63,13 @@ class PgJournal(PgPart):
         rows = [outbox_row(reply) for reply in replies]
         ids = list(inbound_ids)
         answered = answered_in(replies)
-        touching = touch_params(touch)
         now = self._db.clock()
         async with self._db.transaction() as tx:
             await check_fence(tx)  # a process whose session was taken over writes nothing more for it
             if ids:  # lock the messages in one order, so that two processes finishing overlapping sets cannot deadlock
                 await tx.fetch("SELECT id FROM inbound WHERE id = ANY(%s) ORDER BY id FOR UPDATE", ids)
-            if touching is not None and await touched(tx, *touching, now) is None:
-                log.warning("no session %r to record its run in; the replies are recorded", touching[0].session_key)
+            if touch is not None and await touched(tx, touch, now) is None:
+                log.warning("no session %r to record its run in; the replies are recorded", touch.session_key)
             records = [await insert_outbox(tx, row, now) for row in rows]
             for inbound_id in ids:
                 await mark_inbound(tx, inbound_id, status, error, now, session_key)

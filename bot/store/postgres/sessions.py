@@ -19,6 +19,7 @@ from bot.store.sessions import (
     merged_overrides,
     new_session_id,
     session_record,
+    usage_counts,
 )
 
 __all__ = ["PgSessions", "touched"]
@@ -62,9 +63,8 @@ class PgSessions(PgPart):
             session_key=session_key, model=model, usage=usage, channel=channel, account=account, target=target,
             principal=principal,
         )  # fmt: skip
-        params = touch.params()
         async with self._db.transaction() as tx:
-            row = await touched(tx, touch, params, self._db.clock())
+            row = await touched(tx, touch, self._db.clock())
             if row is None:
                 raise KeyError(f"no session {session_key!r}")
         return session_record(row)
@@ -177,9 +177,11 @@ async def _ensure_session(
     return session_record(row)
 
 
-async def touched(tx: PgTx, touch: SessionTouch, params: tuple[object, ...], now: float) -> dict[str, Any] | None:
+async def touched(tx: PgTx, touch: SessionTouch, now: float) -> dict[str, Any] | None:
     """bot.store.sessions.touched on PostgreSQL, in the transaction `tx`."""
-    model, tokens_in, tokens_out, cache_read, cache_write, channel, account, target, principal = params
+    model, channel, account, principal = touch.model, touch.channel, touch.account, touch.principal
+    tokens_in, tokens_out, cache_read, cache_write = usage_counts(touch.usage)
+    target = dumps(touch.target) if touch.target is not None else None
     row = await tx.fetchone(
         "UPDATE sessions SET updated = %s, model = coalesce(%s, model),"
         " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"

@@ -23,6 +23,8 @@ async def unless_stopped(work: Awaitable[_T], stop: asyncio.Event) -> _T:
     if stop.is_set():
         if asyncio.iscoroutine(work):
             work.close()  # never started: nothing to clean up
+        elif asyncio.isfuture(work):
+            work.cancel()  # a task or future given as the work is stopped as it would be once running
         raise Stopped
     task = asyncio.current_task()
     assert task is not None, "unless_stopped runs in a task"

@@ -7,6 +7,7 @@ import asyncio
 import warnings
 
 import pytest
+from helpers import WAIT
 
 from agent.cancellation import Stopped, unless_stopped
 
@@ -71,6 +72,25 @@ async def test_an_event_already_set_stops_before_the_work_starts() -> None:
         with pytest.raises(Stopped):
             await unless_stopped(work.run(), stop)
     assert not work.started.is_set()
+
+
+async def test_a_task_given_as_the_work_is_cancelled_whenever_the_stop_comes() -> None:
+    stop = asyncio.Event()
+    stop.set()
+    already = asyncio.create_task(Work().run())
+    with pytest.raises(Stopped):
+        await unless_stopped(already, stop)
+    await asyncio.wait([already], timeout=WAIT)  # at once when cancelled; a task left running fails below
+    assert already.cancelled()
+    stop.clear()
+    work = Work()
+    later = asyncio.create_task(work.run())
+    running = asyncio.create_task(unless_stopped(later, stop))
+    await work.started.wait()
+    stop.set()
+    with pytest.raises(Stopped):
+        await running
+    assert later.cancelled() and work.ended == "cancelled"
 
 
 async def test_the_caller_s_own_cancellation_is_a_cancellation_not_a_stop() -> None:

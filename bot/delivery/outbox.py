@@ -371,13 +371,36 @@ class Delivery:
         touch: SessionTouch | None = None,
     ) -> None:
         """Record the replies, finish the messages' journal rows and write `touch` (the run's addition to its
-        session's row) in one step (a crash leaves all or none), then let the outbox send the replies."""
+        session's row) in one step (a crash leaves all or none), then send the replies: at once when their chat can
+        go (`_start_now`), else by the outbox's next look."""
         records = await self.store.finish_inbound(
             inbound_ids, status, error, session_key=session_key, replies=replies, touch=touch
         )
         self._recorded(records)
-        if replies:
+        if replies and not self._start_now(records):
             self._wake.set()
+
+    def _start_now(self, records: Sequence[OutboxRecord]) -> bool:
+        """Start the sender of each chat of `records` (just recorded) that can go without a look at the outbox: the
+        outbox is running and not being read, the chat has no sender at work, and nothing recorded before is pending
+        for it (the store said so: `nothing_ahead`; in a cluster the sender reads the chat's entries itself, under
+        its lock). Whether every chat was started: the others wait for the outbox's look."""
+        if self._task is None or self._task.done() or self._flush_lock.locked():
+            return False
+        now = self.clock()
+        started = True
+        for chat, chat_records in _by_chat(records).items():
+            head = chat_records[0]
+            if (
+                chat in self._chats
+                or chat in self._elsewhere
+                or head.retry_at > now
+                or not (head.nothing_ahead or self.chat_locks is not None)
+            ):
+                started = False
+                continue
+            self._start_chat(chat, chat_records, now)
+        return started
 
     def _recorded(self, records: Sequence[OutboxRecord]) -> None:
         reading = self._flush_lock.locked()  # a look at the outbox is under way: it may have read before these
@@ -470,10 +493,14 @@ class Delivery:
                     later = due if later is None else min(later, due)
                     continue
                 self._elsewhere.pop(chat, None)
-                task = asyncio.create_task(self._send_chat(chat, records, now), name=f"outbox {chat}")
-                self._chats[chat] = task
-                task.add_done_callback(functools.partial(self._chat_sent, chat))
+                self._start_chat(chat, records, now)
             return later
+
+    def _start_chat(self, chat: str, records: list[OutboxRecord], now: float) -> None:
+        """Start `chat`'s sender with its pending `records`."""
+        task = asyncio.create_task(self._send_chat(chat, records, now), name=f"outbox {chat}")
+        self._chats[chat] = task
+        task.add_done_callback(functools.partial(self._chat_sent, chat))
 
     def _due_for(self, chat: str, records: list[OutboxRecord]) -> float:
         """When to send `chat` (its pending `records`): its first due entry's time, but not before another process

@@ -194,7 +194,7 @@ def _finish_inbound(
     with write_transaction(connection):
         if touch is not None and touched(connection, touch, now) is None:
             log.warning("no session %r to record its run in; the replies are recorded", touch.session_key)
-        records = [insert_outbox(connection, row, now) for row in rows]
+        records = [insert_outbox(connection, row, now, ahead=True) for row in rows]
         for inbound_id in inbound_ids:
             _mark_inbound(connection, inbound_id, status, error, now, session_key, answered)
         delete_previews(connection, inbound_ids)

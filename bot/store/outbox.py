@@ -10,6 +10,7 @@ from bot.store.database import Part, delete, dumps, first, loads, scalar, write_
 
 __all__ = [
     "BACKLOG",
+    "NOTHING_AHEAD",
     "OutboxEntry",
     "OutboxRecord",
     "OutboxStatus",
@@ -53,7 +54,17 @@ class OutboxRecord(Record):
     dedupe_key: str | None = None
     created: float
     updated: float
+    # Set as a message's replies are recorded (`finish_inbound`): nothing recorded before this entry is pending for its
+    # chat, so it can be sent at once, without a look at the outbox. False from every other read: not known.
+    nothing_ahead: bool = False
 
+
+# What `nothing_ahead` is, computed as an entry is inserted (`RETURNING *, ...`), in the same statement.
+NOTHING_AHEAD = (
+    "NOT EXISTS (SELECT 1 FROM outbox AS older WHERE older.status = 'pending' AND older.id < outbox.id"
+    " AND older.channel = outbox.channel AND older.account = outbox.account AND older.target = outbox.target)"
+    " AS nothing_ahead"
+)
 
 # How many outbox entries are pending, and the oldest one's creation time.
 BACKLOG = "SELECT count(*), min(created) FROM outbox WHERE status = 'pending'"
@@ -182,13 +193,17 @@ def outbox_record(row: Row) -> OutboxRecord:
 # --- on the worker thread -----------------------------------------------------------------------------------------
 
 
-def insert_outbox(connection: sqlite3.Connection, row: tuple[object, ...], now: float) -> OutboxRecord:
-    """Insert one `outbox_row`, due now; KeyError if it answers an unknown message."""
+def insert_outbox(
+    connection: sqlite3.Connection, row: tuple[object, ...], now: float, *, ahead: bool = False
+) -> OutboxRecord:
+    """Insert one `outbox_row`, due now (with `ahead`, saying whether `nothing_ahead` of it); KeyError if it answers
+    an unknown message."""
+    returning = f"*, {NOTHING_AHEAD}" if ahead else "*"
     try:
         created = first(
             connection,
             "INSERT INTO outbox (inbound_id, channel, account, target, payload, kind, dedupe_key, status, retry_at,"
-            " created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING *",
+            f" created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING {returning}",
             (*row, now, now, now),
         )
     except sqlite3.IntegrityError as error:

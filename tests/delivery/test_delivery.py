@@ -17,7 +17,7 @@ from helpers import FakeClock, eventually
 from telegram_adapter import dm, running
 
 from bot.delivery.outbox import Delivery, message_parts
-from bot.store import OutboxEntry, SqliteStore
+from bot.store import OutboxEntry, OutboxRecord, SqliteStore
 from channels import MemoryChannel
 from channels.base import Button, Capabilities, ChatTarget, OutboundFile, OutboundMessage, Poll
 from routing import Peer
@@ -119,6 +119,38 @@ async def test_what_a_crash_left_recorded_is_done_by_the_next_start(tmp_path: Pa
         delivery.wake()
         await eventually(lambda: chat.showing[shown].text == "Allowed", "the recorded edit to be made")
     assert chat.log == [("send", "Approve?"), ("edit", "Allowed")]
+
+
+async def test_a_closes_replies_go_out_at_once_behind_what_another_process_left_pending_for_the_chat(
+    tmp_path: Path,
+) -> None:
+    """A chat with nothing pending is sent without a look at the outbox; one with an entry another process recorded
+    (`bot pairing approve`'s welcome) waits for the look, which sends that entry first."""
+    chat = LoggingChannel()
+
+    def said(text: str) -> OutboxEntry:
+        target = CHAT.model_dump(mode="json")
+        return OutboxEntry(inbound_id=None, channel="memory", account="default", target=target, payload={"text": text})
+
+    async with delivery_to(chat, tmp_path) as delivery:
+        looks = 0
+        read = delivery.store.unsent_outbox
+
+        async def counted() -> list[OutboxRecord]:
+            nonlocal looks
+            looks += 1
+            return await read()
+
+        delivery.store.unsent_outbox = counted  # type: ignore[method-assign]
+        await delivery.close([], replies=[said("hello")])
+        await eventually(lambda: chat.log == [("send", "hello")], "the reply to go out")
+        assert looks == 0
+        async with await SqliteStore.open(tmp_path) as cli:
+            await cli.enqueue_once([said("welcome")])
+        await delivery.close([], replies=[said("after")])
+        await eventually(lambda: len(chat.log) == 3, "both to go out")
+        assert looks >= 1
+    assert chat.log == [("send", "hello"), ("send", "welcome"), ("send", "after")]
 
 
 def written(folder: Path, name: str, data: bytes) -> str:

@@ -300,6 +300,38 @@ async def test_finishing_records_the_replies_and_forgets_previews_in_one_step(
     assert await store.outbox_backlog() == (0, None)
 
 
+async def test_a_reply_recorded_with_nothing_older_pending_for_its_chat_says_so(store: AnyStore) -> None:
+    """What lets delivery send a close's replies without reading the outbox back: the store says, as it records
+    them, whether anything recorded before is still pending for their chat, whoever recorded it."""
+    first = await inbound(store, "1")
+    other = {"chat_id": "43", "thread_id": None}
+    [queued] = await store.enqueue_once([reply(None, "a welcome").model_copy(update={"target": other})])
+    assert not queued.nothing_ahead  # only a close's replies are told
+
+    head, tail = await store.finish_inbound([first.id], "done", replies=[reply(first.id, "a"), reply(first.id, "b")])
+    assert (head.nothing_ahead, tail.nothing_ahead) == (True, False)  # its own first piece is ahead of the second
+
+    second = await inbound(store, "2")
+    [behind] = await store.finish_inbound([second.id], "done", replies=[reply(second.id, "c")])
+    assert not behind.nothing_ahead  # "a" and "b" are still pending for the chat
+    await store.mark_sent(head.id, "m-1")
+    await store.mark_dead(tail.id, "gone")
+    third = await inbound(store, "3")
+    [waiting] = await store.finish_inbound([third.id], "done", replies=[reply(third.id, "d")])
+    assert not waiting.nothing_ahead  # "c" still is
+
+    await store.mark_sent(behind.id, "m-2")
+    await store.mark_sent(waiting.id, "m-3")
+    fourth = await inbound(store, "4")
+    [clear] = await store.finish_inbound([fourth.id], "done", replies=[reply(fourth.id, "e")])
+    assert clear.nothing_ahead  # sent and dead entries are not ahead of anything
+    elsewhere = reply(fourth.id, "f").model_copy(update={"target": other})
+    fifth = await inbound(store, "5")
+    [behind_welcome] = await store.finish_inbound([fifth.id], "done", replies=[elsewhere])
+    assert not behind_welcome.nothing_ahead  # the entry recorded outside a close is ahead of it
+    assert [entry.nothing_ahead for entry in await store.unsent_outbox()] == [False, False, False]
+
+
 async def test_finishing_is_all_or_nothing(store: AnyStore) -> None:
     first, second = await inbound(store, "1"), await inbound(store, "2")
     await store.set_preview(first.id, "telegram", "default", TARGET, "m-1")

@@ -70,7 +70,7 @@ class PgJournal(PgPart):
                 await tx.fetch("SELECT id FROM inbound WHERE id = ANY(%s) ORDER BY id FOR UPDATE", ids)
             if touch is not None and await touched(tx, touch, now) is None:
                 log.warning("no session %r to record its run in; the replies are recorded", touch.session_key)
-            records = [await insert_outbox(tx, row, now) for row in rows]
+            records = [await insert_outbox(tx, row, now, ahead=True) for row in rows]
             for inbound_id in ids:
                 await mark_inbound(tx, inbound_id, status, error, now, session_key)
             if answered is not None and ids:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from bot.store.base import DEDUPE_SECONDS
-from bot.store.outbox import BACKLOG, OutboxEntry, OutboxRecord, outbox_record, outbox_row
+from bot.store.outbox import BACKLOG, NOTHING_AHEAD, OutboxEntry, OutboxRecord, outbox_record, outbox_row
 from bot.store.postgres.database import PgDatabase, PgPart, PgTx
 
 if TYPE_CHECKING:
@@ -101,17 +101,21 @@ if TYPE_CHECKING:
     _checked: type[OutboxStore] = PgOutbox
 
 
-async def insert_outbox(sql: PgDatabase | PgTx, row: tuple[object, ...], now: float) -> OutboxRecord:
+async def insert_outbox(
+    sql: PgDatabase | PgTx, row: tuple[object, ...], now: float, *, ahead: bool = False
+) -> OutboxRecord:
     """`bot.store.outbox.insert_outbox` on PostgreSQL: the KeyError comes from the foreign-key violation."""
-    created = await _insert(sql, row, now, "")
+    created = await _insert(sql, row, now, "", f"*, {NOTHING_AHEAD}" if ahead else "*")
     assert created is not None
     return outbox_record(created)
 
 
-async def _insert(sql: PgDatabase | PgTx, row: tuple[object, ...], now: float, conflict: str) -> dict[str, Any] | None:
+async def _insert(
+    sql: PgDatabase | PgTx, row: tuple[object, ...], now: float, conflict: str, returning: str = "*"
+) -> dict[str, Any] | None:
     try:
         return await sql.fetchone(
-            f"INSERT INTO outbox ({_COLUMNS}) VALUES ({_VALUES}){conflict} RETURNING *", *row, now, now, now
+            f"INSERT INTO outbox ({_COLUMNS}) VALUES ({_VALUES}){conflict} RETURNING {returning}", *row, now, now, now
         )
     except psycopg.errors.ForeignKeyViolation as error:
         raise KeyError(f"no inbound message {row[0]}") from error

@@ -6,17 +6,26 @@ cached prefix); when each thing was said travels on the message itself, as `[Wed
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = ["envelope", "local_zone", "stamp", "zone", "zone_name"]
 
 
+_host: tuple[int, tzinfo] | None = None  # the host's zone as it was read, and in which minute
+
+
 def local_zone() -> tzinfo:
-    """The host's time zone."""
-    found = datetime.now().astimezone().tzinfo
-    assert found is not None  # astimezone() always sets one
-    return found
+    """The host's time zone (its offset and name now), read once a minute: every message asks, the C library looks
+    at the zone file each time, and a daylight-saving change falls on the start of a minute."""
+    global _host
+    minute = int(time.time() // 60)
+    if _host is None or _host[0] != minute:
+        found = datetime.now().astimezone().tzinfo
+        assert found is not None  # astimezone() always sets one
+        _host = (minute, found)
+    return _host[1]
 
 
 def zone(name: str | None) -> tzinfo:

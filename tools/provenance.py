@@ -148,12 +148,39 @@ def _atomic_json(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        temp.write_text(json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True), encoding="utf-8")
+        temp.write_text(_json(value), encoding="utf-8")
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             temp.unlink()
         raise
+
+
+def _created(path: Path, value: Any) -> bool:
+    """Write `value` to `path` if nothing is there yet (a new sender's record: one file made, no rename); False when
+    something is (a link too). A crash part way leaves a file that does not parse, which the next run replaces."""
+    data = _json(value).encode()
+    while True:
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.write(descriptor, data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    finally:
+        os.close(descriptor)
+    return True
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True)
 
 
 def prepare_root(run: RunInfo) -> Path | None:
@@ -182,6 +209,8 @@ def prepare_root(run: RunInfo) -> Path | None:
     author = run_author(run)
     if author is not None:
         record = agent_root / SENDER_RECORDS / f"{name}.json"
+        if _created(record, author.as_json()):
+            return expected
         with contextlib.suppress(OSError, ValueError):
             if Author.from_json(json.loads(record.read_text(encoding="utf-8"))) == author:
                 return expected

@@ -4,6 +4,7 @@ from changes: a bootstrap file edited, a skill added or edited, a sender's folde
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,10 @@ def test_a_sender_who_changes_their_name_is_recorded_again(tmp_path: Path) -> No
     record.unlink()  # gone (a person removed it): the next run writes it again
     reads.read(stranger_run(workspace, "Annie"))
     assert record.is_file()
+    record.write_text('{"channel": "tel')  # a new sender's record is made in place: a crash can leave it cut short
+    reads.read(stranger_run(workspace, "Annie", "7"))
+    assert json.loads(record.read_text())["name"] == "Annie"
+    assert [path.name for path in record.parent.iterdir()] == [record.name]  # no temporary file left behind
 
 
 def test_the_shipped_skills_are_not_stamped_at_each_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,7 +205,8 @@ def prepare_root(run: RunInfo) -> Path | None:
         expected.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ScopeError(f"{SENDERS_FOLDER}/{name} is not a folder") from None
-    if Path(os.path.realpath(expected)) != expected:
+    # `agent_root` is real: the folder is where it says unless one of the two names below it is a link.
+    if any(stat.S_ISLNK(os.lstat(path).st_mode) for path in (expected.parent, expected)):
         raise ScopeError(f"{SENDERS_FOLDER}/{name} leads elsewhere through a symbolic link; refusing to work there")
     author = run_author(run)
     if author is not None:

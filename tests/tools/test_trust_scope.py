@@ -164,6 +164,14 @@ async def test_a_sender_folder_that_is_a_link_elsewhere_is_refused(ws: Path) -> 
     assert "symbolic link" in await fails(stranger(ws), "memory_search", query="safe code")
 
 
+async def test_a_senders_folder_that_is_a_link_is_refused(ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere" / "telegram-555").mkdir(parents=True)
+    (ws / "senders").symlink_to(tmp_path / "elsewhere")  # every sender's folder would lie outside the workspace
+    assert "symbolic link" in await fails(stranger(ws), "read", path="notes.md")
+    assert "symbolic link" in await fails(stranger(ws), "write", path="mine.md", content="x")
+    assert not (tmp_path / "elsewhere" / "telegram-555" / "mine.md").exists()
+
+
 async def test_a_strangers_writes_land_in_their_own_folder(ws: Path) -> None:
     await ok(stranger(ws), "write", path="notes.md", content="Bo's notes")
     assert (ws / "notes.md").read_text().startswith("owner secret")

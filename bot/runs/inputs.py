@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from tools.skills import SKILL_FILE, SkillReport
 __all__ = ["INPUTS_KEPT", "RunInputs", "Stamp", "stamp"]
 
 INPUTS_KEPT = 4_096  # remembered reads (an agent's skills, a workspace's bootstrap files, a sender's folder)
+SETTLED_NS = 1_000_000_000  # a folder's listing is kept once its last change is this old (`RunInputs._names`)
 
 Stamp = tuple[int, int, int, int, int] | None  # a path's device, inode, type and mode, size, change time; None: absent
 
@@ -63,7 +65,7 @@ class RunInputs:
         self._kept: dict[tuple[object, ...], _Kept] = {}
         self._kept_for: Config | None = None
         self._folders: dict[str, tuple[str, ...]] = {}  # each agent's skill folders (not the shipped ones)
-        self._listed: dict[str, tuple[Stamp, list[str]]] = {}  # a skill folder's names, at the folder's stamp
+        self._listed: dict[str, tuple[Stamp, list[str]]] = {}  # a folder's names, at the folder's stamp
 
     async def read(
         self, history: list[Message], run: RunInfo, image_turns: int
@@ -90,7 +92,7 @@ class RunInputs:
         reads: dict[str, _Read] = {"skills": (("skills", agent), lambda: self._skill_stamps(config, agent))}
         agent_workspace = run.agent_workspace or run.workspace
         if agent_workspace:
-            reads["bootstrap"] = (("bootstrap", agent_workspace), lambda: _bootstrap_stamps(agent_workspace))
+            reads["bootstrap"] = (("bootstrap", agent_workspace), lambda: self._bootstrap_stamps(agent_workspace))
             who = (run.sender_is_owner, run.channel, run.sender_id, run.sender_name)  # whom its record names
             folder = ("folder", run.workspace, run.agent_workspace, *who)
             reads["folder"] = (folder, lambda: _folder_stamps(run))
@@ -107,17 +109,7 @@ class RunInputs:
         stamps: list[Stamp] = []
         for folder in folders:
             stamps.append(folder_stamp := stamp(folder))
-            listed = self._listed.get(folder)
-            if listed is not None and listed[0] == folder_stamp:
-                names = listed[1]  # the same stamp: no entry added, removed or renamed since it was listed
-            else:
-                try:
-                    with os.scandir(folder) as listing:
-                        names = sorted(entry.name for entry in listing if not entry.name.startswith("."))
-                except OSError:
-                    continue
-                self._listed[folder] = (folder_stamp, names)
-            for name in names:
+            for name in self._names(folder, folder_stamp):
                 child = f"{folder}{os.sep}{name}"
                 stamps += (stamp(child), stamp(child, follow=False), stamp(f"{child}{os.sep}{SKILL_FILE}"))
         # As the report kept says: after the first report that needs programs, the next run reads once more.
@@ -126,6 +118,31 @@ class RunInputs:
             path = os.environ.get("PATH", os.defpath)
             stamps += (stamp(folder) for folder in path.split(os.pathsep) if folder)
         return tuple(stamps)
+
+    def _bootstrap_stamps(self, workspace: str) -> tuple[Stamp, ...]:
+        """The workspace folder, and each bootstrap file in it: a file added, removed or renamed changes the folder's
+        stamp (or, within a second of its last change, the folder is listed again), so a name that is not there costs
+        no stat of its own."""
+        folder_stamp = stamp(workspace)
+        names = self._names(workspace, folder_stamp)
+        files = (stamp(os.path.join(workspace, name)) for name in BOOTSTRAP_FILES if name in names)
+        return (folder_stamp, *files)
+
+    def _names(self, folder: str, folder_stamp: Stamp) -> list[str]:
+        """The names in `folder` (but those that start with a dot), sorted; none when it cannot be listed. A listing
+        is kept while the folder's stamp stays the same, once the folder's last change is over a second old: a
+        folder's time is the file system's clock tick, so two changes within one tick can leave the same stamp."""
+        listed = self._listed.get(folder)
+        if listed is not None and listed[0] == folder_stamp:
+            return listed[1]
+        try:
+            with os.scandir(folder) as listing:
+                names = sorted(entry.name for entry in listing if not entry.name.startswith("."))
+        except OSError:
+            return []
+        if folder_stamp is not None and folder_stamp[4] < time.time_ns() - SETTLED_NS:
+            self._listed[folder] = (folder_stamp, names)
+        return names
 
     def _fresh(self, config: Config, run: RunInfo) -> tuple[dict[str, Any], set[str]]:
         """What is kept for the run and still fresh, by name ("bootstrap": [] when it has no workspace), and the names
@@ -167,10 +184,6 @@ class RunInputs:
                     self._kept[key] = _Kept(before[name], values[name])
         # The turn being answered is the latest of the `image_turns`: the history holds the ones before it.
         return load_recent_images(history, image_turns - 1), bootstrap, skills
-
-
-def _bootstrap_stamps(workspace: str) -> tuple[Stamp, ...]:
-    return tuple(stamp(os.path.join(workspace, name)) for name in BOOTSTRAP_FILES)
 
 
 def _folder_stamps(run: RunInfo) -> tuple[Stamp, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,48 @@ def test_the_shipped_skills_are_not_stamped_at_each_run(tmp_path: Path, monkeypa
     assert reads.made == 1
     assert looked_at, "the run's own folders are stamped"
     assert not [path for path in looked_at if path.startswith(str(SHIPPED_SKILLS))]
+
+
+def test_a_missing_bootstrap_file_costs_no_stat_once_its_folder_has_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    workspace = reads.config.workspace("main")
+    run = owner_run(workspace)
+    workspace.mkdir(parents=True)
+    (workspace / "SOUL.md").write_text("Kind.")
+    settled = time.time_ns() - 10_000_000_000
+    os.utime(workspace, ns=(settled, settled))  # last changed ten seconds ago
+    assert reads.read(run)[0] == [("SOUL.md", "Kind.")]
+    looked_at: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        looked_at.append(os.path.basename(str(path)))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    assert reads.read(run)[0] == [("SOUL.md", "Kind.")]
+    assert "SOUL.md" in looked_at and not {"AGENTS.md", "USER.md", "TOOLS.md"} & set(looked_at)
+    monkeypatch.undo()
+    (workspace / "AGENTS.md").write_text("Be brief.")  # the folder's stamp changes with it
+    assert reads.read(run)[0] == [("AGENTS.md", "Be brief."), ("SOUL.md", "Kind.")]
+
+
+def test_a_file_added_within_the_same_clock_tick_as_its_folders_last_change_is_seen(tmp_path: Path) -> None:
+    """A folder's time moves in the file system's clock ticks: two changes within one leave the same stamp. A
+    listing is kept only once the folder has been still for a second, so what the second change added is seen."""
+    reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
+    workspace = reads.config.workspace("main")
+    run = owner_run(workspace)
+    skills = workspace / "skills"
+    write_skill(skills / "deploy", "Deploys the site.")
+    tick = os.stat(skills).st_mtime_ns
+    assert "Deploys the site." in reads.read(run)[1]
+    write_skill(skills / "backup", "Backs the site up.")
+    os.utime(skills, ns=(tick, tick))  # as if in the same tick: the folder's stamp is what it was
+    assert "Backs the site up." in reads.read(run)[1]
+    bootstrap_tick = os.stat(workspace).st_mtime_ns
+    (workspace / "AGENTS.md").write_text("Be brief.")
+    os.utime(workspace, ns=(bootstrap_tick, bootstrap_tick))
+    assert reads.read(run)[0] == [("AGENTS.md", "Be brief.")]

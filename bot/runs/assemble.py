@@ -175,6 +175,7 @@ def build_turn(
     candidate: ModelCandidate,
     provider: Provider,
     *,
+    run_id: str,
     peer: Peer | None,
     bootstrap: list[tuple[str, str]],
     hooks: Hooks,
@@ -182,7 +183,8 @@ def build_turn(
     cancel: asyncio.Event,
     steer: Callable[[], Awaitable[list[UserMessage]]] | None = None,
 ) -> Turn:
-    """The Turn for one attempt with `candidate`: its tools after policy, its prompt, its dispatch and limits."""
+    """The Turn for one attempt with `candidate` in the run `run_id`: its tools after policy, its prompt, its
+    dispatch and limits."""
     turn_run = run.model_copy(update={"model": candidate.ref})
     policy = policy_for(config, registry, turn_run, peer=peer)
     return Turn(
@@ -201,4 +203,5 @@ def build_turn(
         emit=emit,
         cancel=cancel,
         steer=steer,
+        run_id=run_id,
     )

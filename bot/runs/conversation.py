@@ -82,9 +82,11 @@ class Conversations(ReadsLiveConfig):
         stop = cancel or asyncio.Event()
         limit = self.config.timeout_for(run.agent, owner=run.sender_is_owner)
 
+        run_id = f"run_{secrets.token_hex(6)}"
+
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:
             return build_turn(
-                self.config, self.registry, run, candidate, provider,
+                self.config, self.registry, run, candidate, provider, run_id=run_id,
                 peer=peer, bootstrap=bootstrap, hooks=self.hooks, emit=emit, cancel=stop, steer=steer,
             )  # fmt: skip
 
@@ -94,7 +96,7 @@ class Conversations(ReadsLiveConfig):
         started = time.monotonic()
         outcome = await self.runner.run(
             RunSpec(
-                run_id=f"run_{secrets.token_hex(6)}",
+                run_id=run_id,
                 session_key=run.session_key,
                 candidates=models,
                 make_turn=make_turn,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -14,12 +14,34 @@ class Stopped(Exception):
     """The event was set while the work was in progress; the work was cancelled and has finished."""
 
 
+class Stop(asyncio.Event):
+    """An asyncio.Event that also tells its watchers the moment it is set: `unless_stopped` watches one without a
+    task of its own waiting on it. A run's stops (/stop, an interrupting message, its time limit) are these."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watchers: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        for watcher in list(self._watchers):
+            watcher()
+
+    def watch(self, watcher: Callable[[], None]) -> Callable[[], None]:
+        """Call `watcher` when the event is set; what to call to stop watching."""
+        self._watchers.append(watcher)
+        return lambda: self._watchers.remove(watcher)
+
+
 async def unless_stopped(work: Awaitable[_T], stop: asyncio.Event) -> _T:
     """Await `work`, but cancel it (and wait for it to clean up) and raise Stopped as soon as `stop` is set.
 
     `work` runs in the caller's task, as asyncio.timeout runs what it limits: setting `stop` cancels that task,
-    and the cancellation is taken back (Task.uncancel) once it has come out of `work`. One task waits on `stop`;
-    a task for `work` too, and asyncio.wait over both, cost more than many an awaited call itself."""
+    and the cancellation is taken back (Task.uncancel) once it has come out of `work`. A `Stop` calls back when it
+    is set; for any other event one task waits on it. (A task for `work` too, and asyncio.wait over both, cost more
+    than many an awaited call itself.)"""
     if stop.is_set():
         if asyncio.iscoroutine(work):
             work.close()  # never started: nothing to clean up
@@ -31,14 +53,19 @@ async def unless_stopped(work: Awaitable[_T], stop: asyncio.Event) -> _T:
     watching = True
     stopping = False
 
-    def on_stop(_: object) -> None:
+    def on_stop(_: object = None) -> None:
         nonlocal stopping
         if watching and stop.is_set():
             stopping = True
             task.cancel()
 
-    waiter = asyncio.ensure_future(stop.wait())
-    waiter.add_done_callback(on_stop)
+    unwatch: Callable[[], object]
+    if isinstance(stop, Stop):
+        unwatch = stop.watch(on_stop)
+    else:
+        waiter = asyncio.ensure_future(stop.wait())
+        waiter.add_done_callback(on_stop)
+        unwatch = waiter.cancel
     try:
         result = await work
     except asyncio.CancelledError:
@@ -47,7 +74,7 @@ async def unless_stopped(work: Awaitable[_T], stop: asyncio.Event) -> _T:
         raise
     finally:
         watching = False
-        waiter.cancel()
+        unwatch()
     if stopping:  # `work` caught the cancellation and returned anyway: it was still stopped
         task.uncancel()
         raise Stopped

@@ -16,6 +16,7 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.cancellation import Stop
 from channels.base import Principal
 from tools.base import Sleep
 
@@ -54,7 +55,7 @@ class RunControl(Generic[T]):
     """What a running turn gets from its lane: a cancel event, and the messages steered into it."""
 
     def __init__(self, take: Callable[[], list[T]] | None = None, release: Callable[[], None] | None = None) -> None:
-        self.cancel = asyncio.Event()  # set by stop(), an interrupting message, or shutdown
+        self.cancel = Stop()  # set by stop(), an interrupting message, or shutdown
         self._take = take
         self._release = release
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 import agent.xml_dispatch as xml_dispatch
-from agent.cancellation import Stopped, unless_stopped
+from agent.cancellation import Stop, Stopped, unless_stopped
 from agent.events import AssistantEvent, Emit, LifecycleEvent, ToolEvent, discard, short
 from agent.images import without_images
 from agent.messages import AssistantMessage, Message, TextBlock, ToolCall, ToolResultMessage, Usage, UserMessage
@@ -51,7 +51,7 @@ class Turn:
     thinking: ThinkingLevel = "off"
     api_key: str | None = None
     emit: Emit = discard
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = field(default_factory=Stop)
     # Messages that arrived during the run (queue mode steer), taken at each tool boundary.
     steer: Callable[[], Awaitable[list[UserMessage]]] | None = None
     run_id: str = field(default_factory=lambda: f"run_{secrets.token_hex(6)}")

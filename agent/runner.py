@@ -13,7 +13,7 @@ from typing import Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from agent.cancellation import Stopped, unless_stopped
+from agent.cancellation import Stop, Stopped, unless_stopped
 from agent.compaction import DEFAULT_KEEP_LAST_TURNS, CompactionError, CompactionResult, compact, count_turns
 from agent.events import AssistantEvent, Emit, RunEvent, ToolEvent
 from agent.keys import NO_KEY, KeyPool, fingerprint, key_index, key_variable
@@ -158,7 +158,7 @@ class _Run:
     spec: RunSpec
     history: list[Message]
     secrets: set[str]
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=Stop)
     turn: Turn | None = None
     timed_out: bool = False
     compaction: CompactionResult | None = None

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TextIO
 
+from agent.cancellation import Stop
 from agent.events import AssistantEvent, Emit, LifecycleEvent, RunEvent, ToolEvent
 from agent.loop import TurnResult
 from agent.messages import AssistantMessage, UserMessage
@@ -281,7 +282,7 @@ async def chat_interactive(session: ChatSession, read: Callable[[str], Awaitable
         if request is None:
             print(listing)
             continue
-        cancel = asyncio.Event()
+        cancel = Stop()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, cancel.set)

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.cancellation import Stop
 from agent.events import Emit, discard
 from agent.loop import Turn
 from agent.messages import Message, UserMessage
@@ -79,7 +80,7 @@ class Conversations(ReadsLiveConfig):
             await self.transcripts.history(session_id), run, self.config.media.image_turns
         )
         run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
-        stop = cancel or asyncio.Event()
+        stop = cancel or Stop()
         limit = self.config.timeout_for(run.agent, owner=run.sender_is_owner)
 
         run_id = f"run_{secrets.token_hex(6)}"

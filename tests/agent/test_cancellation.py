@@ -9,7 +9,16 @@ import warnings
 import pytest
 from helpers import WAIT
 
-from agent.cancellation import Stopped, unless_stopped
+from agent.cancellation import Stop, Stopped, unless_stopped
+
+Kind = type[asyncio.Event]
+
+
+@pytest.fixture(params=[Stop, asyncio.Event], ids=["Stop", "Event"])
+def kind(request: pytest.FixtureRequest) -> Kind:
+    """Each test with a Stop (watched by a callback) and with any other event (watched by a task)."""
+    kind: Kind = request.param
+    return kind
 
 
 class Work:
@@ -33,8 +42,8 @@ class Work:
         return "done"
 
 
-async def test_the_work_s_result_comes_back_and_the_task_is_not_left_cancelling() -> None:
-    work, stop = Work(), asyncio.Event()
+async def test_the_work_s_result_comes_back_and_the_task_is_not_left_cancelling(kind: Kind) -> None:
+    work, stop = Work(), kind()
     work.go.set()
     assert await unless_stopped(work.run(), stop) == "done"
     stop.set()  # set afterwards: nothing is cancelled any more
@@ -45,8 +54,8 @@ async def test_the_work_s_result_comes_back_and_the_task_is_not_left_cancelling(
     assert work.ended == "finished"
 
 
-async def test_setting_the_event_cancels_the_work_which_cleans_up_before_stopped_is_raised() -> None:
-    work, stop = Work(), asyncio.Event()
+async def test_setting_the_event_cancels_the_work_which_cleans_up_before_stopped_is_raised(kind: Kind) -> None:
+    work, stop = Work(), kind()
 
     async def caller() -> tuple[str, int]:
         try:
@@ -64,8 +73,8 @@ async def test_setting_the_event_cancels_the_work_which_cleans_up_before_stopped
     assert await running == ("stopped after the work was cancelled", 0)
 
 
-async def test_an_event_already_set_stops_before_the_work_starts() -> None:
-    work, stop = Work(), asyncio.Event()
+async def test_an_event_already_set_stops_before_the_work_starts(kind: Kind) -> None:
+    work, stop = Work(), kind()
     stop.set()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a coroutine left unawaited would warn when collected
@@ -74,8 +83,8 @@ async def test_an_event_already_set_stops_before_the_work_starts() -> None:
     assert not work.started.is_set()
 
 
-async def test_a_task_given_as_the_work_is_cancelled_whenever_the_stop_comes() -> None:
-    stop = asyncio.Event()
+async def test_a_task_given_as_the_work_is_cancelled_whenever_the_stop_comes(kind: Kind) -> None:
+    stop = kind()
     stop.set()
     already = asyncio.create_task(Work().run())
     with pytest.raises(Stopped):
@@ -93,8 +102,8 @@ async def test_a_task_given_as_the_work_is_cancelled_whenever_the_stop_comes() -
     assert later.cancelled() and work.ended == "cancelled"
 
 
-async def test_the_caller_s_own_cancellation_is_a_cancellation_not_a_stop() -> None:
-    work, stop = Work(), asyncio.Event()
+async def test_the_caller_s_own_cancellation_is_a_cancellation_not_a_stop(kind: Kind) -> None:
+    work, stop = Work(), kind()
     running = asyncio.create_task(unless_stopped(work.run(), stop))
     await work.started.wait()
     running.cancel()
@@ -104,8 +113,8 @@ async def test_the_caller_s_own_cancellation_is_a_cancellation_not_a_stop() -> N
     stop.set()  # after the end: it reaches nothing
 
 
-async def test_a_stop_and_the_caller_s_cancellation_at_once_is_a_cancellation() -> None:
-    work, stop = Work(), asyncio.Event()
+async def test_a_stop_and_the_caller_s_cancellation_at_once_is_a_cancellation(kind: Kind) -> None:
+    work, stop = Work(), kind()
     running = asyncio.create_task(unless_stopped(work.run(), stop))
     await work.started.wait()
     stop.set()
@@ -115,8 +124,8 @@ async def test_a_stop_and_the_caller_s_cancellation_at_once_is_a_cancellation() 
     assert work.ended == "cancelled"
 
 
-async def test_work_that_swallows_the_cancellation_is_still_stopped() -> None:
-    work, stop = Work(), asyncio.Event()
+async def test_work_that_swallows_the_cancellation_is_still_stopped(kind: Kind) -> None:
+    work, stop = Work(), kind()
 
     async def caller() -> int:
         with pytest.raises(Stopped):
@@ -132,8 +141,8 @@ async def test_work_that_swallows_the_cancellation_is_still_stopped() -> None:
     assert work.ended == "cancelled"
 
 
-async def test_a_timeout_inside_the_work_is_the_work_s_own() -> None:
-    stop = asyncio.Event()
+async def test_a_timeout_inside_the_work_is_the_work_s_own(kind: Kind) -> None:
+    stop = kind()
 
     async def limited() -> str:
         try:
@@ -144,3 +153,29 @@ async def test_a_timeout_inside_the_work_is_the_work_s_own() -> None:
         return "no timeout"
 
     assert await unless_stopped(limited(), stop) == "its own timeout"
+
+
+async def test_a_stop_is_watched_without_a_task_and_forgotten_once_the_work_is_over() -> None:
+    work, stop = Work(), Stop()
+    before = len(asyncio.all_tasks())
+    running = asyncio.create_task(unless_stopped(work.run(), stop))
+    await work.started.wait()
+    assert len(asyncio.all_tasks()) == before + 1  # the caller's task, and nothing waiting on the stop
+    work.go.set()
+    assert await running == "done"
+
+    async def later() -> str:
+        await unless_stopped(asyncio.sleep(0), stop)
+        stop.set()  # the work is over: this reaches nobody
+        await asyncio.sleep(0)
+        return "not cancelled"
+
+    assert await later() == "not cancelled"
+    told: list[str] = []
+    other = Stop()
+    unwatch = other.watch(lambda: told.append("first"))
+    other.watch(lambda: told.append("second"))
+    unwatch()
+    other.set()
+    other.set()
+    assert told == ["second"]

@@ -140,6 +140,9 @@ class _Stopped(Exception):
     """The run was stopped (timeout or cancel) between turns."""
 
 
+_SHOWN = (AssistantEvent, ToolEvent)  # what a person could have seen, or a tool that ran
+
+
 class _OutputWatch:
     """Wraps a turn's emit to notice anything the person could have seen, or a tool that ran."""
 
@@ -148,7 +151,7 @@ class _OutputWatch:
         self.shown = False
 
     async def __call__(self, event: RunEvent) -> None:
-        if isinstance(event, AssistantEvent | ToolEvent):
+        if isinstance(event, _SHOWN):
             self.shown = True
         await self.emit(event)
 

@@ -25,7 +25,7 @@ from tools.skills import SKILL_FILE, SkillReport
 __all__ = ["INPUTS_KEPT", "RunInputs", "Stamp", "stamp"]
 
 INPUTS_KEPT = 4_096  # remembered reads (an agent's skills, a workspace's bootstrap files, a sender's folder)
-SETTLED_NS = 1_000_000_000  # a folder's listing is kept once its last change is this old (`RunInputs._names`)
+SETTLED_NS = 2_000_000_000  # a folder's listing is kept once its last change is this old (`RunInputs._names`)
 
 Stamp = tuple[int, int, int, int, int] | None  # a path's device, inode, type and mode, size, change time; None: absent
 
@@ -121,7 +121,7 @@ class RunInputs:
 
     def _bootstrap_stamps(self, workspace: str) -> tuple[Stamp, ...]:
         """The workspace folder, and each bootstrap file in it: a file added, removed or renamed changes the folder's
-        stamp (or, within a second of its last change, the folder is listed again), so a name that is not there costs
+        stamp (or, soon after its last change, the folder is listed again), so a name that is not there costs
         no stat of its own."""
         folder_stamp = stamp(workspace)
         names = self._names(workspace, folder_stamp)
@@ -130,8 +130,9 @@ class RunInputs:
 
     def _names(self, folder: str, folder_stamp: Stamp) -> list[str]:
         """The names in `folder` (but those that start with a dot), sorted; none when it cannot be listed. A listing
-        is kept while the folder's stamp stays the same, once the folder's last change is over a second old: a
-        folder's time is the file system's clock tick, so two changes within one tick can leave the same stamp."""
+        is kept while the folder's stamp stays the same, once the folder's last change is `SETTLED_NS` old: a
+        folder's time moves in the file system's clock ticks (two seconds on FAT), so two changes within one tick
+        can leave the same stamp."""
         listed = self._listed.get(folder)
         if listed is not None and listed[0] == folder_stamp:
             return listed[1]

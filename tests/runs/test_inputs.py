@@ -204,7 +204,7 @@ def test_a_missing_bootstrap_file_costs_no_stat_once_its_folder_has_settled(
 
 def test_a_file_added_within_the_same_clock_tick_as_its_folders_last_change_is_seen(tmp_path: Path) -> None:
     """A folder's time moves in the file system's clock ticks: two changes within one leave the same stamp. A
-    listing is kept only once the folder has been still for a second, so what the second change added is seen."""
+    listing is kept only once the folder has been still for two seconds, so what the second change added is seen."""
     reads = Reads(config_of(tmp_path, "http://127.0.0.1:9/v1"))
     workspace = reads.config.workspace("main")
     run = owner_run(workspace)

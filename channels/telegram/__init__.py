@@ -2,10 +2,15 @@
 imports the SDK, which channels/builtins.py does only when a Telegram account starts."""
 
 # The modules, one job each, import one another in one direction (no module imports this package's __init__):
-# constants ← client ← limits; client ← state ← parsing ← ingress; state ← files ← sending; all of them ← adapter.
+# constants ← client ← limits; client ← state ← parsing ← ingress; state ← files ← sending; all of them ← adapter;
+# sdk (python-telegram-bot itself) comes first.
 # They all log as `channels.telegram`, so a filter on that logger keeps catching the whole channel.
 
 from __future__ import annotations
+
+from channels.telegram import sdk as _sdk  # noqa: F401  python-telegram-bot, before any module here imports it
+
+# isort: split
 
 from channels.accounts import TelegramAccount
 from channels.telegram.adapter import TelegramAdapter

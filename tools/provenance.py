@@ -160,17 +160,14 @@ def _atomic_json(path: Path, value: Any) -> None:
 def _created(path: Path, value: Any) -> bool:
     """Write `value` to `path` if nothing is there yet (a new sender's record: one file made, no rename); False when
     something is (a link too). A crash part way leaves a file that does not parse, which the next run replaces."""
-    data = _json(value).encode()
-    while True:
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            return False
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.write(descriptor, data)
+        descriptor = _new_file(path)
+    except FileExistsError:
+        return False
+    try:
+        data = memoryview(_json(value).encode())
+        while data:
+            data = data[os.write(descriptor, data) :]
     except BaseException:
         with contextlib.suppress(OSError):
             path.unlink()
@@ -178,6 +175,16 @@ def _created(path: Path, value: Any) -> bool:
     finally:
         os.close(descriptor)
     return True
+
+
+def _new_file(path: Path) -> int:
+    """A file made at `path`, open for writing; FileExistsError when something is there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return os.open(path, flags, 0o666)
+    except FileNotFoundError:  # the first record of all: its folder is made once, not checked at each one
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o666)
 
 
 def _json(value: Any) -> str:

@@ -82,7 +82,6 @@ class Conversations(ReadsLiveConfig):
         run = run.model_copy(update={"skills": skills.eligible})  # found anew each run: the workspace may change
         stop = cancel or Stop()
         limit = self.config.timeout_for(run.agent, owner=run.sender_is_owner)
-
         run_id = f"run_{secrets.token_hex(6)}"
 
         async def make_turn(candidate: ModelCandidate, provider: Provider, api_key: str | None) -> Turn:

@@ -114,7 +114,7 @@ def test_the_guard_compares_a_run_with_its_baseline_and_sums_it_up() -> None:
         ("idle_rss_mib", None, "no baseline"),
     ]
     printed = guard["table"](comparisons).splitlines()
-    assert len(printed) == 5 and printed[1].split()[-5:] == ["100", "200", "0.50", "WORSE", ">15%"]
+    assert len(printed) == 5 and printed[1].split()[-6:] == ["100", "200", "0.50", "-", "WORSE", ">15%"]
     summary = guard["summary"](comparisons, baseline)
     assert summary.startswith(
         "guard: 2 of 4 figures more than 15 % worse than the baseline of 2026-11-28 (commit abc1234)"
@@ -122,6 +122,47 @@ def test_the_guard_compares_a_run_with_its_baseline_and_sums_it_up() -> None:
     assert "1 without a comparison" in summary and summary.endswith("start-up: `bot run` → first getUpdates")
     assert "no figure more than 15 % worse" in guard["summary"](guard["compare"](run, {"figures": run}), baseline)
     assert "no baseline" in guard["summary"](guard["compare"](run, None), None)
+
+
+def test_the_guard_allows_for_the_machines_speed_where_a_figure_moves_with_it() -> None:
+    guard = load("guard.py")
+    run = {
+        "machine_ms": 84.0,  # the reference took 1.2 times the baseline's time: the machine ran slower
+        "pipeline_1000_rate": 80.0,
+        "pipeline_1_p50_ms": 2.6,
+        "startup_s": 0.75,
+        "idle_rss_mib": 90.0,
+    }
+    figures = {"machine_ms": 70.0, "pipeline_1000_rate": 100.0, "pipeline_1_p50_ms": 2.0, "startup_s": 0.5}
+    baseline = {"date": "2026-11-29", "commit": "abc1234", "figures": figures | {"idle_rss_mib": 75.0}}
+    comparisons = {item.figure.key: item for item in guard["compare"](run, baseline)}
+    allowing = {key: None if item.allowing is None else round(item.allowing, 3) for key, item in comparisons.items()}
+    assert allowing == {
+        "machine_ms": None,  # the machine's own figure is not allowed for itself
+        "pipeline_1000_rate": 0.96,  # a rate: times the machine's ratio
+        "pipeline_1_p50_ms": 1.083,  # a time: divided by it
+        "startup_s": 1.25,
+        "idle_rss_mib": 1.2,  # memory does not move with the machine's speed
+    }
+    assert {key: item.mark for key, item in comparisons.items()} == {
+        "machine_ms": "",  # never marked: it is not the code's
+        "pipeline_1000_rate": "WORSE >15% (the machine)",
+        "pipeline_1_p50_ms": "WORSE >15% (the machine)",
+        "startup_s": "WORSE >15%",
+        "idle_rss_mib": "WORSE >15%",
+    }
+    summary = guard["summary"](list(comparisons.values()), baseline)
+    assert summary.startswith("guard: 4 of 5 figures more than 15 % worse than the baseline of 2026-11-29")
+    assert summary.endswith(
+        "the machine took 1.20 times the baseline's time for its reference workload; allowing for it, 2 still are:"
+        " start-up: `bot run` → first getUpdates; idle RSS, 1 s after the first getUpdates"
+    )
+    faster = guard["compare"]({**run, "machine_ms": 56.0}, baseline)  # a faster machine hides nothing either
+    assert [item.mark for item in faster][1:3] == ["WORSE >15%", "WORSE >15%"]
+    without = guard["compare"]({key: value for key, value in run.items() if key != "machine_ms"}, baseline)
+    assert [(item.allowing, item.mark) for item in without][:1] == [(None, "WORSE >15%")]
+    assert "reference workload" not in guard["summary"](without, baseline)
+    assert guard["reference"]() > 0
 
 
 def test_the_guard_writes_and_reads_its_baseline(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import queue
 import secrets
@@ -47,26 +48,43 @@ __all__ = [
 
 DB_FILE = "state.db"
 KEY_FILE = "decision.key"  # beside the database, readable by the bot's user only; no command can see it
-BUSY_TIMEOUT_MS = 5_000
+BUSY_TIMEOUT_MS = 5_000  # how long a call on the worker thread waits for another process's write lock
+CHECKPOINT_EVERY = 500  # calls between two checkpoints of the write-ahead log, on the worker thread
 AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum: 0 none, 1 full, 2 incremental
 
+log = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
 class Database:
-    """The open `state.db`, used from one worker thread that owns the connection.
+    """The open `state.db` and the worker thread that owns its connection.
 
-    Every call is handed to that thread, so the event loop never waits on SQLite and calls run one at a
-    time, in the order they were made. A call whose caller is cancelled may still complete.
+    `call` hands a call to that thread, so the event loop never waits on it; calls run one at a time, in the order
+    they were made. `call_quick` is for the few statements every message makes: it runs them on the event loop
+    itself while the worker has nothing to do, because a trip to a thread and back (a wake-up each way, the
+    interpreter lock handed over twice) costs more than such a statement, several times more on a virtual machine.
+    What would make the event loop wait stays on the worker: a quick call that meets another process's write lock
+    goes there (and waits for it), the log's checkpoints run there, and so does every other call. A call whose
+    caller is cancelled may still complete.
     """
 
-    def __init__(self, path: Path, worker: _Worker, connection: sqlite3.Connection, clock: Clock, key: bytes = b""):
+    def __init__(
+        self,
+        path: Path,
+        worker: _Worker,
+        connection: sqlite3.Connection,
+        clock: Clock,
+        key: bytes = b"",
+        checkpointer: sqlite3.Connection | None = None,
+    ):
         self.path = path
         self.key = key  # seals approval decisions
         self.clock = clock
         self.connection: sqlite3.Connection | None = connection
         self._worker = worker
+        self._checkpointer = checkpointer  # a connection of the worker's own, for the log's checkpoints
+        self._calls = 0  # since the last checkpoint
 
     @classmethod
     async def open(cls, state_dir: Path, *, clock: Clock = time.time) -> Database:
@@ -75,11 +93,12 @@ class Database:
         worker = _Worker()
         try:
             connection = await worker.call(partial(_connect, path))
+            checkpointer = await worker.call(partial(sqlite3.connect, path, isolation_level=None))
             key = await worker.call(partial(_decision_key, state_dir / KEY_FILE))
         except BaseException:
             worker.stop()
             raise
-        return cls(path, worker, connection, clock, key)
+        return cls(path, worker, connection, clock, key, checkpointer)
 
     async def close(self) -> None:
         """Finish the calls already made, then close the database. Closing twice is fine."""
@@ -87,7 +106,7 @@ class Database:
             return
         connection, self.connection = self.connection, None
         try:
-            await self._worker.call(partial(_close, connection))
+            await self._worker.call(partial(_close, connection, self._checkpointer))
         finally:
             self._worker.stop()
 
@@ -95,12 +114,53 @@ class Database:
         self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
     ) -> _T:
         """Run `function(connection, ...)` on the worker thread; StoreError once the database is closed."""
-        if self.connection is None:
-            raise StoreError("the store is closed")
-        return await self._worker.call(partial(function, self.connection, *args, **kwargs))
+        called = self._worker.call(partial(_patiently, function, self._open(), *args, **kwargs))
+        self._count()
+        return await called
+
+    async def call_quick(
+        self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """Like `call`, for `function` of a statement or a transaction (`write_transaction`) whose time does not
+        grow with the data: run on the event loop while the worker thread has no call to run, otherwise there.
+
+        On the event loop nothing waits for a lock: when another process holds the write lock, `function` fails
+        with nothing written and is handed to the worker, which waits for it. Should it fail so after writing (a
+        function of several statements outside a transaction: a bug), the error is raised, not the function run
+        twice."""
+        connection = self._open()
+        if not self._worker.idle:
+            return await self.call(function, *args, **kwargs)
+        written = connection.total_changes
+        try:
+            done = function(connection, *args, **kwargs)
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or connection.total_changes != written:
+                raise
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            return await self.call(function, *args, **kwargs)
+        finally:
+            self._count()
+        await asyncio.sleep(0)  # the other tasks' turn, as a trip to the worker would give them
+        return done
 
     def cutoff(self, older_than_seconds: float) -> float:
         return cutoff(self.clock, older_than_seconds)
+
+    def _open(self) -> sqlite3.Connection:
+        if self.connection is None:
+            raise StoreError("the store is closed")
+        return self.connection
+
+    def _count(self) -> None:
+        """A call made: every CHECKPOINT_EVERY, a checkpoint of the log after it. The connection never checkpoints
+        as it commits (on the event loop, that would wait for the disk); the worker does, on a connection of its
+        own, so that the event loop goes on using this one meanwhile."""
+        self._calls += 1
+        if self._calls >= CHECKPOINT_EVERY and self._checkpointer is not None:
+            self._calls = 0
+            self._worker.aside(partial(_checkpoint, self._checkpointer))
 
 
 class Part:
@@ -115,8 +175,13 @@ class Part:
     ) -> _T:
         return await self._db.call(function, *args, **kwargs)
 
+    async def _call_quick(
+        self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        return await self._db.call_quick(function, *args, **kwargs)
 
-# --- on the worker thread: everything below runs there, and only there -----------------------------------------
+
+# --- on the worker thread: everything below runs there (and write_transaction in quick calls too) ---------------
 
 
 class _Worker:
@@ -125,15 +190,28 @@ class _Worker:
     statements)."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any] | None] | None] = queue.SimpleQueue()
         self._loop = asyncio.get_running_loop()
+        self._unsettled = 0  # calls made and not settled on the event loop yet (counted there only)
         self._thread = threading.Thread(target=self._serve, name="switchboard-store", daemon=True)
         self._thread.start()
 
+    @property
+    def idle(self) -> bool:
+        """No call is waiting, running or unsettled: the thread is not using the connection, nor will it until the
+        event loop makes another call."""
+        return self._unsettled == 0
+
     def call(self, job: Callable[[], _T]) -> asyncio.Future[_T]:
         future: asyncio.Future[_T] = self._loop.create_future()
+        self._unsettled += 1
         self._jobs.put((job, future))
         return future
+
+    def aside(self, job: Callable[[], object]) -> None:
+        """Run `job` on the thread after the calls already made, with nobody waiting for it: a job that does not
+        use the connection, which the event loop may use meanwhile. What it raises is logged."""
+        self._jobs.put((job, None))
 
     def stop(self) -> None:
         """No more calls: the thread ends after the ones already made."""
@@ -149,14 +227,28 @@ class _Worker:
             for item in batch:
                 if item is not None:
                     job, future = item
+                    if future is None:
+                        _aside(job)
+                        continue
                     try:
                         outcomes.append((future, job(), None))
                     except BaseException as error:  # handed to the caller, whatever it is
                         outcomes.append((future, None, error))
             with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
-                self._loop.call_soon_threadsafe(_settle, outcomes)
+                self._loop.call_soon_threadsafe(self._settle, outcomes)
             if batch[-1] is None:
                 return
+
+    def _settle(self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+        self._unsettled -= len(outcomes)
+        _settle(outcomes)
+
+
+def _aside(job: Callable[[], object]) -> None:
+    try:
+        job()
+    except Exception:
+        log.exception("state.db: a job on the store's thread failed")
 
 
 def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
@@ -172,7 +264,8 @@ def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]
 def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Autocommit mode: each statement commits alone unless an explicit BEGIN groups it with others.
-    connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    # Used from the worker thread and, between its calls, from the event loop's (Database.call_quick).
+    connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
     try:
         connection.row_factory = sqlite3.Row
         # Before anything writes the header (even WAL mode does): a new database takes it at once, so that pages
@@ -184,8 +277,10 @@ def _connect(path: Path) -> sqlite3.Connection:
         connection.execute("PRAGMA synchronous = NORMAL")  # with WAL: durable across app crashes, not power loss
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("PRAGMA wal_autocheckpoint = 0")  # Database checkpoints on the worker thread
         _migrate(connection, path)
         _convert_to_incremental_vacuum(connection)  # after the version check: never rebuild a newer file
+        connection.execute("PRAGMA busy_timeout = 0")  # between calls: see _patiently
     except BaseException:
         connection.close()
         raise
@@ -217,6 +312,33 @@ def release_free_pages(connection: sqlite3.Connection) -> int:
     return free
 
 
+def _patiently(
+    function: Callable[Concatenate[sqlite3.Connection, _P], _T],
+    connection: sqlite3.Connection,
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> _T:
+    """`function` on the worker thread, waiting up to BUSY_TIMEOUT_MS for another process's write lock. Between
+    calls the connection does not wait at all: the event loop uses it too (Database.call_quick)."""
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    try:
+        return function(connection, *args, **kwargs)
+    finally:
+        connection.execute("PRAGMA busy_timeout = 0")
+
+
+def _checkpoint(connection: sqlite3.Connection) -> tuple[int, int, int] | None:
+    """Copy the write-ahead log's pages into the database as far as no reader needs them (PASSIVE: it waits for no
+    one, and writers go on meanwhile), so that the log starts over rather than grows. Nobody waits for it: a
+    failure is logged, and the next checkpoint tries again."""
+    try:
+        busy, frames, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    except sqlite3.Error as error:
+        log.warning("state.db: a checkpoint of the write-ahead log failed: %s", error)
+        return None
+    return busy, frames, copied  # what the pragma says: 1 if it could not run, the log's frames, those copied
+
+
 @contextlib.contextmanager
 def write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
     """BEGIN IMMEDIATE (the write lock, taken before anything is read) ... COMMIT, or ROLLBACK on any error."""
@@ -240,8 +362,11 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def _close(connection: sqlite3.Connection) -> None:
+def _close(connection: sqlite3.Connection, checkpointer: sqlite3.Connection | None = None) -> None:
+    if checkpointer is not None:
+        checkpointer.close()
     try:
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         connection.execute("PRAGMA optimize")
     finally:
         connection.close()

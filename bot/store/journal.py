@@ -88,7 +88,8 @@ class SqliteJournal(Part):
     async def record_inbound(
         self, channel: str, account: str, chat: str, message_id: str, payload: dict[str, Any]
     ) -> InboundRecord | None:
-        return await self._call(_record_inbound, channel, account, chat, message_id, dumps(payload), self._db.clock())
+        payload_text, now = dumps(payload), self._db.clock()
+        return await self._call_quick(_record_inbound, channel, account, chat, message_id, payload_text, now)
 
     async def mark_inbound(self, inbound_id: int, status: InboundStatus, error: str | None = None) -> None:
         check_inbound_status(status)
@@ -106,7 +107,7 @@ class SqliteJournal(Part):
     ) -> list[OutboxRecord]:
         rows = [outbox_row(reply) for reply in replies]
         answered = answered_in(replies)
-        return await self._call(
+        return await self._call_quick(
             _finish_inbound, list(inbound_ids), status, error, session_key, answered, rows, touch, self._db.clock()
         )
 

@@ -144,7 +144,7 @@ class SqliteOutbox(Part):
 
     async def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
         sql = "UPDATE outbox SET status = 'sent', platform_message_id = ?, updated = ?"
-        await self._call(_finish_outbox, outbox_id, sql, (platform_message_id, self._db.clock()))
+        await self._call_quick(_finish_outbox, outbox_id, sql, (platform_message_id, self._db.clock()))
 
     async def mark_send_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
         sql = "UPDATE outbox SET attempts = attempts + 1, error = ?, retry_at = ?, updated = ?"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -167,7 +168,7 @@ class SqliteSessions(Part):
         return await self._call(_get_session, session_key)
 
     async def ensure_session(self, session_key: str, agent: str, *, principal: str | None = None) -> SessionRecord:
-        return await self._call(_ensure_session, session_key, agent, new_session_id, self._db.clock(), principal)
+        return await self._call_quick(_ensure_session, session_key, agent, new_session_id, self._db.clock(), principal)
 
     async def touch_session(
         self,
@@ -264,16 +265,20 @@ def _ensure_session(
     principal: str | None = None,
 ) -> SessionRecord:
     """The session, created (with `session_id`, or the id it makes) when there is none, with `principal` among its
-    people: a read, most of the time."""
+    people: a read, most of the time; what it writes, it writes in one transaction (the caller's, if one is open)."""
     record = _get_session(connection, session_key)
-    if record is None:
-        record = _create_session(connection, session_key, agent, session_id, now)
-    if principal is None or principal in record.people:
+    if record is not None and (principal is None or principal in record.people):
         return record
-    row = connection.execute(
-        f"UPDATE sessions SET people = {_WITH_PERSON} WHERE session_key = ? RETURNING *",
-        (principal, principal, principal, session_key),
-    ).fetchone()
+    with contextlib.nullcontext() if connection.in_transaction else write_transaction(connection):
+        record = _get_session(connection, session_key) or _create_session(
+            connection, session_key, agent, session_id, now
+        )
+        if principal is None or principal in record.people:
+            return record
+        row = connection.execute(
+            f"UPDATE sessions SET people = {_WITH_PERSON} WHERE session_key = ? RETURNING *",
+            (principal, principal, principal, session_key),
+        ).fetchone()
     return session_record(row)
 
 
@@ -287,7 +292,7 @@ def _create_session(
         (session_key, new_id, agent, now, now),
     )
     record = _get_session(connection, session_key)
-    assert record is not None  # the only writer is this thread, and nothing deletes sessions
+    assert record is not None  # nothing deletes sessions
     return record
 
 

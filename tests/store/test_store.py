@@ -993,6 +993,7 @@ async def test_a_ticker_keeps_ticking_during_500_writes(store: AnyStore) -> None
         await inbound(store, str(number))
     stop.set()
     await task
-    # Were the writes run on the loop, the ticker could not run between them; off the loop it runs during each.
+    # Were the writes to hold the loop, the ticker could not run between them: it runs during each off the loop,
+    # and after each quick one run on the loop (the journal's write is one: Database.call_quick gives a turn).
     assert ticks >= 500
     assert len(await store.unfinished_inbound()) == 500

@@ -1,6 +1,6 @@
 """What only the SQLite store has, on a real file: WAL mode and its schema version, incremental vacuum and the space
-on disk, a killed process's files, and its one worker thread off the event loop. The roles themselves are tested on
-both backends in tests/store/test_store.py."""
+on disk, a killed process's files, its worker thread and the quick calls the event loop runs itself. The roles
+themselves are tested on both backends in tests/store/test_store.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import WAIT, FakeClock, eventually
 
-from bot.store import SCHEMA_VERSION, SqliteStore, StoreError
+from bot.store import SCHEMA_VERSION, SqliteStore, StoreError, database as database_module
 
 
 @pytest.fixture
@@ -149,22 +149,113 @@ async def test_sqlite_released_space_leaves_the_files_at_once_after_a_prune(
 # --- the worker thread and the event loop ------------------------------------------------------------------------
 
 
-async def test_sqlite_runs_on_one_worker_thread_never_the_loops(sqlite_store: SqliteStore) -> None:
-    store = sqlite_store
-    threads: set[int] = set()
+def where_statements_run(store: SqliteStore) -> list[tuple[str, str]]:
+    """A list that fills with (the statement's first words, "loop" or "worker") as the store's statements execute,
+    leaving out the busy timeout's own. Private parts: only the connection can say where its statements run."""
+    loop_thread = threading.get_ident()
+    seen: list[tuple[str, str]] = []
 
     def trace(statement: str) -> None:
-        threads.add(threading.get_ident())
+        if "busy_timeout" not in statement:
+            seen.append((" ".join(statement.split()[:2]), "loop" if threading.get_ident() == loop_thread else "worker"))
 
-    # Private parts, because only the connection can say where its statements execute. It belongs to the worker:
     assert store._connection is not None
-    with pytest.raises(sqlite3.ProgrammingError, match="same thread"):
-        store._connection.execute("SELECT 1")
-    await store._call(sqlite3.Connection.set_trace_callback, trace)
-    await asyncio.gather(*(journal(store, str(number)) for number in range(50)))
-    await store.ensure_session("k", "main")
-    assert len(threads) == 1
-    assert threading.get_ident() not in threads
+    store._connection.set_trace_callback(trace)  # while the worker has nothing to do, as the loop's quick calls
+    return seen
+
+
+async def test_sqlite_runs_the_statements_every_message_makes_on_the_loop_while_its_worker_has_nothing_to_do(
+    sqlite_store: SqliteStore,
+) -> None:
+    store = sqlite_store
+    ran = where_statements_run(store)
+    await journal(store, "1")  # quick: the worker has nothing to do
+    await store.ensure_session("k", "main")  # quick: a transaction, as it creates the session
+    assert {where for _, where in ran} == {"loop"} and ("BEGIN IMMEDIATE", "loop") in ran
+    ran.clear()
+    assert await store.get_session("k") is not None  # not quick: on the worker
+    assert ran and {where for _, where in ran} == {"worker"}
+    ran.clear()
+
+    # A quick call made while the worker has calls to run waits behind them, on the worker: calls keep their order.
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(connection: sqlite3.Connection) -> None:
+        holding.set()
+        assert release.wait(WAIT)
+        connection.execute("SELECT 'held'")
+
+    held = asyncio.create_task(store._call(hold))
+    await eventually(holding.is_set, "the worker to take the call")
+    quick = asyncio.create_task(journal(store, "2"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not quick.done()  # not run on the loop meanwhile
+    release.set()
+    await asyncio.wait_for(asyncio.gather(held, quick), timeout=WAIT)
+    assert ran[0] == ("SELECT 'held'", "worker") and {where for _, where in ran} == {"worker"}
+    assert any(statement.startswith("INSERT INTO") for statement, _ in ran[1:])
+    ran.clear()
+    await journal(store, "3")  # and once it is done, on the loop again
+    assert {where for _, where in ran} == {"loop"}
+
+
+async def test_sqlite_checkpoints_its_log_on_the_worker_never_as_the_loop_commits(
+    sqlite_store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = sqlite_store
+    monkeypatch.setattr(database_module, "CHECKPOINT_EVERY", 10)
+    checkpoints: list[tuple[bool, tuple[int, int, int] | None]] = []
+    checkpoint = database_module._checkpoint
+
+    def watched(connection: sqlite3.Connection) -> tuple[int, int, int] | None:
+        done = checkpoint(connection)
+        checkpoints.append((threading.current_thread().name == "switchboard-store", done))
+        return done
+
+    monkeypatch.setattr(database_module, "_checkpoint", watched)
+    assert store._connection is not None
+    assert store._connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # it never checkpoints itself
+    ran = where_statements_run(store)
+    for number in range(9):
+        await journal(store, str(number))
+    await store.get_session("nine calls")  # the tenth call, on the worker: the checkpoint is run after it
+    await store.get_session("the worker is done")
+    [(on_the_worker, done)] = checkpoints
+    assert on_the_worker and done is not None
+    busy, frames, copied = done
+    assert busy == 0 and frames == copied > 0  # the whole log copied into the database: it starts over
+    assert not any(statement.startswith("PRAGMA wal_checkpoint") for statement, _ in ran)  # not on this connection
+    for number in range(9, 19):
+        await journal(store, str(number))  # ten quick calls on the loop: a checkpoint after the tenth
+    await store.get_session("the worker is done")
+    assert len(checkpoints) == 2 and checkpoints[1][0]
+
+
+async def test_sqlite_quick_call_that_wrote_before_meeting_the_lock_fails_rather_than_runs_twice(
+    sqlite_store: SqliteStore,
+) -> None:
+    store = sqlite_store
+    other = sqlite3.connect(store.path, isolation_level=None)
+    calls = 0
+
+    def two_writes_outside_a_transaction(connection: sqlite3.Connection) -> None:  # what a quick call must not be
+        nonlocal calls
+        calls += 1
+        connection.execute("INSERT INTO inbound (channel, account, chat, message_id, payload, status, received,"
+                            " updated) VALUES ('t', 'a', 'c', 'first', '{}', 'pending', 0, 0)")  # fmt: skip
+        other.execute("BEGIN IMMEDIATE")  # another process takes the write lock between the two
+        connection.execute("UPDATE inbound SET updated = 1 WHERE message_id = 'first'")
+
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await store._db.call_quick(two_writes_outside_a_transaction)
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert calls == 1
+    rows = await store._call(lambda connection: connection.execute("SELECT updated FROM inbound").fetchall())
+    assert [tuple(row) for row in rows] == [(0,)]
 
 
 async def test_sqlite_write_waiting_on_a_locked_database_does_not_block_the_loop(sqlite_store: SqliteStore) -> None:
@@ -175,18 +266,22 @@ async def test_sqlite_write_waiting_on_a_locked_database_does_not_block_the_loop
     def trace(statement: str) -> None:  # called where the store's statements execute
         loop.call_soon_threadsafe(executing.set)
 
-    await store._call(sqlite3.Connection.set_trace_callback, trace)  # private: see the test above
+    await store._call(sqlite3.Connection.set_trace_callback, trace)  # private: see where_statements_run
     other = sqlite3.connect(store.path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # another process holds the write lock; the store waits (busy timeout)
+        # A quick call: tried on the loop, it meets the lock at once, writes nothing and goes to the worker.
         write = asyncio.create_task(store.record_inbound("telegram", "default", "42", "1", {}))
         await eventually(executing.is_set, "the write to start")
         # The write has started and cannot finish while the lock is held (the busy timeout is 5 s, far longer than
         # this step). That this test runs meanwhile shows it waits off the loop: on the loop, it would have blocked
         # the loop until the busy timeout gave up, and be done (failed) by now.
+        for _ in range(5):
+            await asyncio.sleep(0)
         assert not write.done()
         other.execute("COMMIT")
     finally:
         other.close()
     assert await asyncio.wait_for(write, timeout=WAIT) is not None
     await store._call(sqlite3.Connection.set_trace_callback, None)
+    assert len(await store.unfinished_inbound()) == 1  # journaled once

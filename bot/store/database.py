@@ -50,6 +50,7 @@ DB_FILE = "state.db"
 KEY_FILE = "decision.key"  # beside the database, readable by the bot's user only; no command can see it
 BUSY_TIMEOUT_MS = 5_000  # how long a call on the worker thread waits for another process's write lock
 CHECKPOINT_EVERY = 500  # calls between two checkpoints of the write-ahead log, on the worker thread
+QUICK_TURN = 16  # quick calls run on the event loop, after which the caller gives the other tasks a turn
 AUTO_VACUUM_INCREMENTAL = 2  # PRAGMA auto_vacuum: 0 none, 1 full, 2 incremental
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Database:
         self._worker = worker
         self._checkpointer = checkpointer  # a connection of the worker's own, for the log's checkpoints
         self._calls = 0  # since the last checkpoint
+        self._quick = 0  # quick calls run on the event loop
 
     @classmethod
     async def open(cls, state_dir: Path, *, clock: Clock = time.time) -> Database:
@@ -122,7 +124,9 @@ class Database:
         self, function: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kwargs: _P.kwargs
     ) -> _T:
         """Like `call`, for `function` of a statement or a transaction (`write_transaction`) whose time does not
-        grow with the data: run on the event loop while the worker thread has no call to run, otherwise there.
+        grow with the data: run on the event loop while the worker thread has no call to run, otherwise there. Run
+        on the event loop, it returns without giving other tasks a turn (as any call whose answer is ready), except
+        every QUICK_TURN-th: a task making such calls back to back holds the loop for no more than that many.
 
         On the event loop nothing waits for a lock: when another process holds the write lock, `function` fails
         with nothing written and is handed to the worker, which waits for it. Should it fail so after writing (a
@@ -142,7 +146,9 @@ class Database:
             return await self.call(function, *args, **kwargs)
         finally:
             self._count()
-        await asyncio.sleep(0)  # the other tasks' turn, as a trip to the worker would give them
+        self._quick += 1
+        if self._quick % QUICK_TURN == 0:
+            await asyncio.sleep(0)  # a task making quick calls back to back lets the others have a turn
         return done
 
     def cutoff(self, older_than_seconds: float) -> float:

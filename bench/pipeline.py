@@ -47,7 +47,10 @@ class Pipeline:
 
 
 async def measure(sessions: int, messages: int, folder: Path) -> Pipeline:
-    """`messages` messages from `sessions` users, `sessions` at a time, each batch awaited until all are answered."""
+    """`messages` messages from `sessions` users, `sessions` at a time, each batch awaited until all are answered.
+    A batch arrives at once, so each message's latency runs from the batch's start: with 1,000 at a time it holds
+    the message's wait in line, wherever it waits (before 2026-11-29 it ran from the message's own `say`, which
+    left out the wait of the messages the channel had not yet handed over while the journal took the others in)."""
     model = ScriptedProvider(default=Scripted.text("ok"), record=False)  # answers at once, without a network
     plugins = Plugins(providers={"scripted": model.plugin()})
     config = parse_config(
@@ -69,13 +72,12 @@ async def measure(sessions: int, messages: int, folder: Path) -> Pipeline:
         started = time.perf_counter()
         sent = 0
         while sent < messages:
-            began: dict[str | None, float] = {}
-            for index in range(min(sessions, messages - sent)):
-                began[f"user{index}"] = time.perf_counter()
+            batch = min(sessions, messages - sent)
+            arrived = time.perf_counter()
+            for index in range(batch):
                 await channel.say(f"message {sent + index}", sender=f"user{index}")
-            for reply in await channel.replies(len(began), timeout=60):
-                latencies.append(reply.at - began[reply.target.peer.id])
-            sent += len(began)
+            latencies += [reply.at - arrived for reply in await channel.replies(batch, timeout=60)]
+            sent += batch
         elapsed = time.perf_counter() - started
     latencies.sort()
     p50 = statistics.median(latencies) * 1000

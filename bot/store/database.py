@@ -75,9 +75,9 @@ class Database:
         path: Path,
         worker: _Worker,
         connection: sqlite3.Connection,
+        checkpointer: sqlite3.Connection,
         clock: Clock,
         key: bytes = b"",
-        checkpointer: sqlite3.Connection | None = None,
     ):
         self.path = path
         self.key = key  # seals approval decisions
@@ -100,7 +100,7 @@ class Database:
         except BaseException:
             worker.stop()
             raise
-        return cls(path, worker, connection, clock, key, checkpointer)
+        return cls(path, worker, connection, checkpointer, clock, key)
 
     async def close(self) -> None:
         """Finish the calls already made, then close the database. Closing twice is fine."""
@@ -144,8 +144,7 @@ class Database:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
             return await self.call(function, *args, **kwargs)
-        finally:
-            self._count()
+        self._count()
         self._quick += 1
         if self._quick % QUICK_TURN == 0:
             await asyncio.sleep(0)  # a task making quick calls back to back lets the others have a turn
@@ -164,7 +163,7 @@ class Database:
         as it commits (on the event loop, that would wait for the disk); the worker does, on a connection of its
         own, so that the event loop goes on using this one meanwhile."""
         self._calls += 1
-        if self._calls >= CHECKPOINT_EVERY and self._checkpointer is not None:
+        if self._calls >= CHECKPOINT_EVERY:
             self._calls = 0
             self._worker.aside(partial(_checkpoint, self._checkpointer))
 
@@ -368,9 +367,8 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def _close(connection: sqlite3.Connection, checkpointer: sqlite3.Connection | None = None) -> None:
-    if checkpointer is not None:
-        checkpointer.close()
+def _close(connection: sqlite3.Connection, checkpointer: sqlite3.Connection) -> None:
+    checkpointer.close()
     try:
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         connection.execute("PRAGMA optimize")
